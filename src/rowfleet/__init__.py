@@ -1,0 +1,31 @@
+"""rowfleet: a self-healing job fleet on the database you already run.
+
+The public Python API. ``configure()`` is the one wiring seam; the rest opens the
+configured database on first use.
+
+    import rowfleet
+
+    rowfleet.configure(db="jobs.db")
+
+    @rowfleet.task(queue="mail")
+    def send(to: str) -> str:
+        return f"sent to {to}"
+
+    job = rowfleet.enqueue(send, {"to": "ops@example.com"})
+"""
+
+from rowfleet.api import enqueue, enqueue_many, get_job, store
+from rowfleet.config import Config, configure
+from rowfleet.errors import (ConfigError, Conflict, LeaseLost, MigrationError, NotFound, RowfleetError,
+                             SchemaMissing, StoreUnavailable, UnknownTask)
+from rowfleet.job import Cancel, Job, Retry
+from rowfleet.tasks import task
+from rowfleet.worker import current_job
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Cancel", "Config", "ConfigError", "Conflict", "Job", "LeaseLost", "MigrationError", "NotFound",
+    "Retry", "RowfleetError", "SchemaMissing", "StoreUnavailable", "UnknownTask", "__version__",
+    "configure", "current_job", "enqueue", "enqueue_many", "get_job", "store", "task",
+]

@@ -1,0 +1,354 @@
+"""The ``rowfleet`` command line: parse, call the library, print.
+
+``main(argv=None) -> int``. A user error (bad flag, bad JSON, unknown job, a file that is
+not a database) is one line on stderr and a non-zero exit, never a traceback; a bug is a
+traceback. The environment is read here and in ``config`` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import rowfleet
+from rowfleet import config as configuration
+from rowfleet import exitcodes
+from rowfleet import tasks
+from rowfleet.errors import ConfigError, Conflict, NotFound, RowfleetError
+from rowfleet.job import STATES, JobSpec, iso
+from rowfleet.orchestrator import Orchestrator
+from rowfleet.store import Store, open_store
+from rowfleet.supervisor import Supervisor
+from rowfleet.worker import Worker
+
+
+class UsageError(Exception):
+    """argparse found the command line malformed."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line and an exception, not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number of seconds, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+# Every Config knob as a flag; None means "not given", so the environment and defaults apply.
+KNOBS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
+    ("--lease", positive_float, "seconds a claimed job's lease lasts (default 600)"),
+    ("--renew", positive_float, "seconds between lease renewals (default 10)"),
+    ("--heartbeat", positive_float, "seconds between worker heartbeats (default 10)"),
+    ("--poll", positive_float, "safety poll of an idle worker, seconds (default 1)"),
+    ("--interval", positive_float, "seconds between orchestrator sweeps (default 5)"),
+    ("--backoff-base", positive_float, "first retry delay, seconds, doubling per attempt (default 2)"),
+    ("--backoff-max", positive_float, "longest retry delay, seconds (default 3600)"),
+    ("--retention", positive_float, "seconds finished jobs are kept before pruning (default 7 days)"),
+    ("--synchronous", str.upper, "SQLite durability: FULL (default) or NORMAL"),
+    ("--busy-timeout", positive_float, "seconds to wait for the SQLite write lock (default 30)"),
+    ("--host", str, "this machine's label in holders and heartbeats (default: hostname)"),
+)
+
+
+def build_parser() -> Parser:
+    knobs = Parser(add_help=False)
+    group = knobs.add_argument_group("settings (also ROWFLEET_<NAME> in the environment)")
+    for flag, kind, text in KNOBS:
+        group.add_argument(flag, type=kind, default=None, help=text)
+
+    parser = Parser(prog="rowfleet", description="A self-healing job fleet on the database you already run.")
+    parser.add_argument("--version", action="version", version=f"rowfleet {rowfleet.__version__}")
+    parser.add_argument("--db", default=None, help="database: a SQLite path or sqlite:///PATH "
+                        "(default ./rowfleet.db, or ROWFLEET_DB)")
+    parser.add_argument("--project", default=None, help="project tag (default '', or ROWFLEET_PROJECT)")
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING or ERROR")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    def command(name: str, handler: Callable[..., int], help_text: str) -> Parser:
+        sub = commands.add_parser(name, help=help_text, description=help_text, parents=[knobs])
+        sub.set_defaults(handler=handler)
+        return sub
+
+    sub = command("init", cmd_init, "create or upgrade the schema (idempotent); print its version")
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("enqueue", cmd_enqueue, "enqueue one job; print its id")
+    sub.add_argument("task", help="a registered task name, or module:function")
+    sub.add_argument("--args", default="null", help="JSON: an object (keyword args), a list, or a value")
+    sub.add_argument("--queue", default="default")
+    sub.add_argument("--priority", type=int, default=0, help="lower runs sooner; negatives allowed")
+    sub.add_argument("--run-next", action="store_true", help="run before every priority")
+    sub.add_argument("--delay", type=non_negative_float, default=0.0, help="seconds before it may run")
+    sub.add_argument("--key", default=None, help="idempotency key: one job per key and project")
+    sub.add_argument("--max-attempts", type=positive_int, default=5)
+    sub.add_argument("--json", action="store_true", help="print the whole job")
+
+    sub = command("worker", cmd_worker, "claim and run jobs of one queue")
+    sub.add_argument("--queue", default="default")
+    sub.add_argument("--app", action="append", default=[], metavar="MODULE",
+                     help="import this module so its @rowfleet.task handlers register (repeatable)")
+    sub.add_argument("--procs", type=positive_int, default=1, help="worker processes under one parent")
+    sub.add_argument("--burst", action="store_true", help="drain what is due, then exit")
+
+    sub = command("orchestrator", cmd_orchestrator, "migrate, then reclaim lapsed leases, flag "
+                  "silent workers and prune old jobs on a timer")
+    sub.add_argument("--once", action="store_true", help="one sweep, print what it did, exit")
+
+    sub = command("status", cmd_status, "job counts per project/queue/state, and workers")
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("jobs", cmd_jobs, "list jobs, newest first")
+    sub.add_argument("--state", choices=STATES)
+    sub.add_argument("--queue")
+    sub.add_argument("--limit", type=positive_int, default=50)
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("job", cmd_job, "one job with its events")
+    sub.add_argument("id", type=int)
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("retry", cmd_retry, "re-queue a failed or cancelled job")
+    sub.add_argument("id", type=int)
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("cancel", cmd_cancel, "cancel a queued job")
+    sub.add_argument("id", type=int)
+    sub.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return exitcodes.USAGE
+    if args.command is None:
+        build_parser().print_help()
+        return exitcodes.USAGE
+    try:
+        _setup_logging(args.log_level)
+        config = configuration.from_env(os.environ, db=args.db, project=args.project,
+                                        **{name: getattr(args, name) for name in _knob_names()})
+        return args.handler(args, config)
+    except (NotFound, Conflict) as exc:
+        print(f"rowfleet: {exc}", file=sys.stderr)
+        return exitcodes.REFUSED
+    except RowfleetError as exc:
+        print(f"rowfleet: error: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    except KeyboardInterrupt:
+        return exitcodes.INTERRUPTED
+
+
+def _knob_names() -> list[str]:
+    return [flag[2:].replace("-", "_") for flag, _, _ in KNOBS]
+
+
+def _setup_logging(level_name: str | None) -> None:
+    name = (level_name or os.environ.get("ROWFLEET_LOG_LEVEL") or "INFO").upper()
+    level = logging.getLevelName(name)
+    if not isinstance(level, int):
+        raise ConfigError(f"--log-level must be DEBUG, INFO, WARNING or ERROR, got {level_name!r}")
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def _job_dict(store: Store, job: Any, with_events: bool = False) -> dict[str, Any]:
+    data = job.to_dict()
+    if with_events:
+        data["events"] = [event.to_dict() for event in store.events(job.id)]
+    return data
+
+
+# --- commands --------------------------------------------------------------------------
+
+
+def cmd_init(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config, create=True) as store:
+        version = store.migrate()
+    if args.json:
+        _print_json({"db": config.db, "schema_version": version})
+    else:
+        print(version)
+    return exitcodes.OK
+
+
+def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
+    try:
+        job_args = json.loads(args.args)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--args is not valid JSON: {exc}") from None
+    spec = JobSpec(task=args.task, args=job_args, queue=args.queue, project=config.project,
+                   priority=args.priority, run_next=args.run_next, delay=args.delay, key=args.key,
+                   max_attempts=args.max_attempts)
+    with open_store(config) as store:
+        job = store.enqueue(spec)
+        if args.json:
+            _print_json(_job_dict(store, job))
+        else:
+            print(job.id)
+    return exitcodes.OK
+
+
+def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
+    tasks.import_apps(args.app)
+    if not args.queue or any(c.isspace() for c in args.queue):
+        raise ConfigError(f"--queue must be a non-empty word, got {args.queue!r}")
+
+    def one_worker() -> int:
+        worker = Worker(config, args.queue, burst=args.burst)
+        _on_stop_signals(lambda *_: worker.request_stop())
+        return worker.run()
+
+    if args.procs == 1:
+        return one_worker()
+    supervisor = Supervisor(args.procs, one_worker)
+    _on_stop_signals(supervisor.request_stop)
+    return supervisor.run()
+
+
+def cmd_orchestrator(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config, create=True) as store:
+        version = store.migrate()
+        orchestrator = Orchestrator(store, config)
+        if args.once:
+            _print_json({"schema_version": version, **orchestrator.run_once()})
+            return exitcodes.OK
+        stop = threading.Event()
+        _on_stop_signals(lambda *_: stop.set())
+        orchestrator.run(stop)
+    return exitcodes.OK
+
+
+def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        store.require_schema()
+        counts = store.counts()
+        now = store.clock()
+        workers = store.workers(since=now - config.stale_after)
+    for worker in workers:
+        worker["age"] = round(now - worker["last_seen"], 3)
+        for key in ("started_at", "last_seen", "stopped_at", "flagged_dead_at"):
+            worker[key] = iso(worker[key])
+    if args.json:
+        _print_json({"counts": counts, "workers": workers})
+        return exitcodes.OK
+    print(_table(["project", "queue", "state", "jobs"],
+                 [[c["project"] or "''", c["queue"], c["state"], c["n"]] for c in counts]) or "no jobs")
+    print()
+    rows = [[w["project"] or "''", w["host"], w["queue"], w["pid"], w["current_job"] or "-",
+             f"{w['age']:.1f}s ago", "stopped" if w["stopped_at"] else ("SILENT" if w["flagged_dead_at"] else "alive")]
+            for w in workers]
+    print(_table(["project", "host", "queue", "pid", "job", "last seen", "state"], rows) or "no workers")
+    return exitcodes.OK
+
+
+def cmd_jobs(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        found = store.list_jobs(config.project, state=args.state, queue=args.queue, limit=args.limit)
+    if args.json:
+        _print_json([job.to_dict() for job in found])
+        return exitcodes.OK
+    rows = [[j.id, j.state, j.queue, j.task, f"{j.attempts}/{j.max_attempts}", iso(j.created_at)] for j in found]
+    print(_table(["id", "state", "queue", "task", "attempts", "created"], rows) or "no jobs")
+    return exitcodes.OK
+
+
+def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        data = _job_dict(store, store.get_job(args.id, config.project), with_events=True)
+    if args.json:
+        _print_json(data)
+        return exitcodes.OK
+    for key in ("id", "task", "queue", "project", "state", "priority", "run_next", "attempts",
+                "max_attempts", "args", "result", "error", "claimed_by", "lease_token", "run_at",
+                "created_at", "started_at", "finished_at"):
+        value = data[key]
+        print(f"{key:>13}: {json.dumps(value) if key in ('args', 'result') else value}")
+    if data["traceback"]:
+        print("    traceback:\n" + data["traceback"].rstrip())
+    print("       events:")
+    for event in data["events"]:
+        print(f"  {event['at']}  {event['kind']:<10} {json.dumps(event['detail'])}")
+    return exitcodes.OK
+
+
+def cmd_retry(args: argparse.Namespace, config: configuration.Config) -> int:
+    return _change(args, config, lambda store: store.retry(args.id, config.project), "re-queued")
+
+
+def cmd_cancel(args: argparse.Namespace, config: configuration.Config) -> int:
+    return _change(args, config, lambda store: store.cancel(args.id, config.project), "cancelled")
+
+
+def _change(args: argparse.Namespace, config: configuration.Config,
+            action: Callable[[Store], Any], verb: str) -> int:
+    with open_store(config) as store:
+        job = action(store)
+        if args.json:
+            _print_json(_job_dict(store, job))
+        else:
+            print(f"job {job.id} {verb}")
+    return exitcodes.OK
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def _on_stop_signals(handler: Callable[..., Any]) -> None:
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    if not rows:
+        return ""
+    cells = [headers] + [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+                     for row in cells)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

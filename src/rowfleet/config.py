@@ -1,0 +1,126 @@
+"""The one configuration seam: a frozen, validated ``Config`` and ``configure()``.
+
+Precedence is CLI flags > ``ROWFLEET_*`` environment > defaults. This is the only
+module that reads the environment; everything below the CLI is handed a ``Config``.
+
+Imports nothing of rowfleet's but the leaf ``errors`` module: every other module may
+import this one without pulling in the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import threading
+from typing import Any, Mapping
+
+from rowfleet.errors import ConfigError
+
+DEFAULT_DB = "rowfleet.db"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Every knob rowfleet has, with its default. Times are in seconds."""
+
+    db: str = DEFAULT_DB
+    project: str = ""
+    host: str = ""
+    lease: float = 600.0
+    renew: float = 10.0
+    heartbeat: float = 10.0
+    poll: float = 1.0
+    interval: float = 5.0
+    backoff_base: float = 2.0
+    backoff_max: float = 3600.0
+    retention: float = 7 * 24 * 3600.0
+    synchronous: str = "FULL"
+    busy_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            object.__setattr__(self, "host", socket.gethostname())
+        if not isinstance(self.db, str) or not self.db.strip():
+            raise ConfigError("db must be a non-empty path or URL")
+        if not isinstance(self.project, str):
+            raise ConfigError("project must be a string")
+        for name in ("lease", "renew", "heartbeat", "poll", "interval", "backoff_base",
+                     "backoff_max", "retention", "busy_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if self.renew >= self.lease:
+            raise ConfigError(f"renew ({self.renew:g}s) must be shorter than lease ({self.lease:g}s)")
+        synchronous = str(self.synchronous).upper()
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ConfigError(f"synchronous must be FULL or NORMAL, got {self.synchronous!r}")
+        object.__setattr__(self, "synchronous", synchronous)
+
+    @property
+    def stale_after(self) -> float:
+        """A heartbeat older than this marks its worker as suspect (3 missed beats)."""
+        return 3 * self.heartbeat
+
+    def replace(self, **changes: Any) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+
+FIELDS = {field.name: field for field in dataclasses.fields(Config)}
+ENV_PREFIX = "ROWFLEET_"
+
+
+def from_env(environ: Mapping[str, str], **overrides: Any) -> Config:
+    """Build a Config from ``ROWFLEET_<KNOB>`` variables, then explicit overrides.
+
+    Overrides whose value is None are ignored, so argparse defaults of None fall through.
+
+    >>> from_env({"ROWFLEET_LEASE": "30"}, project="alpha").lease
+    30.0
+    """
+    values: dict[str, Any] = {}
+    for name, field in FIELDS.items():
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is not None and raw != "":
+            values[name] = _parse(name, field, raw)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    unknown = set(values) - set(FIELDS)
+    if unknown:
+        raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    return Config(**values)
+
+
+def _parse(name: str, field: dataclasses.Field, raw: str) -> Any:
+    if field.type in ("float", float):
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a number, got {raw!r}") from None
+    return raw
+
+
+_lock = threading.Lock()
+_current: Config | None = None
+
+
+def configure(**settings: Any) -> Config:
+    """Set the process-wide configuration used by the module-level API.
+
+    Unspecified knobs come from ``ROWFLEET_*`` environment variables, then defaults.
+    Returns the new Config. Calling it again replaces the configuration.
+    """
+    global _current
+    config = from_env(os.environ, **settings)
+    with _lock:
+        _current = config
+    return config
+
+
+def current() -> Config:
+    """The configuration set by ``configure()``, or one built from the environment."""
+    global _current
+    with _lock:
+        if _current is None:
+            _current = from_env(os.environ)
+        return _current

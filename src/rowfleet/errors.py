@@ -1,0 +1,47 @@
+"""The exception family, chosen by what the caller does next.
+
+Driver exceptions (``sqlite3.*``, later ``psycopg.*``) are translated into these at the
+storage seam; nothing above it catches a driver's exception. A leaf: imports nothing.
+"""
+
+
+class RowfleetError(Exception):
+    """Something rowfleet could not do; the message says what and what to do next."""
+
+
+class ConfigError(RowfleetError):
+    """A setting, flag or argument is invalid: fix the input and run again."""
+
+
+class NotFound(RowfleetError):
+    """The job (or other row) named does not exist in this project."""
+
+
+class Conflict(RowfleetError):
+    """The row exists but is in a state that does not allow the request."""
+
+
+class LeaseLost(Conflict):
+    """You no longer hold this job: its lease was reclaimed and given a new token."""
+
+    def __init__(self, job_id: int, token: int, detail: str = "") -> None:
+        self.job_id = job_id
+        self.token = token
+        message = f"you no longer hold job {job_id} (token {token} is stale)"
+        super().__init__(f"{message}: {detail}" if detail else message)
+
+
+class StoreUnavailable(RowfleetError):
+    """The database cannot be opened or used: wrong path, not a database, locked too long."""
+
+
+class SchemaMissing(StoreUnavailable):
+    """The database has no (or an older) rowfleet schema: run ``rowfleet init``."""
+
+
+class MigrationError(RowfleetError):
+    """The schema is newer than this rowfleet, or a migration failed and was rolled back."""
+
+
+class UnknownTask(RowfleetError):
+    """No handler is registered under this task name, nor importable as ``module:function``."""

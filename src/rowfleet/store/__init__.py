@@ -1,0 +1,47 @@
+"""The storage seam: every read and write of rowfleet's tables goes through a ``Store``.
+
+``Store`` holds the job lifecycle logic once, written against named queries and a small
+transaction interface (``Tx``); each dialect (``store/sqlite.py``, later Postgres) supplies
+only connections, transactions, error translation and the wake-up mechanism. Above this
+package nothing holds a driver connection or writes SQL.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from rowfleet.config import Config
+from rowfleet.errors import ConfigError
+from rowfleet.store.base import Store, Tx
+from rowfleet.wake import Waiter
+
+__all__ = ["Store", "Tx", "Waiter", "open_store", "sqlite_path"]
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file path a SQLite URL names, or None when the URL is for another database.
+
+    >>> sqlite_path("jobs.db"), sqlite_path("sqlite:///jobs.db"), sqlite_path("sqlite:////tmp/j.db")
+    ('jobs.db', 'jobs.db', '/tmp/j.db')
+    >>> sqlite_path("postgresql://host/db") is None
+    True
+    """
+    if url.startswith("sqlite:///"):
+        return url[len("sqlite:///"):]
+    if "://" in url:
+        return None
+    return url
+
+
+def open_store(config: Config, *, create: bool = False, clock: Callable[[], float] = time.time) -> Store:
+    """Open the database ``config.db`` names. Only ``create=True`` may create a new file."""
+    path = sqlite_path(config.db)
+    if path is not None:
+        from rowfleet.store.sqlite import SQLiteStore
+
+        return SQLiteStore(path, config, create=create, clock=clock)
+    scheme = config.db.split("://", 1)[0]
+    if scheme in ("postgres", "postgresql"):
+        raise ConfigError("this version of rowfleet runs on SQLite only: pass --db PATH or sqlite:///PATH")
+    raise ConfigError(f"unsupported database URL scheme {scheme!r}: use a file path or sqlite:///PATH")

@@ -1,0 +1,351 @@
+"""The job lifecycle, written once against named queries; dialects plug in below it.
+
+A dialect subclass provides ``transaction()`` (a write transaction that takes the write
+lock up front), ``reader()`` (reads outside a transaction), ``caller_transaction(conn)``
+(statements on a caller's own connection, committed by the caller), ``waiter()`` and
+``close()``. Every state change is a guarded UPDATE; one that matches nothing is an
+answer (``LeaseLost``, ``Conflict``), decided here rather than swallowed.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+from typing import Any, Callable, Iterable, Sequence
+
+from rowfleet import job as jobs
+from rowfleet.config import Config
+from rowfleet.errors import Conflict, LeaseLost, MigrationError, NotFound, SchemaMissing
+from rowfleet.job import Event, Job, JobSpec, Outcome
+from rowfleet.queries import latest_version, migrations, queries
+from rowfleet.wake import Waiter
+
+
+class Tx(abc.ABC):
+    """Named statements inside one transaction (or one autocommit read).
+
+    ``now`` is read once when the transaction starts and passed to every statement as
+    ``:now``, so every row it writes agrees.
+    """
+
+    now: float
+
+    @abc.abstractmethod
+    def one(self, query: str, **params: Any) -> Any | None:
+        """Run a named query; its first row (mapping-like) or None."""
+
+    @abc.abstractmethod
+    def all(self, query: str, **params: Any) -> list[Any]:
+        """Run a named query; every row."""
+
+    @abc.abstractmethod
+    def run(self, query: str, **params: Any) -> int:
+        """Run a named statement that returns no rows; how many rows it changed."""
+
+    @abc.abstractmethod
+    def many(self, query: str, rows: Iterable[dict[str, Any]]) -> int:
+        """Run a named statement once per parameter set; rows affected."""
+
+    @abc.abstractmethod
+    def script(self, sql: str) -> None:
+        """Run a multi-statement script (a migration) inside this transaction."""
+
+
+class Store(abc.ABC):
+    """One database connection and everything rowfleet does with it. Not thread-safe:
+    each thread opens its own."""
+
+    dialect: str = ""
+
+    def __init__(self, config: Config, clock: Callable[[], float]) -> None:
+        self.config = config
+        self.clock = clock
+        self.sql = queries(self.dialect)
+
+    # --- what a dialect provides -------------------------------------------------------
+
+    @abc.abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[Tx]:
+        """A write transaction, holding the write lock from its first statement."""
+
+    @abc.abstractmethod
+    def reader(self) -> Tx:
+        """Statements that only read, each seeing the latest committed state."""
+
+    @abc.abstractmethod
+    def caller_transaction(self, conn: Any) -> Tx:
+        """Statements on the caller's own connection; the caller commits or rolls back."""
+
+    @abc.abstractmethod
+    def waiter(self) -> Waiter:
+        """A way for an idle worker to sleep until the jobs table may have changed."""
+
+    @abc.abstractmethod
+    def changed(self) -> bool:
+        """True when another connection has committed since the last call (cheap)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- schema ------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        tx = self.reader()
+        if not tx.one("migrations_exists")["n"]:
+            return 0
+        return tx.one("schema_version")["version"]
+
+    def migrate(self) -> int:
+        """Apply every pending migration, each with its bookkeeping row in one transaction.
+
+        Safe to run from two processes at once: the version is re-read under the write lock.
+        """
+        target = latest_version(self.dialect)
+        for migration in migrations(self.dialect):
+            with self.transaction() as tx:
+                tx.script(self.sql["migrations_table"])
+                current = tx.one("schema_version")["version"]
+                if current > target:
+                    raise MigrationError(f"the database schema is version {current}, newer than this "
+                                         f"rowfleet knows ({target}): upgrade rowfleet")
+                if current >= migration.version:
+                    continue
+                tx.script(migration.sql)
+                tx.run("migration_record", version=migration.version, name=migration.name)
+        return self.schema_version()
+
+    def require_schema(self) -> int:
+        """The schema version, or ``SchemaMissing`` when it is absent or out of date."""
+        version = self.schema_version()
+        target = latest_version(self.dialect)
+        if version < target:
+            raise SchemaMissing(f"the database {self.config.db!r} has schema version {version}, "
+                                f"rowfleet needs {target}: run `rowfleet init` (or start the orchestrator)")
+        if version > target:
+            raise MigrationError(f"the database schema is version {version}, newer than this rowfleet "
+                                 f"knows ({target}): upgrade rowfleet")
+        return version
+
+    # --- enqueue -----------------------------------------------------------------------
+
+    def enqueue(self, spec: JobSpec, conn: Any = None) -> Job:
+        """Insert one job, or return the existing one with the same idempotency key.
+
+        With ``conn`` the insert runs on the caller's connection and commits with the
+        caller's transaction, or not at all.
+        """
+        if conn is not None:
+            return self._insert(self.caller_transaction(conn), spec)
+        with self.transaction() as tx:
+            return self._insert(tx, spec)
+
+    def _insert(self, tx: Tx, spec: JobSpec) -> Job:
+        row = tx.one("job_insert", **_insert_params(spec))
+        if row is None:  # the idempotency key is taken: hand back the job that holds it
+            row = tx.one("job_by_key", project=spec.project, key=spec.key)
+        return Job.from_row(row)
+
+    def enqueue_many(self, specs: Sequence[JobSpec], conn: Any = None) -> int:
+        """Insert many jobs in one transaction (no idempotency keys); returns how many."""
+        if any(spec.key is not None for spec in specs):
+            raise Conflict("enqueue_many does not take idempotency keys: enqueue those one by one")
+        params = [_insert_params(spec, with_key=False) for spec in specs]
+        if conn is not None:
+            tx = self.caller_transaction(conn)
+            return tx.many("job_insert_many", params)
+        with self.transaction() as tx:
+            return tx.many("job_insert_many", params)
+
+    # --- claim, renew, finish ----------------------------------------------------------
+
+    def claim(self, project: str, queue: str, holder: str, lease: float) -> Job | None:
+        """Take the next due job of (project, queue), or None when there is none."""
+        with self.transaction() as tx:
+            return self._claim(tx, project, queue, holder, lease)
+
+    def _claim(self, tx: Tx, project: str, queue: str, holder: str, lease: float) -> Job | None:
+        row = tx.one("job_claim", project=project, queue=queue, holder=holder, lease=lease)
+        if row is None:
+            return None
+        job = Job.from_row(row)
+        _event(tx, job.id, "claimed", token=job.lease_token, holder=holder, attempt=job.attempts)
+        return job
+
+    def has_due(self, project: str, queue: str) -> bool:
+        """A cheap read: is anything claimable now? Takes no lock."""
+        return self.reader().one("job_due", project=project, queue=queue) is not None
+
+    def renew(self, job: Job, lease: float) -> float:
+        """Extend the lease of a job still held with ``job.lease_token``; the new deadline."""
+        with self.transaction() as tx:
+            row = tx.one("job_renew", id=job.id, token=job.lease_token, lease=lease)
+            if row is None:
+                raise self._stale(tx, job)
+            return row["lease_expires_at"]
+
+    def finish(self, job: Job, outcome: Outcome, claim_next: tuple[str, str, str, float] | None = None
+               ) -> Job | None:
+        """Write a run's outcome, guarded by the job's token; optionally claim the next job
+        of ``claim_next = (project, queue, holder, lease)`` in the same transaction, so a
+        busy worker pays one commit per job.
+
+        Raises ``LeaseLost`` (writing nothing) when the token is stale. Finishing again
+        with the same token and the same terminal state is a no-op.
+        """
+        with self.transaction() as tx:
+            self._write_outcome(tx, job, outcome)
+            if claim_next is None:
+                return None
+            return self._claim(tx, *claim_next)
+
+    def _write_outcome(self, tx: Tx, job: Job, outcome: Outcome) -> None:
+        guard = {"id": job.id, "token": job.lease_token, "error": outcome.error,
+                 "traceback": outcome.traceback}
+        if outcome.state == jobs.QUEUED:
+            row = tx.one("job_requeue", delay=outcome.delay, **guard)
+        else:
+            row = tx.one("job_finish", state=outcome.state, result=outcome.result_json, **guard)
+        if row is None:
+            holder = tx.one("job_holder", id=job.id)
+            if holder and holder["state"] == outcome.state in jobs.TERMINAL \
+                    and holder["lease_token"] == job.lease_token:
+                return  # already written by this holder: terminal transitions are idempotent
+            raise self._stale(tx, job, holder)
+        detail: dict[str, Any] = {"token": job.lease_token, "attempt": job.attempts}
+        if outcome.error:
+            detail["error"] = outcome.error
+        if outcome.state == jobs.QUEUED:
+            detail["delay"] = round(outcome.delay, 3)
+        _event(tx, job.id, outcome.event or outcome.state, **detail)
+
+    def _stale(self, tx: Tx, job: Job, holder: Any = None) -> LeaseLost:
+        holder = holder if holder is not None else tx.one("job_holder", id=job.id)
+        if holder is None:
+            return LeaseLost(job.id, job.lease_token, "the job no longer exists")
+        return LeaseLost(job.id, job.lease_token,
+                         f"it is {holder['state']} with token {holder['lease_token']}")
+
+    # --- recovery and housekeeping -----------------------------------------------------
+
+    def reclaim_lapsed(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Re-queue running jobs whose lease lapsed (or fail them on their last attempt).
+
+        A reclaimed job keeps its id, so it sorts ahead of fresh work of its priority.
+        """
+        done = []
+        with self.transaction() as tx:
+            for row in tx.all("jobs_lapsed", limit=limit):
+                guard = {"id": row["id"], "token": row["lease_token"]}
+                detail = {"token": row["lease_token"], "holder": row["claimed_by"], "attempt": row["attempts"]}
+                if row["attempts"] >= row["max_attempts"]:
+                    error = (f"worker {row['claimed_by']} was lost (lease lapsed) on the last attempt "
+                             f"({row['attempts']} of {row['max_attempts']})")
+                    if tx.one("job_fail_lapsed", error=error, **guard):
+                        _event(tx, row["id"], "failed", error=error, **detail)
+                        done.append({"id": row["id"], "action": "failed", **detail})
+                else:
+                    error = f"worker {row['claimed_by']} was lost (lease lapsed); re-queued"
+                    if tx.one("job_reclaim", error=error, **guard):
+                        _event(tx, row["id"], "reclaimed", **detail)
+                        done.append({"id": row["id"], "action": "reclaimed", **detail})
+        return done
+
+    def cancel(self, job_id: int, project: str, reason: str = "cancelled by an operator") -> Job:
+        """Cancel a queued job. Cancelling a cancelled job is a no-op; others conflict."""
+        with self.transaction() as tx:
+            row = tx.one("job_cancel", id=job_id, project=project, reason=reason)
+            if row is not None:
+                _event(tx, job_id, "cancelled", reason=reason)
+                return Job.from_row(row)
+            job = self._get(tx, job_id, project)
+            if job.state == jobs.CANCELLED:
+                return job
+            raise Conflict(f"job {job_id} is {job.state}; only queued jobs can be cancelled")
+
+    def retry(self, job_id: int, project: str) -> Job:
+        """Revive a failed or cancelled job: queued now, with at least one attempt left."""
+        with self.transaction() as tx:
+            row = tx.one("job_revive", id=job_id, project=project)
+            if row is None:
+                job = self._get(tx, job_id, project)
+                raise Conflict(f"job {job_id} is {job.state}; only failed or cancelled jobs can be retried")
+            job = Job.from_row(row)
+            _event(tx, job_id, "revived", max_attempts=job.max_attempts)
+            return job
+
+    def beat(self, worker_id: str, project: str, host: str, queue: str, pid: int,
+             current_job: int | None) -> None:
+        """Upsert a worker's heartbeat row."""
+        with self.transaction() as tx:
+            tx.run("worker_beat", worker_id=worker_id, project=project, host=host, queue=queue,
+                   pid=pid, current_job=current_job)
+
+    def worker_stopped(self, worker_id: str) -> None:
+        with self.transaction() as tx:
+            tx.run("worker_stop", worker_id=worker_id)
+
+    def flag_stale_workers(self, stale_after: float) -> list[dict[str, Any]]:
+        """Mark workers whose heartbeat is older than ``stale_after``; the rows flagged."""
+        with self.transaction() as tx:
+            return [dict(row) for row in tx.all("workers_flag_stale", stale_after=stale_after)]
+
+    def prune(self, retention: float, batch: int = 1000) -> int:
+        """Delete finished jobs (and their events) older than ``retention``; how many jobs."""
+        total = 0
+        while True:
+            with self.transaction() as tx:
+                cutoff = tx.now - retention
+                tx.run("prune_events", cutoff=cutoff, limit=batch)
+                deleted = tx.run("prune_jobs", cutoff=cutoff, limit=batch)
+                tx.run("prune_workers", cutoff=cutoff)
+            total += deleted
+            if deleted < batch:
+                return total
+
+    # --- reads -------------------------------------------------------------------------
+
+    def get_job(self, job_id: int, project: str) -> Job:
+        return self._get(self.reader(), job_id, project)
+
+    def _get(self, tx: Tx, job_id: int, project: str) -> Job:
+        row = tx.one("job_get", id=job_id, project=project)
+        if row is None:
+            where = f" in project {project!r}" if project else ""
+            raise NotFound(f"no job {job_id}{where}")
+        return Job.from_row(row)
+
+    def list_jobs(self, project: str, state: str | None = None, queue: str | None = None,
+                  limit: int = 50) -> list[Job]:
+        rows = self.reader().all("jobs_list", project=project, state=state, queue=queue, limit=limit)
+        return [Job.from_row(row) for row in rows]
+
+    def events(self, job_id: int) -> list[Event]:
+        rows = self.reader().all("events_of_job", job_id=job_id)
+        return [Event(row["id"], row["job_id"], row["at"], row["kind"], jobs.decode_json(row["detail"]) or {})
+                for row in rows]
+
+    def counts(self) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.reader().all("job_counts")]
+
+    def workers(self, since: float) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.reader().all("workers_list", since=since)]
+
+
+def _insert_params(spec: JobSpec, with_key: bool = True) -> dict[str, Any]:
+    params = {"project": spec.project, "queue": spec.queue, "task": spec.task, "args": spec.args_json(),
+              "priority": spec.priority, "run_next": int(spec.run_next), "run_at": spec.run_at,
+              "delay": float(spec.delay), "max_attempts": spec.max_attempts}
+    if with_key:
+        params["key"] = spec.key
+    return params
+
+
+def _event(tx: Tx, job_id: int, kind: str, **detail: Any) -> None:
+    tx.run("event_insert", job_id=job_id, kind=kind, detail=json.dumps(detail, separators=(",", ":")))

@@ -1,0 +1,186 @@
+"""The SQLite dialect: connections, transactions, error translation, wake-ups.
+
+Every connection is made by ``connect()``: autocommit mode (``isolation_level=None``) so
+that we issue ``BEGIN IMMEDIATE`` ourselves for every transaction that may write (a plain
+BEGIN that later writes fails at once instead of waiting for the lock), WAL, a busy
+timeout, and ``synchronous`` as configured (FULL by default: a commit survives power loss).
+``sqlite3`` exceptions are translated here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from typing import Any, Callable, Iterable, Iterator
+
+from rowfleet.config import Config
+from rowfleet.errors import RowfleetError, SchemaMissing, StoreUnavailable
+from rowfleet.store.base import Store, Tx
+from rowfleet.wake import FileWaiter, Waiter
+
+
+def connect(path: str, config: Config, *, create: bool = False) -> sqlite3.Connection:
+    """Open ``path`` the one way rowfleet does. Without ``create`` a missing file is an error,
+    so a mistyped ``--db`` never leaves an empty database behind."""
+    if not create and not os.path.exists(path):
+        raise StoreUnavailable(f"no database at {path!r}: run `rowfleet init` (or the orchestrator) first")
+    mode = "rwc" if create else "rw"
+    uri = "file:" + _uri_path(path) + f"?mode={mode}"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=config.busy_timeout,
+                               check_same_thread=True)
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"cannot open database {path!r}: {exc}") from None
+    try:
+        conn.row_factory = sqlite3.Row
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        # Fixed fragments only: Config validated the value to FULL or NORMAL.
+        conn.execute("PRAGMA synchronous = " + ("FULL" if config.synchronous == "FULL" else "NORMAL"))
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreUnavailable(f"{path!r} is not a usable SQLite database: {exc}") from None
+    return conn
+
+
+def _uri_path(path: str) -> str:
+    from urllib.parse import quote
+
+    return quote(os.path.abspath(path))
+
+
+def translate(exc: sqlite3.Error, what: str = "") -> RowfleetError:
+    """Turn a driver exception into the rowfleet error that tells the caller what to do."""
+    text = str(exc)
+    if "no such table" in text:
+        return SchemaMissing(f"the database has no rowfleet schema ({text}): run `rowfleet init`")
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
+        return StoreUnavailable(f"the database stayed locked past the busy timeout{what}: {text}")
+    return StoreUnavailable(f"database error{what}: {text}")
+
+
+def split_script(sql: str) -> list[str]:
+    """Split a migration script into statements with ``sqlite3.complete_statement``.
+
+    >>> split_script("CREATE TABLE a (x);\\n-- note\\nCREATE INDEX i ON a (x);")
+    ['CREATE TABLE a (x);', '-- note\\nCREATE INDEX i ON a (x);']
+    """
+    statements, pending = [], ""
+    for line in sql.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    if pending.strip() and not all(l.strip().startswith("--") or not l.strip() for l in pending.splitlines()):
+        raise ValueError(f"incomplete SQL statement at the end of a script: {pending.strip()[:80]!r}")
+    return statements
+
+
+class SQLiteTx(Tx):
+    def __init__(self, conn: sqlite3.Connection, sql: dict[str, str], now: float) -> None:
+        self.conn = conn
+        self.sql = sql
+        self.now = now
+
+    def _execute(self, name: str, params: dict[str, Any]) -> sqlite3.Cursor:
+        cursor = self.conn.cursor()
+        cursor.row_factory = sqlite3.Row  # also on a caller's connection, whatever its factory
+        try:
+            return cursor.execute(self.sql[name], {"now": self.now, **params})
+        except sqlite3.Error as exc:
+            raise translate(exc, f" in {name}") from None
+
+    def one(self, query: str, **params: Any) -> Any | None:
+        # fetchall, not fetchone: an UPDATE ... RETURNING finishes only when fully stepped.
+        rows = self._fetch(query, params)
+        return rows[0] if rows else None
+
+    def all(self, query: str, **params: Any) -> list[Any]:
+        return self._fetch(query, params)
+
+    def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+        cursor = self._execute(name, params)
+        try:
+            return cursor.fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc, f" in {name}") from None
+
+    def run(self, query: str, **params: Any) -> int:
+        return self._execute(query, params).rowcount
+
+    def many(self, query: str, rows: Iterable[dict[str, Any]]) -> int:
+        now = self.now
+        try:
+            return self.conn.executemany(self.sql[query], ({"now": now, **row} for row in rows)).rowcount
+        except sqlite3.Error as exc:
+            raise translate(exc, f" in {query}") from None
+
+    def script(self, sql: str) -> None:
+        for statement in split_script(sql):
+            try:
+                self.conn.execute(statement)
+            except sqlite3.Error as exc:
+                raise translate(exc, " in a migration") from None
+
+
+class SQLiteStore(Store):
+    dialect = "sqlite"
+
+    def __init__(self, path: str, config: Config, *, create: bool = False,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(config, clock)
+        self.path = path
+        self.conn = connect(path, config, create=create)
+        self._data_version = self._read_data_version()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise translate(exc, " taking the write lock") from None
+        try:
+            yield SQLiteTx(self.conn, self.sql, self.clock())
+        except BaseException:
+            self._rollback()
+            raise
+        try:
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise translate(exc, " committing") from None
+
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the transaction is already gone; nothing was committed
+
+    def reader(self) -> Tx:
+        return SQLiteTx(self.conn, self.sql, self.clock())
+
+    def caller_transaction(self, conn: Any) -> Tx:
+        if not isinstance(conn, sqlite3.Connection):
+            raise TypeError(f"conn must be a sqlite3.Connection for a SQLite store, got {type(conn).__name__}")
+        return SQLiteTx(conn, self.sql, self.clock())
+
+    def waiter(self) -> Waiter:
+        return FileWaiter(self.path, self.config.poll)
+
+    def _read_data_version(self) -> int:
+        try:
+            return self.conn.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise translate(exc) from None
+
+    def changed(self) -> bool:
+        version = self._read_data_version()
+        changed, self._data_version = version != self._data_version, version
+        return changed
+
+    def close(self) -> None:
+        self.conn.close()

@@ -1,0 +1,279 @@
+"""The claim worker: one process, one job at a time, a lease it renews, a heartbeat.
+
+The main thread claims a job, runs its handler, and writes the outcome together with the
+claim of the next job in one transaction (one commit per job while busy). A ``Keeper``
+thread, with its own connection, renews the lease of the job in hand and upserts the
+worker's heartbeat row. When idle the worker sleeps on the store's ``Waiter`` and
+re-checks cheaply before taking the write lock; a missed wake-up costs at most
+``config.poll`` seconds.
+
+Writes no SQL: everything goes through the store.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from rowfleet import tasks
+from rowfleet.config import Config
+from rowfleet.errors import LeaseLost, RowfleetError, StoreUnavailable
+from rowfleet.job import Job, Outcome, decide_outcome
+from rowfleet.store import Store, open_store
+
+log = logging.getLogger("rowfleet.worker")
+
+# How long after a wake-up event to keep re-checking data_version: the WAL write that
+# raised the event can land before the commit is visible (the wal-index lives in -shm).
+SETTLE_WINDOW = 0.03
+SETTLE_STEP = 0.001
+
+_current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("rowfleet_job", default=None)
+
+
+def current_job() -> Job | None:
+    """The job the calling handler is running, or None outside a handler."""
+    return _current_job.get()
+
+
+class Worker:
+    """Claims and runs jobs of one (project, queue) until stopped (or, in burst mode, idle)."""
+
+    def __init__(self, config: Config, queue: str, *, burst: bool = False,
+                 store_factory: Callable[[Config], Store] = open_store) -> None:
+        self.config = config
+        self.queue = queue
+        self.burst = burst
+        self.store_factory = store_factory
+        self.pid = os.getpid()
+        self.holder = f"{config.host}:{self.pid}"
+        self.worker_id = f"{config.host}:{self.pid}:{int(time.time() * 1000)}"
+        self.stop_event = threading.Event()
+        self.store: Store | None = None
+        self.waiter: Any = None
+        self.keeper: Keeper | None = None
+        self.jobs_run = 0
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Finish the job in hand, then exit. Safe to call from a signal handler."""
+        self.stop_event.set()
+        if self.waiter is not None:
+            self.waiter.interrupt()
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_event.is_set()
+
+    def run(self) -> int:
+        """Serve until stopped; the process exit code (0)."""
+        self.store = self._open_store()
+        if self.store is None:
+            return 0
+        self.waiter = self.store.waiter()
+        self.keeper = Keeper(self)
+        self.keeper.start()
+        log.info("worker %s serving queue %r of project %r", self.holder, self.queue, self.config.project)
+        try:
+            self._serve()
+        finally:
+            self.keeper.stop()
+            self._say_goodbye()
+            self.waiter.close()
+            self.store.close()
+        log.info("worker %s stopped after %d job(s)", self.holder, self.jobs_run)
+        return 0
+
+    def _serve(self) -> None:
+        job: Job | None = None
+        while not self.stopping:
+            if job is None:
+                job = self._claim()
+                if job is None:
+                    if self.burst:
+                        return
+                    self._await_work()
+                    continue
+            job = self.run_job(job)
+
+    def _open_store(self) -> Store | None:
+        """Open the database, waiting (until stopped) for it and its schema to exist."""
+        announced = False
+        while not self.stopping:
+            store = None
+            try:
+                store = self.store_factory(self.config)
+                store.require_schema()
+                return store
+            except StoreUnavailable as exc:
+                if store is not None:
+                    store.close()
+                if not announced:
+                    log.warning("waiting for the database: %s", exc)
+                    announced = True
+            self.stop_event.wait(self.config.poll)
+        return None
+
+    def _say_goodbye(self) -> None:
+        try:
+            self.store.worker_stopped(self.worker_id)
+        except RowfleetError as exc:
+            log.warning("could not record this worker's stop: %s", exc)
+
+    # --- one job -----------------------------------------------------------------------
+
+    def _claim(self) -> Job | None:
+        return self.store.claim(self.config.project, self.queue, self.holder, self.config.lease)
+
+    def run_job(self, job: Job) -> Job | None:
+        """Run a claimed job and write its outcome; the next job when one was claimed with it."""
+        self.keeper.hold(job)
+        started = time.monotonic()
+        outcome = self.execute(job)
+        self.keeper.release()
+        self.jobs_run += 1
+        claim_next = None if self.stopping else (self.config.project, self.queue, self.holder,
+                                                 self.config.lease)
+        try:
+            following = self.store.finish(job, outcome, claim_next)
+        except LeaseLost as exc:
+            log.warning("job %d: %s; its outcome (%s) was discarded", job.id, exc, outcome.state)
+            return None
+        _log_outcome(job, outcome, time.monotonic() - started)
+        return following
+
+    def execute(self, job: Job) -> Outcome:
+        """Run the handler; never raises for the handler's sake."""
+        token = _current_job.set(job)
+        try:
+            handler = tasks.resolve(job.task)
+            result = _call(handler, job.args)
+        except (Exception, SystemExit) as exc:  # the handler's failure is the job's, not ours
+            return decide_outcome(job, raised=exc, backoff_base=self.config.backoff_base,
+                                  backoff_max=self.config.backoff_max)
+        finally:
+            _current_job.reset(token)
+        return decide_outcome(job, result=result)
+
+    # --- idling ------------------------------------------------------------------------
+
+    def _await_work(self) -> None:
+        """Sleep until something may be due, a stop, or the safety poll."""
+        self.waiter.drain()
+        self.store.changed()
+        if self.store.has_due(self.config.project, self.queue):
+            return
+        deadline = time.monotonic() + self.config.poll
+        while not self.stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            if self.waiter.wait(remaining) and self._settle():
+                return
+
+    def _settle(self) -> bool:
+        """After a write somewhere: is there now work for us? Re-checks briefly, because the
+        event can arrive before the commit that raised it is visible."""
+        give_up = time.monotonic() + (SETTLE_WINDOW if self.waiter.pushes else 0.0)
+        while not self.stopping:
+            if self.store.changed() and self.store.has_due(self.config.project, self.queue):
+                return True
+            if time.monotonic() >= give_up:
+                return False
+            time.sleep(SETTLE_STEP)
+        return False
+
+
+class Keeper(threading.Thread):
+    """Renews the lease of the job in hand and upserts the heartbeat, on its own connection."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(name=f"rowfleet-keeper-{worker.pid}", daemon=True)
+        self.worker = worker
+        self.config = worker.config
+        self._job: Job | None = None
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self.lease_lost: Job | None = None
+
+    def hold(self, job: Job) -> None:
+        with self._lock:
+            self._job = job
+
+    def release(self) -> None:
+        with self._lock:
+            self._job = None
+
+    def held(self) -> Job | None:
+        with self._lock:
+            return self._job
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+    def run(self) -> None:
+        try:
+            store = self.worker.store_factory(self.config)
+        except RowfleetError as exc:
+            log.error("keeper cannot open the database, leases will not be renewed: %s", exc)
+            return
+        tick = min(self.config.renew, self.config.heartbeat)
+        next_beat = 0.0
+        try:
+            while not self._halt.is_set():
+                if time.monotonic() >= next_beat:
+                    self._beat(store)
+                    next_beat = time.monotonic() + self.config.heartbeat
+                self._renew(store)
+                self._halt.wait(tick)
+        finally:
+            store.close()
+
+    def _beat(self, store: Store) -> None:
+        job = self.held()
+        try:
+            store.beat(self.worker.worker_id, self.config.project, self.config.host, self.worker.queue,
+                       self.worker.pid, job.id if job else None)
+        except RowfleetError as exc:
+            log.warning("heartbeat failed: %s", exc)
+
+    def _renew(self, store: Store) -> None:
+        job = self.held()
+        if job is None:
+            return
+        try:
+            store.renew(job, self.config.lease)
+        except LeaseLost as exc:
+            if self.held() is job:  # not merely finished between our read and the renew
+                self.lease_lost = job
+                log.error("job %d: %s; another worker may be running it", job.id, exc)
+        except RowfleetError as exc:
+            log.warning("lease renewal of job %d failed (will retry): %s", job.id, exc)
+
+
+def _call(handler: Callable[..., Any], args: Any) -> Any:
+    if isinstance(args, dict):
+        return handler(**args)
+    if isinstance(args, list):
+        return handler(*args)
+    if args is None:
+        return handler()
+    return handler(args)
+
+
+def _log_outcome(job: Job, outcome: Outcome, seconds: float) -> None:
+    took = f"{seconds * 1000:.0f} ms"
+    if outcome.state == "completed":
+        log.info("job %d %s completed in %s", job.id, job.task, took)
+    elif outcome.state == "queued":
+        log.warning("job %d %s attempt %d/%d: %s; retrying in %.1fs", job.id, job.task, job.attempts,
+                    job.max_attempts, outcome.error, outcome.delay)
+    else:
+        log.warning("job %d %s %s after %d attempt(s): %s", job.id, job.task, outcome.state,
+                    job.attempts, outcome.error)

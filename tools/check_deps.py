@@ -1,0 +1,369 @@
+"""Check that rowfleet stays stdlib-only: every import in the repository is judged here.
+
+Owns the rule "rowfleet has no dependencies": it parses (never imports) every ``.py``
+file under ``src/``, ``tests/``, ``tools/``, ``examples/`` and the top-level ``make.py``,
+collects each import, and gives every imported top-level module a verdict:
+
+* stdlib       -- the name is in ``sys.stdlib_module_names``;
+* first-party  -- ``rowfleet``, a relative import, or a module or package that lives in
+  the scanned folders themselves (a sibling test helper, an example module, a tool);
+* allowed-lazy psycopg -- ``psycopg``/``psycopg_pool``/``psycopg_binary`` imported inside a
+  function body of the Postgres backend (``src/rowfleet/store/postgres.py``) or of a
+  tests/tools file whose name has ``pg`` or ``postgres`` as a word part;
+* VIOLATION    -- anything else, and any file that does not parse.
+
+Usage: ``python tools/check_deps.py [ROOT]``; exit 0 when clean, 1 on violations.
+Imports nothing from rowfleet (it must judge a tree it does not trust) and nothing
+outside the stdlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCANNED_FOLDERS = ("src", "tests", "tools", "examples")
+TOP_LEVEL_FILES = ("make.py",)
+SKIPPED_DIRS = frozenset({"__pycache__", "dist", "build"})
+PSYCOPG_NAMES = frozenset({"psycopg", "psycopg_pool", "psycopg_binary"})
+POSTGRES_BACKEND = "src/rowfleet/store/postgres.py"
+PG_WORD_PARTS = frozenset({"pg", "postgres", "postgresql"})
+RELATIVE = "(relative)"
+SHOWN_FILES = 3
+
+STDLIB = "stdlib"
+FIRST_PARTY = "first-party"
+LAZY_PSYCOPG = "allowed-lazy psycopg"
+VIOLATION = "VIOLATION"
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import found in a syntax tree.
+
+    ``name`` is the dotted module name as written (``""`` for ``from . import x``),
+    ``level`` the number of leading dots, ``top_level`` whether it runs when the file
+    is imported (anywhere outside a function body, class bodies included).
+    """
+
+    line: int
+    name: str
+    top_level: bool
+    level: int = 0
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: str
+    line: int
+    reason: str
+
+
+@dataclass
+class ModuleUse:
+    """Everything known about one imported top-level module across the tree."""
+
+    verdict: str = ""
+    files: set[str] = field(default_factory=set)
+    violations: list[Violation] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    files: int = 0
+    modules: dict[str, ModuleUse] = field(default_factory=dict)
+    parse_errors: list[Violation] = field(default_factory=list)
+
+    def violations(self) -> list[Violation]:
+        found = list(self.parse_errors)
+        for use in self.modules.values():
+            found.extend(use.violations)
+        return sorted(found, key=lambda v: (v.path, v.line))
+
+
+# --- finding imports in one tree (pure) ---------------------------------------------
+
+
+class _ImportCollector(ast.NodeVisitor):
+    """Walks a tree, tracking whether the current node runs at import time."""
+
+    def __init__(self, importlib_names: set[str], import_module_names: set[str]):
+        self.importlib_names = importlib_names
+        self.import_module_names = import_module_names
+        self.in_function = False
+        self.found: list[Import] = []
+
+    def _add(self, node: ast.AST, name: str, level: int = 0) -> None:
+        self.found.append(Import(node.lineno, name, not self.in_function, level))
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(node, alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        self._add(node, node.module or "", node.level)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        target = _literal_import_target(node, self.importlib_names, self.import_module_names)
+        if target is not None:
+            name = target.lstrip(".")
+            self._add(node, name, len(target) - len(name))
+        self.generic_visit(node)
+
+    def _visit_function(self, node, body) -> None:
+        # Decorators, defaults and annotations run when the def runs; only the body waits.
+        outer = self.in_function
+        for child in ast.iter_child_nodes(node):
+            if child not in body:
+                self.visit(child)
+        self.in_function = True
+        for child in body:
+            self.visit(child)
+        self.in_function = outer
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._visit_function(node, node.body)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._visit_function(node, [node.body])
+
+
+def _importlib_bindings(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """Names bound to the importlib module and to importlib.import_module.
+
+    >>> modules, functions = _importlib_bindings(
+    ...     ast.parse("import importlib as il; from importlib import import_module as im"))
+    >>> sorted(modules), functions
+    (['il', 'importlib'], {'im'})
+    """
+    modules, functions = {"importlib"}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "importlib" and alias.asname:
+                    modules.add(alias.asname)
+        elif isinstance(node, ast.ImportFrom) and node.module == "importlib" and not node.level:
+            for alias in node.names:
+                if alias.name == "import_module":
+                    functions.add(alias.asname or alias.name)
+    return modules, functions
+
+
+def _literal_import_target(call: ast.Call, importlib_names, import_module_names) -> str | None:
+    """The string literal a dynamic-import call names, or None if it is not one.
+
+    >>> _literal_import_target(ast.parse('__import__("numpy")').body[0].value, set(), set())
+    'numpy'
+    """
+    func = call.func
+    is_dunder = isinstance(func, ast.Name) and func.id == "__import__"
+    is_import_module = (isinstance(func, ast.Name) and func.id in import_module_names) or (
+        isinstance(func, ast.Attribute)
+        and func.attr == "import_module"
+        and isinstance(func.value, ast.Name)
+        and func.value.id in importlib_names
+    )
+    if not (is_dunder or is_import_module):
+        return None
+    arg = call.args[0] if call.args else next(
+        (k.value for k in call.keywords if k.arg == "name"), None
+    )
+    if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+        return None  # a computed name (e.g. a user's --app module) cannot be judged statically
+    level = next((k.value for k in call.keywords if k.arg == "level"), None)
+    if is_dunder and isinstance(level, ast.Constant) and isinstance(level.value, int):
+        return "." * level.value + arg.value
+    return arg.value
+
+
+def imports_of(tree: ast.AST) -> list[Import]:
+    """Every import in a parsed module, in source order.
+
+    >>> [(i.line, i.name, i.top_level) for i in imports_of(ast.parse("import os\\ndef f():\\n    import json"))]
+    [(1, 'os', True), (3, 'json', False)]
+    """
+    collector = _ImportCollector(*_importlib_bindings(tree))
+    collector.visit(tree)
+    return sorted(collector.found, key=lambda imp: imp.line)
+
+
+# --- judging imports (pure) ---------------------------------------------------------
+
+
+def local_module_names(paths: list[str]) -> set[str]:
+    """Top-level names that resolve to code in the scanned folders themselves.
+
+    Scripts and tests put their own folder (and tests/, src/) on sys.path, so any module
+    or package directory under tests/, tools/, examples/ or at the root is importable by
+    its bare name; under src/ only the direct children are (the rest are dotted names).
+
+    >>> sorted(local_module_names(["tests/helpers.py", "src/rowfleet/cli.py", "make.py"]))
+    ['helpers', 'make', 'rowfleet']
+    """
+    names = set()
+    for path in paths:
+        parts = path.split("/")
+        if parts[0] == "src":
+            names.add(parts[1].removesuffix(".py"))
+        else:
+            names.update(parts[1:-1] if parts[0] in SCANNED_FOLDERS else ())
+            names.add(parts[-1].removesuffix(".py"))
+    return names
+
+
+def is_pg_file(path: str) -> bool:
+    """Whether a tests/ or tools/ file is named as Postgres-specific.
+
+    >>> is_pg_file("tests/test_postgres_store.py"), is_pg_file("tools/bench_pg.py"), is_pg_file("tests/test_pgbouncer.py")
+    (True, True, False)
+    """
+    parts = path.split("/")
+    stem_words = re.split(r"[_\-.]", parts[-1].removesuffix(".py").lower())
+    return parts[0] in ("tests", "tools") and bool(PG_WORD_PARTS.intersection(stem_words))
+
+
+def top_name(imp: Import, path: str) -> str:
+    """The top-level module an import resolves to, seen from the file at ``path``.
+
+    >>> top_name(Import(1, "", True, 1), "src/rowfleet/store/sqlite.py")
+    'rowfleet'
+    """
+    if imp.level:
+        parts = path.split("/")
+        return parts[1] if parts[0] == "src" and len(parts) > 2 else RELATIVE
+    return imp.name.split(".")[0]
+
+
+def verdict(imp: Import, path: str, local_names: set[str]) -> tuple[str, str | None]:
+    """(verdict, reason) for one import in the file at ``path`` (a root-relative posix path).
+
+    >>> verdict(Import(3, "requests", True), "src/rowfleet/worker.py", set())[0]
+    'VIOLATION'
+    """
+    name = top_name(imp, path)
+    if name in PSYCOPG_NAMES:
+        return _psycopg_verdict(imp, path, name)
+    if name in sys.stdlib_module_names:
+        return STDLIB, None
+    if name in ("rowfleet", RELATIVE) or name in local_names:
+        return FIRST_PARTY, None
+    return VIOLATION, f"'{imp.name}' is neither stdlib nor first-party (rowfleet is stdlib-only)"
+
+
+def _psycopg_verdict(imp: Import, path: str, name: str) -> tuple[str, str | None]:
+    if path != POSTGRES_BACKEND and not is_pg_file(path):
+        return VIOLATION, (
+            f"'{name}' is allowed only in {POSTGRES_BACKEND} and in tests/tools files "
+            "named *pg*/*postgres*, so the SQLite path never needs the driver"
+        )
+    if imp.top_level:
+        return VIOLATION, (
+            f"'{name}' imported when the module loads; import it inside the function "
+            "that needs it, so rowfleet imports without the driver installed"
+        )
+    return LAZY_PSYCOPG, None
+
+
+# --- walking the tree (I/O) ---------------------------------------------------------
+
+
+def python_files(root: Path) -> list[str]:
+    """Root-relative posix paths of every scanned .py file, sorted."""
+    found = [name for name in TOP_LEVEL_FILES if (root / name).is_file()]
+    for folder in SCANNED_FOLDERS:
+        for dirpath, dirnames, filenames in os.walk(root / folder):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
+            rel = Path(dirpath).relative_to(root).as_posix()
+            found.extend(f"{rel}/{f}" for f in filenames if f.endswith(".py"))
+    return sorted(found)
+
+
+def parse_file(root: Path, path: str) -> ast.AST | Violation:
+    """The file's syntax tree, or a Violation saying why it could not be parsed."""
+    try:
+        # Bytes, so ast honours a PEP 263 coding line instead of our locale.
+        return ast.parse((root / path).read_bytes(), filename=path)
+    except SyntaxError as exc:
+        return Violation(path, exc.lineno or 1, f"syntax error: {exc.msg}")
+    except (ValueError, OSError) as exc:  # null bytes, unreadable file
+        return Violation(path, 1, f"cannot parse: {exc}")
+
+
+def check(root: Path) -> Report:
+    """Parse and judge every scanned file under ``root``."""
+    paths = python_files(root)
+    local_names = local_module_names(paths)
+    report = Report(files=len(paths))
+    for path in paths:
+        tree = parse_file(root, path)
+        if isinstance(tree, Violation):
+            report.parse_errors.append(tree)
+            continue
+        for imp in imports_of(tree):
+            _record(report, imp, path, local_names)
+    return report
+
+
+def _record(report: Report, imp: Import, path: str, local_names: set[str]) -> None:
+    kind, reason = verdict(imp, path, local_names)
+    use = report.modules.setdefault(top_name(imp, path), ModuleUse())
+    use.files.add(path)
+    if reason:
+        use.violations.append(Violation(path, imp.line, reason))
+    # One bad use makes the whole module a violation; otherwise the verdict is shared.
+    use.verdict = VIOLATION if use.violations else kind
+
+
+# --- the report ---------------------------------------------------------------------
+
+
+def _shortened(files: set[str]) -> str:
+    shown = sorted(files)[:SHOWN_FILES]
+    more = len(files) - len(shown)
+    return ", ".join(shown) + (f" (+{more} more)" if more else "")
+
+
+def format_report(report: Report) -> str:
+    """The human-readable report; its last line is the OK/FAILED summary."""
+    width = max([len(name) for name in report.modules] + [8])
+    lines = []
+    for name in sorted(report.modules):
+        use = report.modules[name]
+        lines.append(f"{name:<{width}}  {use.verdict:<20}  {_shortened(use.files)}")
+        lines.extend(f"    {v.path}:{v.line}: {v.reason}" for v in use.violations)
+    for error in report.parse_errors:
+        lines.append(f"{'(unparsable)':<{width}}  {VIOLATION:<20}  {error.path}")
+        lines.append(f"    {error.path}:{error.line}: {error.reason}")
+    found = report.violations()
+    if found:
+        lines.append(f"check-deps: FAILED ({len(found)} violations)")
+    else:
+        lines.append(f"check-deps: OK ({report.files} files, {len(report.modules)} modules)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="check_deps.py", description="Fail if rowfleet imports anything outside the stdlib."
+    )
+    default_root = Path(__file__).resolve().parent.parent
+    parser.add_argument("root", nargs="?", type=Path, default=default_root,
+                        help="repository root (default: the folder above tools/)")
+    args = parser.parse_args(argv)
+    if not args.root.is_dir():
+        print(f"check-deps: {args.root} is not a directory", file=sys.stderr)
+        return 2
+    report = check(args.root)
+    print(format_report(report))
+    return 1 if report.violations() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
