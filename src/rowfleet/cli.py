@@ -86,18 +86,25 @@ KNOBS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
 )
 
 
+GLOBALS: tuple[tuple[str, str], ...] = (
+    ("--db", "database: a SQLite path or sqlite:///PATH (default ./rowfleet.db, or ROWFLEET_DB)"),
+    ("--project", "project tag (default '', or ROWFLEET_PROJECT)"),
+    ("--log-level", "DEBUG, INFO (default), WARNING or ERROR (or ROWFLEET_LOG_LEVEL)"),
+)
+
+
 def build_parser() -> Parser:
     knobs = Parser(add_help=False)
+    for flag, text in GLOBALS:  # accepted after the command too; SUPPRESS keeps an earlier value
+        knobs.add_argument(flag, default=argparse.SUPPRESS, help=text)
     group = knobs.add_argument_group("settings (also ROWFLEET_<NAME> in the environment)")
     for flag, kind, text in KNOBS:
         group.add_argument(flag, type=kind, default=None, help=text)
 
     parser = Parser(prog="rowfleet", description="A self-healing job fleet on the database you already run.")
     parser.add_argument("--version", action="version", version=f"rowfleet {rowfleet.__version__}")
-    parser.add_argument("--db", default=None, help="database: a SQLite path or sqlite:///PATH "
-                        "(default ./rowfleet.db, or ROWFLEET_DB)")
-    parser.add_argument("--project", default=None, help="project tag (default '', or ROWFLEET_PROJECT)")
-    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING or ERROR")
+    for flag, text in GLOBALS:
+        parser.add_argument(flag, default=None, help=text)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     def command(name: str, handler: Callable[..., int], help_text: str) -> Parser:

@@ -1,0 +1,106 @@
+"""Shared test helpers: temp databases, real CLI subprocesses, waiting on conditions.
+
+Tests never sleep and hope: they wait for a condition with a deadline (``wait_until``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from typing import Any, Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SRC = os.path.join(ROOT, "src")
+
+# Generous on a loaded 2-core machine; a passing run waits only as long as it must.
+DEADLINE = 30.0
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = DEADLINE, interval: float = 0.02,
+               message: str = "condition") -> Any:
+    """Poll ``condition`` until it returns something truthy; fail the test at the deadline."""
+    give_up = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= give_up:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {message}")
+        time.sleep(interval)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a child process: our src first on PYTHONPATH, quiet logs."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("ROWFLEET_LOG_LEVEL", "WARNING")
+    for key in list(env):
+        if key.startswith("ROWFLEET_") and key not in ("ROWFLEET_LOG_LEVEL",) and key not in extra:
+            del env[key]  # the caller's shell settings must not leak into a test
+    env.update(extra)
+    return env
+
+
+class TempDirTestCase(unittest.TestCase):
+    """A fresh folder per test (``self.dir``) with a database path (``self.db``) in it."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.dir = tempfile.mkdtemp(prefix="rowfleet-test-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        self.db = os.path.join(self.dir, "jobs.db")
+
+    def config(self, **settings: Any):
+        from rowfleet.config import Config
+
+        return Config(db=self.db, **settings)
+
+    def open_store(self, create: bool = True, migrate: bool = True, **settings: Any):
+        from rowfleet.store import open_store
+
+        store = open_store(self.config(**settings), create=create)
+        self.addCleanup(store.close)
+        if migrate:
+            store.migrate()
+        return store
+
+    def write_module(self, name: str, source: str) -> str:
+        path = os.path.join(self.dir, f"{name}.py")
+        with open(path, "w") as handle:
+            handle.write(source)
+        return path
+
+    def cli(self, *args: str, check: bool = True, cwd: str | None = None, timeout: float = DEADLINE,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Run ``python -m rowfleet --db self.db ARGS`` in ``self.dir``; text output."""
+        result = subprocess.run([sys.executable, "-m", "rowfleet", "--db", self.db, *args],
+                                cwd=cwd or self.dir, env=env or child_env(), capture_output=True,
+                                text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"rowfleet {' '.join(args)} exited {result.returncode}:\n"
+                                 f"{result.stdout}\n{result.stderr}")
+        return result
+
+    def cli_json(self, *args: str) -> Any:
+        return json.loads(self.cli(*args, "--json").stdout)
+
+    def spawn(self, *args: str, cwd: str | None = None, env: dict[str, str] | None = None
+              ) -> subprocess.Popen:
+        """Start ``python -m rowfleet --db self.db ARGS`` in the background; killed at cleanup."""
+        process = subprocess.Popen([sys.executable, "-m", "rowfleet", "--db", self.db, *args],
+                                   cwd=cwd or self.dir, env=env or child_env(),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(_reap, process)
+        return process
+
+
+def _reap(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.communicate(timeout=DEADLINE)
