@@ -36,7 +36,7 @@ class StoreUnavailable(RowfleetError):
 
 
 class SchemaMissing(StoreUnavailable):
-    """The database has no (or an older) rowfleet schema: run ``rowfleet init``."""
+    """The database does not exist yet, or lacks the current schema: run ``rowfleet init``."""
 
 
 class MigrationError(RowfleetError):

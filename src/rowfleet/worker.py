@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from rowfleet import tasks
 from rowfleet.config import Config
-from rowfleet.errors import LeaseLost, RowfleetError, StoreUnavailable
+from rowfleet.errors import LeaseLost, RowfleetError, SchemaMissing
 from rowfleet.job import Job, Outcome, decide_outcome
 from rowfleet.store import Store, open_store
 
@@ -102,7 +102,11 @@ class Worker:
             job = self.run_job(job)
 
     def _open_store(self) -> Store | None:
-        """Open the database, waiting (until stopped) for it and its schema to exist."""
+        """Open the database, waiting (until stopped) for it and its schema to exist.
+
+        Only a missing database or schema is waited for; a file that is not a database,
+        or a schema newer than this rowfleet, is an error for the operator to fix.
+        """
         announced = False
         while not self.stopping:
             store = None
@@ -110,7 +114,7 @@ class Worker:
                 store = self.store_factory(self.config)
                 store.require_schema()
                 return store
-            except StoreUnavailable as exc:
+            except SchemaMissing as exc:
                 if store is not None:
                     store.close()
                 if not announced:

@@ -25,7 +25,7 @@ def connect(path: str, config: Config, *, create: bool = False) -> sqlite3.Conne
     """Open ``path`` the one way rowfleet does. Without ``create`` a missing file is an error,
     so a mistyped ``--db`` never leaves an empty database behind."""
     if not create and not os.path.exists(path):
-        raise StoreUnavailable(f"no database at {path!r}: run `rowfleet init` (or the orchestrator) first")
+        raise SchemaMissing(f"no database at {path!r}: run `rowfleet init` (or the orchestrator) first")
     mode = "rwc" if create else "rw"
     uri = "file:" + _uri_path(path) + f"?mode={mode}"
     try:

@@ -1,0 +1,135 @@
+"""The command line as a user meets it: real subprocesses, real files.
+
+Bad input must give one clear line on stderr, a non-zero exit, no traceback, and leave
+stored state exactly as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import unittest
+
+from support import TempDirTestCase, child_env
+
+
+def digest(path: str) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+class CommandLineTest(TempDirTestCase):
+    def setUp(self):
+        super().setUp()
+        self.cli("init")
+
+    def assert_refused(self, *args: str, code: int = 2, says: str = "", env=None):
+        """The command fails with one line on stderr and changes nothing in the database."""
+        self.cli("jobs")  # settle the WAL so the digest below compares committed state
+        before = self.cli_json("jobs", "--limit", "1000")
+        result = self.cli(*args, check=False, env=env)
+        self.assertEqual(result.returncode, code, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, f"expected one line on stderr, got:\n{result.stderr}")
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertIn(says, lines[0])
+        self.assertEqual(self.cli_json("jobs", "--limit", "1000"), before)
+        return lines[0]
+
+    def test_version_and_help(self):
+        self.assertRegex(self.cli("--version").stdout, r"^rowfleet \d+\.\d+\.\d+")
+        self.assertIn("enqueue", self.cli("--help").stdout)
+        self.assertEqual(self.cli("init").stdout.strip(), "1", "init is idempotent and prints the version")
+
+    def test_enqueue_then_job_json(self):
+        job_id = self.cli("enqueue", "mod:fn", "--args", '{"x": 1}', "--queue", "q", "--priority", "-2",
+                          "--max-attempts", "3").stdout.strip()
+        job = self.cli_json("job", job_id)
+        for key in ("id", "task", "queue", "project", "state", "attempts", "args", "result", "error",
+                    "priority", "max_attempts", "claimed_by", "created_at", "events"):
+            self.assertIn(key, job)
+        self.assertEqual((job["id"], job["task"], job["queue"], job["state"], job["priority"], job["args"]),
+                         (int(job_id), "mod:fn", "q", "queued", -2, {"x": 1}))
+
+    def test_idempotent_enqueue_via_cli(self):
+        first = self.cli("enqueue", "mod:fn", "--key", "k1").stdout
+        second = self.cli("enqueue", "mod:fn", "--key", "k1", "--args", "[1]").stdout
+        self.assertEqual(first, second)
+        self.assertEqual(len(self.cli_json("jobs")), 1)
+
+    def test_projects_are_separate(self):
+        job_id = self.cli("--project", "alpha", "enqueue", "mod:fn").stdout.strip()
+        self.assertEqual(len(self.cli_json("jobs", "--project", "alpha")), 1)
+        self.assertEqual(self.cli_json("jobs"), [])
+        self.assert_refused("job", job_id, code=1, says="no job")
+
+    def test_bad_json_args(self):
+        self.assert_refused("enqueue", "mod:fn", "--args", "{not json", says="--args is not valid JSON")
+
+    def test_bad_flags(self):
+        self.assert_refused("enqueue", "mod:fn", "--priority", "high", says="invalid int value")
+        self.assert_refused("enqueue", "mod:fn", "--delay", "-1", says="non-negative")
+        self.assert_refused("enqueue", "mod:fn", "--max-attempts", "0", says="at least 1")
+        self.assert_refused("enqueue", "two words", says="task name")
+        self.assert_refused("jobs", "--state", "bogus", says="invalid choice")
+        self.assert_refused("job", "seven", says="invalid int value")
+        self.assert_refused("frobnicate", says="invalid choice")
+        self.assert_refused("worker", "--lease", "0", says="positive")
+        self.assert_refused("worker", "--lease", "5", "--renew", "10", says="renew")
+        self.assert_refused("worker", "--app", "no_such_app_module", says="cannot import app module")
+
+    def test_bad_environment(self):
+        self.assert_refused("jobs", env=child_env(ROWFLEET_LEASE="soon"), says="ROWFLEET_LEASE must be a number")
+        self.assert_refused("jobs", env=child_env(ROWFLEET_SYNCHRONOUS="OFF"), says="synchronous")
+
+    def test_unknown_job_and_refused_transitions(self):
+        self.assert_refused("job", "999", code=1, says="no job 999")
+        self.assert_refused("cancel", "999", code=1, says="no job 999")
+        job_id = self.cli("enqueue", "mod:fn").stdout.strip()
+        self.assert_refused("retry", job_id, code=1, says="only failed or cancelled")
+        self.assertEqual(self.cli("cancel", job_id).stdout.strip(), f"job {job_id} cancelled")
+        self.assertEqual(self.cli_json("retry", job_id)["state"], "queued")
+
+    def test_a_file_that_is_not_sqlite_is_refused_untouched(self):
+        bogus = os.path.join(self.dir, "notes.txt")
+        with open(bogus, "w") as handle:
+            handle.write("these are my notes, not a database\n" * 100)
+        before = digest(bogus)
+        for args in (["init"], ["enqueue", "mod:fn"], ["status"], ["jobs"], ["worker", "--burst"]):
+            result = self._run_on(bogus, *args)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn("not a usable SQLite database", result.stderr)
+            self.assertNotIn("Traceback", result.stderr)
+        self.assertEqual(digest(bogus), before)
+        self.assertEqual([name for name in os.listdir(self.dir) if name.startswith("notes")], ["notes.txt"])
+
+    def test_a_missing_database_is_not_created_by_readers(self):
+        missing = os.path.join(self.dir, "typo.db")
+        for args in (["status"], ["jobs"], ["enqueue", "mod:fn"], ["job", "1"]):
+            result = self._run_on(missing, *args)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn("no database at", result.stderr)
+        self.assertFalse(os.path.exists(missing))
+
+    def test_sqlite_url_and_environment_select_the_database(self):
+        job_id = self.cli("enqueue", "mod:fn").stdout.strip()
+        result = self._run_on(f"sqlite:///{self.db}", "job", job_id, "--json")
+        self.assertEqual(json.loads(result.stdout)["id"], int(job_id))
+
+    def test_status_json(self):
+        self.cli("enqueue", "mod:fn", "--queue", "a")
+        status = self.cli_json("status")
+        self.assertEqual(status["counts"], [{"project": "", "queue": "a", "state": "queued", "n": 1}])
+        self.assertEqual(status["workers"], [])
+
+    def _run_on(self, db: str, *args: str):
+        import subprocess
+        import sys
+
+        return subprocess.run([sys.executable, "-m", "rowfleet", "--db", db, *args], cwd=self.dir,
+                              env=child_env(), capture_output=True, text=True, timeout=60)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,365 @@
+"""The job-lifecycle contract, against a real database through the Store seam.
+
+``LifecycleContract`` is backend-neutral: a backend's TestCase supplies ``make_store(clock)``.
+Time is moved with a fake clock instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import unittest
+
+import rowfleet
+from rowfleet.errors import Conflict, LeaseLost, NotFound, SchemaMissing
+from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, Cancel, JobSpec, Outcome, Retry, \
+    decide_outcome
+from rowfleet.worker import Worker
+from support import TempDirTestCase
+
+HOLDER = "testhost:1"
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@rowfleet.task(name="lifecycle.add")
+def add(a, b):
+    return a + b
+
+
+@rowfleet.task(name="lifecycle.fail")
+def fail():
+    raise ValueError("always fails")
+
+
+@rowfleet.task(name="lifecycle.cancel")
+def cancel_me():
+    raise Cancel("not wanted any more")
+
+
+@rowfleet.task(name="lifecycle.retry_later")
+def retry_later():
+    raise Retry(delay=30)
+
+
+@rowfleet.task(name="lifecycle.unserialisable")
+def unserialisable():
+    return {1, 2}
+
+
+@rowfleet.task(name="lifecycle.whoami")
+def whoami(*args):
+    job = rowfleet.current_job()
+    return {"id": job.id, "args": list(args)}
+
+
+class LifecycleContract:
+    """Every backend must pass these. Subclasses provide ``make_store(clock, owned=True)``;
+    an owned store is closed at cleanup, others by whoever takes them."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.clock = Clock()
+        self.store = self.make_store(self.clock)
+
+    def enqueue(self, task: str = "lifecycle.add", args=None, **options):
+        return self.store.enqueue(JobSpec(task=task, args=args if args is not None else {"a": 1, "b": 2},
+                                          **options))
+
+    def claim(self, queue: str = "default", project: str = "", lease: float = 60.0):
+        return self.store.claim(project, queue, HOLDER, lease)
+
+    def kinds(self, job_id: int) -> list[str]:
+        return [event.kind for event in self.store.events(job_id)]
+
+    # --- enqueue -----------------------------------------------------------------------
+
+    def test_enqueue_defaults(self):
+        job = self.enqueue()
+        self.assertEqual((job.state, job.queue, job.project, job.priority, job.run_next, job.attempts,
+                          job.max_attempts, job.args), (QUEUED, "default", "", 0, False, 0, 5, {"a": 1, "b": 2}))
+        self.assertEqual(job.run_at, self.clock.now)
+        self.assertEqual(self.store.get_job(job.id, "").id, job.id)
+
+    def test_idempotency_key_returns_the_existing_job(self):
+        first = self.enqueue(key="order-7")
+        second = self.enqueue(args={"a": 5, "b": 5}, key="order-7")
+        self.assertEqual(first.id, second.id)
+        self.assertEqual(second.args, {"a": 1, "b": 2})
+        self.assertEqual(len(self.store.list_jobs("")), 1)
+        other_project = self.enqueue(key="order-7", project="beta")
+        self.assertNotEqual(other_project.id, first.id)
+
+    def test_enqueue_many(self):
+        specs = [JobSpec(task="lifecycle.add", args={"a": i, "b": 0}) for i in range(250)]
+        self.assertEqual(self.store.enqueue_many(specs), 250)
+        self.assertEqual(len(self.store.list_jobs("", limit=1000)), 250)
+
+    # --- claim order -------------------------------------------------------------------
+
+    def test_claim_order_run_next_then_priority_then_creation(self):
+        late = self.enqueue(priority=5)
+        first_zero = self.enqueue(priority=0)
+        second_zero = self.enqueue(priority=0)
+        negative = self.enqueue(priority=-3)
+        urgent = self.enqueue(priority=9, run_next=True)
+        order = [self.claim().id for _ in range(5)]
+        self.assertEqual(order, [urgent.id, negative.id, first_zero.id, second_zero.id, late.id])
+        self.assertIsNone(self.claim())
+
+    def test_claim_is_scoped_to_project_and_queue(self):
+        self.enqueue(queue="gpu")
+        self.enqueue(project="beta")
+        self.assertIsNone(self.claim())
+        self.assertIsNotNone(self.claim(queue="gpu"))
+        self.assertIsNotNone(self.claim(project="beta"))
+
+    def test_delay_holds_a_job_until_due(self):
+        job = self.enqueue(delay=10)
+        self.assertFalse(self.store.has_due("", "default"))
+        self.assertIsNone(self.claim())
+        self.clock.advance(10)
+        self.assertTrue(self.store.has_due("", "default"))
+        self.assertEqual(self.claim().id, job.id)
+
+    def test_claim_stamps_holder_token_and_lease(self):
+        self.enqueue()
+        job = self.claim(lease=60)
+        self.assertEqual((job.state, job.claimed_by, job.lease_token, job.attempts), (RUNNING, HOLDER, 1, 1))
+        self.assertEqual(job.lease_expires_at, self.clock.now + 60)
+        self.assertEqual(self.kinds(job.id), ["claimed"])
+
+    # --- finish ------------------------------------------------------------------------
+
+    def test_complete_stores_the_result(self):
+        self.enqueue()
+        job = self.claim()
+        self.store.finish(job, Outcome(COMPLETED, result={"sum": 3}, event="completed"))
+        done = self.store.get_job(job.id, "")
+        self.assertEqual((done.state, done.result, done.finished_at), (COMPLETED, {"sum": 3}, self.clock.now))
+        self.assertEqual(self.kinds(job.id), ["claimed", "completed"])
+
+    def test_finish_claims_the_next_job_in_the_same_transaction(self):
+        self.enqueue()
+        second = self.enqueue()
+        job = self.claim()
+        following = self.store.finish(job, Outcome(COMPLETED, event="completed"),
+                                      claim_next=("", "default", HOLDER, 60.0))
+        self.assertEqual((following.id, following.state), (second.id, RUNNING))
+
+    def test_terminal_transitions_are_idempotent(self):
+        self.enqueue()
+        job = self.claim()
+        outcome = Outcome(COMPLETED, result=1, event="completed")
+        self.store.finish(job, outcome)
+        self.store.finish(job, outcome)  # the same holder again: no error, nothing new
+        self.assertEqual(self.kinds(job.id), ["claimed", "completed"])
+        with self.assertRaises(LeaseLost):
+            self.store.finish(job, Outcome(FAILED, error="late", event="failed"))
+
+    # --- fencing -----------------------------------------------------------------------
+
+    def test_a_stale_holder_is_fenced_off(self):
+        self.enqueue()
+        stale = self.claim(lease=10)
+        self.clock.advance(11)
+        self.assertEqual([r["action"] for r in self.store.reclaim_lapsed()], ["reclaimed"])
+        fresh = self.claim(lease=10)
+        self.assertEqual((fresh.id, fresh.lease_token, fresh.attempts), (stale.id, 2, 2))
+        before = self.store.get_job(stale.id, "")
+        for attempt in (lambda: self.store.finish(stale, Outcome(COMPLETED, result="stale", event="completed")),
+                        lambda: self.store.finish(stale, Outcome(FAILED, error="x", event="failed")),
+                        lambda: self.store.finish(stale, Outcome(QUEUED, error="x", delay=1, event="retried")),
+                        lambda: self.store.renew(stale, 10)):
+            with self.assertRaises(LeaseLost) as caught:
+                attempt()
+            self.assertIn("you no longer hold job", str(caught.exception))
+        self.assertEqual(self.store.get_job(stale.id, ""), before)
+        self.store.finish(fresh, Outcome(COMPLETED, result="fresh", event="completed"))
+        self.assertEqual(self.store.get_job(stale.id, "").result, "fresh")
+
+    def test_renew_extends_the_lease(self):
+        self.enqueue()
+        job = self.claim(lease=10)
+        self.clock.advance(8)
+        self.assertEqual(self.store.renew(job, 10), self.clock.now + 10)
+        self.clock.advance(8)
+        self.assertEqual(self.store.reclaim_lapsed(), [])
+
+    # --- reclaim -----------------------------------------------------------------------
+
+    def test_reclaimed_job_runs_ahead_of_fresh_work(self):
+        self.enqueue()
+        lapsed = self.claim(lease=5)
+        fresh = self.enqueue()
+        self.clock.advance(6)
+        self.store.reclaim_lapsed()
+        self.assertEqual(self.claim().id, lapsed.id)
+        self.assertEqual(self.claim().id, fresh.id)
+        self.assertEqual(self.kinds(lapsed.id), ["claimed", "reclaimed", "claimed"])
+
+    def test_a_lapse_on_the_last_attempt_fails_the_job(self):
+        self.enqueue(max_attempts=1)
+        job = self.claim(lease=5)
+        self.clock.advance(6)
+        self.assertEqual([r["action"] for r in self.store.reclaim_lapsed()], ["failed"])
+        failed = self.store.get_job(job.id, "")
+        self.assertEqual(failed.state, FAILED)
+        self.assertIn("lease lapsed", failed.error)
+
+    # --- retries, cancel, revive -------------------------------------------------------
+
+    def test_failures_retry_with_backoff_then_fail(self):
+        self.enqueue(task="lifecycle.fail", args={}, max_attempts=3)
+        delays = []
+        for attempt in (1, 2):
+            job = self.claim()
+            outcome = decide_outcome(job, raised=ValueError("boom"), backoff_base=4.0, backoff_max=100.0)
+            self.store.finish(job, outcome)
+            requeued = self.store.get_job(job.id, "")
+            self.assertEqual((requeued.state, requeued.error), (QUEUED, "ValueError: boom"))
+            delays.append(requeued.run_at - self.clock.now)
+            self.assertIsNone(self.claim(), "a retry must wait for its backoff")
+            self.clock.advance(delays[-1])
+        self.assertTrue(2.0 <= delays[0] < 4.0 and 4.0 <= delays[1] < 8.0, delays)
+        job = self.claim()
+        try:
+            raise ValueError("boom")
+        except ValueError as exc:
+            self.store.finish(job, decide_outcome(job, raised=exc))
+        failed = self.store.get_job(job.id, "")
+        self.assertEqual((failed.state, failed.attempts), (FAILED, 3))
+        self.assertIn("Traceback", failed.traceback)
+        self.assertEqual(self.kinds(job.id), ["claimed", "retried", "claimed", "retried", "claimed", "failed"])
+
+    def test_cancel(self):
+        job = self.enqueue()
+        self.assertEqual(self.store.cancel(job.id, "").state, CANCELLED)
+        self.assertEqual(self.store.cancel(job.id, "").state, CANCELLED)  # again: a no-op
+        self.assertIsNone(self.claim())
+        running = self.enqueue()
+        self.claim()
+        with self.assertRaises(Conflict):
+            self.store.cancel(running.id, "")
+        with self.assertRaises(NotFound):
+            self.store.cancel(9999, "")
+        with self.assertRaises(NotFound):
+            self.store.cancel(job.id, "another-project")
+
+    def test_retry_revives_a_failed_job(self):
+        self.enqueue(max_attempts=1)
+        job = self.claim()
+        self.store.finish(job, Outcome(FAILED, error="bad", event="failed"))
+        revived = self.store.retry(job.id, "")
+        self.assertEqual((revived.state, revived.max_attempts, revived.error), (QUEUED, 2, None))
+        self.assertEqual(self.claim().id, job.id)
+        with self.assertRaises(Conflict):
+            self.store.retry(job.id, "")
+
+    # --- housekeeping ------------------------------------------------------------------
+
+    def test_prune_removes_old_finished_jobs_only(self):
+        self.enqueue()
+        done = self.claim()
+        self.store.finish(done, Outcome(COMPLETED, event="completed"))
+        waiting = self.enqueue()
+        self.clock.advance(100)
+        self.assertEqual(self.store.prune(retention=50), 1)
+        with self.assertRaises(NotFound):
+            self.store.get_job(done.id, "")
+        self.assertEqual(self.store.events(done.id), [])
+        self.assertEqual(self.store.get_job(waiting.id, "").state, QUEUED)
+
+    def test_stale_workers_are_flagged_and_a_beat_clears_it(self):
+        self.store.beat("w1", "", "host", "default", 1, None)
+        self.clock.advance(31)
+        self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers(30)], ["w1"])
+        self.assertEqual(self.store.flag_stale_workers(30), [])
+        self.store.beat("w1", "", "host", "default", 1, None)
+        self.assertIsNone(self.store.workers(since=0)[0]["flagged_dead_at"])
+
+    # --- the worker, in this process -----------------------------------------------------
+
+    def run_worker_burst(self, **settings):
+        config = self.store.config.replace(**settings)
+        Worker(config, "default", burst=True,
+               store_factory=lambda c: self.make_store(self.clock, owned=False)).run()
+
+    def test_worker_runs_handlers_and_stores_results(self):
+        added = self.enqueue(args={"a": 2, "b": 3})
+        positional = self.enqueue(task="lifecycle.whoami", args=[1, "x"])
+        self.run_worker_burst()
+        self.assertEqual(self.store.get_job(added.id, "").result, 5)
+        self.assertEqual(self.store.get_job(positional.id, "").result, {"id": positional.id, "args": [1, "x"]})
+
+    def test_worker_outcomes_for_control_signals_and_bad_tasks(self):
+        cancelled = self.enqueue(task="lifecycle.cancel", args={})
+        retried = self.enqueue(task="lifecycle.retry_later", args={})
+        unknown = self.enqueue(task="no_such_module_xyz:fn", args={})
+        unserialisable = self.enqueue(task="lifecycle.unserialisable", args={}, max_attempts=1)
+        self.run_worker_burst()
+        self.assertEqual(self.store.get_job(cancelled.id, "").error, "not wanted any more")
+        self.assertEqual(self.store.get_job(cancelled.id, "").state, CANCELLED)
+        job = self.store.get_job(retried.id, "")
+        self.assertEqual((job.state, job.run_at), (QUEUED, self.clock.now + 30))
+        job = self.store.get_job(unknown.id, "")
+        self.assertEqual((job.state, job.attempts), (FAILED, 1), "an unknown task must not retry")
+        self.assertIn("unknown task", job.error)
+        job = self.store.get_job(unserialisable.id, "")
+        self.assertEqual(job.state, FAILED)
+        self.assertIn("not JSON-serialisable", job.error)
+
+
+class SQLiteLifecycleTest(LifecycleContract, TempDirTestCase):
+    def make_store(self, clock, owned=True):
+        from rowfleet.store import open_store
+
+        store = open_store(self.config(), create=True, clock=clock)
+        if owned:
+            self.addCleanup(store.close)
+        store.migrate()
+        return store
+
+    def test_transactional_enqueue_commits_or_rolls_back_with_the_caller(self):
+        conn = sqlite3.connect(self.db)
+        self.addCleanup(conn.close)
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)")
+        conn.commit()
+        conn.execute("INSERT INTO orders (item) VALUES ('lost')")
+        self.store.enqueue(JobSpec(task="lifecycle.add", args={"a": 1, "b": 1}), conn=conn)
+        conn.rollback()
+        self.assertEqual(conn.execute("SELECT count(*) FROM orders").fetchone()[0], 0)
+        self.assertEqual(self.store.list_jobs(""), [])
+        conn.execute("INSERT INTO orders (item) VALUES ('kept')")
+        job = self.store.enqueue(JobSpec(task="lifecycle.add", args={"a": 1, "b": 1}), conn=conn)
+        self.assertEqual(self.store.list_jobs(""), [], "not visible before the caller commits")
+        conn.commit()
+        self.assertEqual(conn.execute("SELECT count(*) FROM orders").fetchone()[0], 1)
+        self.assertEqual(self.store.get_job(job.id, "").state, QUEUED)
+
+    def test_schema_is_required_and_migration_is_idempotent(self):
+        from rowfleet.store import open_store
+
+        fresh = os.path.join(self.dir, "fresh.db")
+        store = open_store(self.config().replace(db=fresh), create=True)
+        self.addCleanup(store.close)
+        with self.assertRaises(SchemaMissing):
+            store.require_schema()
+        self.assertEqual(store.migrate(), 1)
+        self.assertEqual(store.migrate(), 1)
+        self.assertEqual(store.require_schema(), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
