@@ -17,7 +17,7 @@ from rowfleet.store import Store, open_store
 _local = threading.local()
 
 
-def store() -> Store:
+def default_store() -> Store:
     """This thread's store for the current configuration."""
     current = _config.current()
     cached = getattr(_local, "store", None)
@@ -42,7 +42,7 @@ def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: 
     transaction: it commits with your domain write, or not at all.
     """
     spec = _spec(task, args, queue, priority, run_next, delay, run_at, key, max_attempts, project)
-    return store().enqueue(spec, conn=conn)
+    return default_store().enqueue(spec, conn=conn)
 
 
 def enqueue_many(task: Any, args_list: Iterable[Any], *, queue: str | None = None, priority: int = 0,
@@ -51,12 +51,12 @@ def enqueue_many(task: Any, args_list: Iterable[Any], *, queue: str | None = Non
     """Enqueue one job per item of ``args_list`` in one transaction; returns how many."""
     specs = [_spec(task, args, queue, priority, run_next, delay, None, None, max_attempts, project)
              for args in args_list]
-    return store().enqueue_many(specs, conn=conn)
+    return default_store().enqueue_many(specs, conn=conn)
 
 
 def get_job(job_id: int, *, project: str | None = None) -> Job:
     """The job with this id in the configured project (or ``NotFound``)."""
-    return store().get_job(job_id, _project(project))
+    return default_store().get_job(job_id, _project(project))
 
 
 def _spec(task: Any, args: Any, queue: str | None, priority: int, run_next: bool, delay: float,

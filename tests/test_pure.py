@@ -1,0 +1,151 @@
+"""Table-driven tests of the pure parts: backoff, outcomes, config, SQL files, parsers.
+
+No database and no processes; every module's docstring examples run here too.
+"""
+
+from __future__ import annotations
+
+import doctest
+import struct
+import unittest
+from types import SimpleNamespace
+
+from rowfleet import config, job, queries, store, supervisor, wake
+from rowfleet.errors import ConfigError, UnknownTask
+from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, Cancel, JobSpec, Retry, backoff, decide_outcome
+from rowfleet.store import sqlite as sqlite_store
+
+DOCTESTED = (config, job, queries, store, sqlite_store, supervisor, wake)
+
+
+def load_tests(loader, tests, pattern):
+    for module in DOCTESTED:
+        tests.addTests(doctest.DocTestSuite(module))
+    return tests
+
+
+class BackoffTest(unittest.TestCase):
+    def test_table(self):
+        cases = [  # attempt, base, cap, rng -> delay
+            (1, 2.0, 3600.0, 0.0, 1.0),
+            (1, 2.0, 3600.0, 0.999, 1.999),
+            (2, 2.0, 3600.0, 0.0, 2.0),
+            (5, 2.0, 3600.0, 0.5, 24.0),
+            (20, 2.0, 60.0, 0.0, 30.0),
+            (10_000, 2.0, 60.0, 1.0, 60.0),  # huge attempt counts do not overflow
+        ]
+        for attempt, base, cap, rng, expected in cases:
+            with self.subTest(attempt=attempt, rng=rng):
+                self.assertAlmostEqual(backoff(attempt, base, cap, lambda: rng), expected, places=6)
+
+
+class OutcomeTest(unittest.TestCase):
+    def job(self, attempts=1, max_attempts=3):
+        return SimpleNamespace(attempts=attempts, max_attempts=max_attempts)
+
+    def test_table(self):
+        cases = [  # attempts, max, result, raised -> state, delay
+            (1, 3, 7, None, COMPLETED, 0.0),
+            (1, 3, None, ValueError("x"), QUEUED, 1.0),
+            (3, 3, None, ValueError("x"), FAILED, 0.0),
+            (1, 3, None, Retry(delay=12), QUEUED, 12.0),
+            (3, 3, None, Retry(delay=12), FAILED, 0.0),
+            (1, 3, None, Cancel("stop"), CANCELLED, 0.0),
+            (1, 3, None, UnknownTask("nope"), FAILED, 0.0),
+            (1, 3, object(), None, FAILED, 0.0),  # an unserialisable result: retrying cannot help
+        ]
+        for attempts, max_attempts, result, raised, state, delay in cases:
+            with self.subTest(raised=raised, result=result, attempts=attempts):
+                outcome = decide_outcome(self.job(attempts, max_attempts), result=result, raised=raised,
+                                         backoff_base=2.0, rng=lambda: 0.0)
+                self.assertEqual((outcome.state, outcome.delay), (state, delay))
+
+    def test_unserialisable_result_is_not_retried(self):
+        outcome = decide_outcome(self.job(1, 3), result={1, 2})
+        self.assertEqual(outcome.state, FAILED)
+        self.assertIn("not JSON-serialisable", outcome.error)
+
+    def test_retry_rejects_a_negative_delay(self):
+        with self.assertRaises(ValueError):
+            Retry(delay=-1)
+
+
+class JobSpecTest(unittest.TestCase):
+    def test_invalid_specs(self):
+        cases = [
+            {"task": ""}, {"task": "a b"}, {"task": "t", "queue": ""}, {"task": "t", "priority": 1.5},
+            {"task": "t", "priority": True}, {"task": "t", "max_attempts": 0}, {"task": "t", "delay": -1},
+            {"task": "t", "key": ""}, {"task": "t", "args": {"x": {1, 2}}}, {"task": "t", "args": float("nan")},
+        ]
+        for fields in cases:
+            with self.subTest(fields=fields), self.assertRaises(ConfigError):
+                JobSpec(**fields)
+
+    def test_valid_spec(self):
+        spec = JobSpec(task="m:f", args=[1, {"a": None}], priority=-4, run_next=True, delay=2.5, key="k")
+        self.assertEqual(spec.args_json(), '[1,{"a":null}]')
+
+
+class ConfigTest(unittest.TestCase):
+    def test_precedence_environment_then_overrides(self):
+        env = {"ROWFLEET_LEASE": "30", "ROWFLEET_PROJECT": "alpha", "ROWFLEET_SYNCHRONOUS": "normal"}
+        built = config.from_env(env, project="beta", renew=None)
+        self.assertEqual((built.lease, built.project, built.renew, built.synchronous), (30.0, "beta", 10.0, "NORMAL"))
+
+    def test_invalid_values(self):
+        cases = [({"ROWFLEET_LEASE": "x"}, {}), ({}, {"lease": 0}), ({}, {"lease": 5, "renew": 5}),
+                 ({}, {"synchronous": "OFF"}), ({}, {"db": " "}), ({}, {"poll": -1}), ({}, {"bogus": 1})]
+        for env, overrides in cases:
+            with self.subTest(env=env, overrides=overrides), self.assertRaises(ConfigError):
+                config.from_env(env, **overrides)
+
+    def test_stale_after_is_three_heartbeats(self):
+        self.assertEqual(config.Config(heartbeat=4).stale_after, 12)
+
+
+class SqlFilesTest(unittest.TestCase):
+    def test_every_query_the_store_names_exists(self):
+        import inspect
+        import re
+
+        from rowfleet.store import base
+
+        named = set(re.findall(r'\.(?:one|all|run|many)\("([a-z_]+)"', inspect.getsource(base)))
+        defined = set(queries.queries("sqlite"))
+        self.assertEqual(named - defined, set())
+        self.assertEqual(defined - named - {"migrations_table"}, set(), "unused queries")
+
+    def test_parse_queries_rejects_duplicates(self):
+        with self.assertRaises(ValueError):
+            queries.parse_queries("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;")
+
+    def test_migrations_are_numbered_from_one(self):
+        self.assertEqual([m.version for m in queries.migrations("sqlite")], [1])
+
+    def test_split_script(self):
+        self.assertEqual(sqlite_store.split_script("CREATE TABLE a (x TEXT DEFAULT ';');\n\nSELECT 1;\n-- end\n"),
+                         ["CREATE TABLE a (x TEXT DEFAULT ';');", "SELECT 1;"])
+        with self.assertRaises(ValueError):
+            sqlite_store.split_script("CREATE TABLE a (x")
+
+
+class WakeTest(unittest.TestCase):
+    def test_event_names_of_several_records(self):
+        raw = b"".join(struct.pack("iIII", 1, wake.IN_MODIFY, 0, len(name)) + name
+                       for name in (b"jobs.db-wal\0", b"other\0\0\0\0", b""))
+        self.assertEqual(wake.event_names(raw), [b"jobs.db-wal", b"other", b""])
+        self.assertEqual(wake.event_names(raw[:10]), [])
+
+
+class SupervisorTest(unittest.TestCase):
+    def test_restart_delay_doubles_while_children_die_young(self):
+        delay, seen = 0.0, []
+        for _ in range(8):
+            delay = supervisor.restart_delay(delay, lived=1.0)
+            seen.append(delay)
+        self.assertEqual(seen, [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0])
+        self.assertEqual(supervisor.restart_delay(30.0, lived=supervisor.HEALTHY_AFTER), 0.5)
+
+
+if __name__ == "__main__":
+    unittest.main()
