@@ -14,7 +14,7 @@ configured database on first use.
     job = rowfleet.enqueue(send, {"to": "ops@example.com"})
 """
 
-from rowfleet.api import enqueue, enqueue_many, get_job
+from rowfleet.api import enqueue, enqueue_many, get_job, init, work
 from rowfleet.config import Config, configure
 from rowfleet.errors import (ConfigError, Conflict, LeaseLost, MigrationError, NotFound, RowfleetError,
                              SchemaMissing, StoreUnavailable, UnknownTask)
@@ -27,5 +27,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Cancel", "Config", "ConfigError", "Conflict", "Job", "LeaseLost", "MigrationError", "NotFound",
     "Retry", "RowfleetError", "SchemaMissing", "StoreUnavailable", "UnknownTask", "__version__",
-    "configure", "current_job", "enqueue", "enqueue_many", "get_job", "task",
+    "configure", "current_job", "enqueue", "enqueue_many", "get_job", "init", "task", "work",
 ]

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 from rowfleet import config as _config
 from rowfleet.job import Job, JobSpec
 from rowfleet.store import Store, open_store
+from rowfleet.worker import Worker
 
 _local = threading.local()
 
@@ -28,6 +29,22 @@ def default_store() -> Store:
     opened = open_store(current)
     _local.store = (current, os.getpid(), opened)
     return opened
+
+
+def init() -> int:
+    """Create or upgrade the schema of the configured database (like ``rowfleet init``);
+    returns the schema version. Idempotent and safe to run from several processes."""
+    with open_store(_config.current(), create=True) as created:
+        return created.migrate()
+
+
+def work(queue: str = "default", *, burst: bool = False) -> int:
+    """Run a worker in this process on the configured database until stopped, or, with
+    ``burst``, until nothing is due; returns how many jobs it ran. Handlers must be
+    registered (imported) first."""
+    worker = Worker(_config.current(), queue, burst=burst)
+    worker.run()
+    return worker.jobs_run
 
 
 def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: int = 0,
