@@ -30,7 +30,7 @@ log = logging.getLogger("rowfleet.worker")
 # How long after a wake-up event to keep re-checking data_version: the WAL write that
 # raised the event can land before the commit is visible (the wal-index lives in -shm).
 SETTLE_WINDOW = 0.03
-SETTLE_STEP = 0.001
+SETTLE_STEP = 0.0002
 
 _current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("rowfleet_job", default=None)
 

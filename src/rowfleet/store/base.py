@@ -66,8 +66,13 @@ class Store(abc.ABC):
     # --- what a dialect provides -------------------------------------------------------
 
     @abc.abstractmethod
-    def transaction(self) -> contextlib.AbstractContextManager[Tx]:
-        """A write transaction, holding the write lock from its first statement."""
+    def transaction(self, durable: bool = True) -> contextlib.AbstractContextManager[Tx]:
+        """A write transaction, holding the write lock from its first statement.
+
+        ``durable=False`` lets the commit skip waiting for the disk. Only for writes whose
+        loss in a power cut is harmless: a lost claim runs the job again (at-least-once
+        either way), a lost renewal or heartbeat is renewed or beaten again.
+        """
 
     @abc.abstractmethod
     def reader(self) -> Tx:
@@ -167,7 +172,7 @@ class Store(abc.ABC):
 
     def claim(self, project: str, queue: str, holder: str, lease: float) -> Job | None:
         """Take the next due job of (project, queue), or None when there is none."""
-        with self.transaction() as tx:
+        with self.transaction(durable=False) as tx:
             return self._claim(tx, project, queue, holder, lease)
 
     def _claim(self, tx: Tx, project: str, queue: str, holder: str, lease: float) -> Job | None:
@@ -184,7 +189,7 @@ class Store(abc.ABC):
 
     def renew(self, job: Job, lease: float) -> float:
         """Extend the lease of a job still held with ``job.lease_token``; the new deadline."""
-        with self.transaction() as tx:
+        with self.transaction(durable=False) as tx:
             row = tx.one("job_renew", id=job.id, token=job.lease_token, lease=lease)
             if row is None:
                 raise self._stale(tx, job)
@@ -283,7 +288,7 @@ class Store(abc.ABC):
     def beat(self, worker_id: str, project: str, host: str, queue: str, pid: int,
              current_job: int | None) -> None:
         """Upsert a worker's heartbeat row."""
-        with self.transaction() as tx:
+        with self.transaction(durable=False) as tx:
             tx.run("worker_beat", worker_id=worker_id, project=project, host=host, queue=queue,
                    pid=pid, current_job=current_job)
 

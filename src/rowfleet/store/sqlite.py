@@ -137,16 +137,29 @@ class SQLiteStore(Store):
         self._data_version = self._read_data_version()
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Tx]:
+    def transaction(self, durable: bool = True) -> Iterator[Tx]:
+        relaxed = not durable and self.config.synchronous == "FULL"
+        if relaxed:  # in WAL mode NORMAL commits without fsync; the next FULL commit syncs it too
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            self._begin()
+            try:
+                yield SQLiteTx(self.conn, self.sql, self.clock())
+            except BaseException:
+                self._rollback()
+                raise
+            self._commit()
+        finally:
+            if relaxed:
+                self.conn.execute("PRAGMA synchronous = FULL")
+
+    def _begin(self) -> None:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise translate(exc, " taking the write lock") from None
-        try:
-            yield SQLiteTx(self.conn, self.sql, self.clock())
-        except BaseException:
-            self._rollback()
-            raise
+
+    def _commit(self) -> None:
         try:
             self.conn.execute("COMMIT")
         except sqlite3.Error as exc:
