@@ -174,14 +174,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = configuration.from_env(os.environ, db=args.db, project=args.project,
                                         **{name: getattr(args, name) for name in _knob_names()})
         return args.handler(args, config)
-    except (NotFound, Conflict) as exc:
-        print(f"rowfleet: {exc}", file=sys.stderr)
-        return exitcodes.REFUSED
     except RowfleetError as exc:
-        print(f"rowfleet: error: {exc}", file=sys.stderr)
-        return exitcodes.USAGE
+        return report(exc)
     except KeyboardInterrupt:
         return exitcodes.INTERRUPTED
+
+
+def report(exc: RowfleetError) -> int:
+    """One line on stderr for a user-facing error; the exit code it deserves."""
+    if isinstance(exc, (NotFound, Conflict)):
+        print(f"rowfleet: {exc}", file=sys.stderr)
+        return exitcodes.REFUSED
+    print(f"rowfleet: error: {exc}", file=sys.stderr)
+    return exitcodes.USAGE
 
 
 def _knob_names() -> list[str]:
@@ -246,11 +251,14 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
     def one_worker() -> int:
         worker = Worker(config, args.queue, burst=args.burst)
         _on_stop_signals(lambda *_: worker.request_stop())
-        return worker.run()
+        try:
+            return worker.run()
+        except RowfleetError as exc:  # in a forked child main() is not there to catch it
+            return report(exc)
 
     if args.procs == 1:
         return one_worker()
-    supervisor = Supervisor(args.procs, one_worker)
+    supervisor = Supervisor(args.procs, one_worker, fatal_codes={exitcodes.USAGE})
     _on_stop_signals(supervisor.request_stop)
     return supervisor.run()
 

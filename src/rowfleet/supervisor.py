@@ -4,7 +4,8 @@ Each child is forked from the parent after the user's app modules are imported, 
 ``Worker`` and so holds one job at a time; a hard exit of a child frees exactly that
 job's memory. A child that exits 0 is done (burst drained, or stopped); any other exit is
 restarted after a delay that doubles while the child keeps dying young, so a crash loop
-cannot become a restart storm. SIGTERM/SIGINT are passed to the children, which finish
+cannot become a restart storm; a child exiting with a fatal code (bad configuration)
+stops them all. SIGTERM/SIGINT are passed to the children, which finish
 their job in hand; the parent returns once all have exited.
 
 Holds no database connection: a forked child must not inherit one.
@@ -38,12 +39,14 @@ def restart_delay(previous: float, lived: float) -> float:
 
 
 class Supervisor:
-    def __init__(self, procs: int, child_main: Callable[[], int]) -> None:
+    def __init__(self, procs: int, child_main: Callable[[], int], fatal_codes: set[int] = frozenset()) -> None:
         self.procs = procs
         self.child_main = child_main
+        self.fatal_codes = fatal_codes  # a child exiting so was misconfigured: restarting cannot help
         self.stop = threading.Event()
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (slot, started)
         self.delays = [0.0] * procs
+        self.exit_code = 0
 
     def request_stop(self, signum: int = signal.SIGTERM, _frame: object = None) -> None:
         self.stop.set()
@@ -67,12 +70,17 @@ class Supervisor:
             lived = time.monotonic() - started
             if code == 0 or self.stop.is_set():
                 continue
+            if code in self.fatal_codes:
+                log.error("worker child %d exited with %s; stopping the others", pid, _describe(code))
+                self.request_stop()
+                self.exit_code = code
+                continue
             self.delays[slot] = restart_delay(self.delays[slot], lived)
             log.warning("worker child %d exited with %s after %.1fs; restarting in %.1fs",
                         pid, _describe(code), lived, self.delays[slot])
             if not self.stop.wait(self.delays[slot]):
                 self._spawn(slot)
-        return 0
+        return self.exit_code
 
     def _spawn(self, slot: int) -> None:
         pid = os.fork()

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from rowfleet import tasks
 from rowfleet.config import Config
-from rowfleet.errors import LeaseLost, RowfleetError, SchemaMissing
+from rowfleet.errors import LeaseLost, RowfleetError, SchemaMissing, StoreUnavailable
 from rowfleet.job import Job, Outcome, decide_outcome
 from rowfleet.store import Store, open_store
 
@@ -141,15 +141,31 @@ class Worker:
         outcome = self.execute(job)
         self.keeper.release()
         self.jobs_run += 1
-        claim_next = None if self.stopping else (self.config.project, self.queue, self.holder,
-                                                 self.config.lease)
         try:
-            following = self.store.finish(job, outcome, claim_next)
+            following = self._finish(job, outcome)
         except LeaseLost as exc:
             log.warning("job %d: %s; its outcome (%s) was discarded", job.id, exc, outcome.state)
             return None
         _log_outcome(job, outcome, time.monotonic() - started)
         return following
+
+    def _finish(self, job: Job, outcome: Outcome) -> Job | None:
+        """Write the outcome (claiming the next job with it unless stopping). While the
+        database is unavailable, keep trying for as long as the lease would have lasted:
+        past that the job is reclaimed and run again anyway."""
+        give_up = time.monotonic() + self.config.lease
+        pause = 0.1
+        while True:
+            claim_next = None if self.stopping else (self.config.project, self.queue, self.holder,
+                                                     self.config.lease)
+            try:
+                return self.store.finish(job, outcome, claim_next)
+            except StoreUnavailable as exc:
+                if time.monotonic() + pause > give_up:
+                    raise
+                log.error("job %d: cannot write its outcome yet (retrying in %.1fs): %s", job.id, pause, exc)
+                time.sleep(pause)
+                pause = min(pause * 2, 10.0)
 
     def execute(self, job: Job) -> Outcome:
         """Run the handler; never raises for the handler's sake."""
