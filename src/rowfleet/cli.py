@@ -305,8 +305,9 @@ def cmd_jobs(args: argparse.Namespace, config: configuration.Config) -> int:
     if args.json:
         _print_json([job.to_dict() for job in found])
         return exitcodes.OK
-    rows = [[j.id, j.state, j.queue, j.task, f"{j.attempts}/{j.max_attempts}", iso(j.created_at)] for j in found]
-    print(_table(["id", "state", "queue", "task", "attempts", "created"], rows) or "no jobs")
+    rows = [[j.id, j.state, j.queue, j.task, ("next " if j.run_next else "") + str(j.priority),
+             f"{j.attempts}/{j.max_attempts}", iso(j.created_at)] for j in found]
+    print(_table(["id", "state", "queue", "task", "priority", "attempts", "created"], rows) or "no jobs")
     return exitcodes.OK
 
 

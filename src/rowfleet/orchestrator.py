@@ -35,7 +35,7 @@ class Orchestrator:
             log.warning("job %d: lease of %s lapsed; %s", item["id"], item["holder"], item["action"])
         flagged = self.store.flag_stale_workers(self.config.stale_after)
         for worker in flagged:
-            log.warning("worker %s (%s, queue %r) missed its heartbeats; flagged",
+            log.warning("worker %s (project %r, queue %r) missed its heartbeats; flagged",
                         worker["worker_id"], worker["project"], worker["queue"])
         pruned = 0
         now = self.store.clock()

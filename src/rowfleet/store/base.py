@@ -152,8 +152,11 @@ class Store(abc.ABC):
             return self._insert(tx, spec)
 
     def _insert(self, tx: Tx, spec: JobSpec) -> Job:
-        row = tx.one("job_insert", **_insert_params(spec))
-        if row is None:  # the idempotency key is taken: hand back the job that holds it
+        # Look the key up first: an INSERT that loses to the key would still spend a job id.
+        row = tx.one("job_by_key", project=spec.project, key=spec.key) if spec.key is not None else None
+        if row is None:
+            row = tx.one("job_insert", **_insert_params(spec))
+        if row is None:  # a concurrent insert won the key (possible on a caller's connection)
             row = tx.one("job_by_key", project=spec.project, key=spec.key)
         return Job.from_row(row)
 

@@ -1,0 +1,412 @@
+"""An end-to-end, narrated tour of rowfleet: ``python make.py demo`` (or ``python examples/demo.py``).
+
+Works in a temporary folder (removed at the end) on a fresh SQLite file and runs the real
+command line, ``python -m rowfleet``, in child processes, printing each command as you
+would type it (``$ rowfleet --db demo.db ...``) above its real output. The task handlers
+live in ``examples/demo_tasks.py``. Needs nothing installed: it puts ``<repo>/src`` on its
+own ``sys.path`` and, with ``examples/``, on the children's ``PYTHONPATH``. Your
+``ROWFLEET_*`` settings are ignored, so every run sees the same defaults.
+
+It doubles as a smoke test: every step checks what it shows, and the demo exits 1 naming
+the step and what did not hold, 0 when all of them held. It never sleeps blindly: each
+wait is for a condition, with a deadline.
+
+Stdlib and rowfleet's public API only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+EXAMPLES = ROOT / "examples"
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+
+import rowfleet  # noqa: E402  (importable only once src/ is on the path)
+
+DB = "demo.db"     # relative: the demo and its children work in the temporary folder
+DEADLINE = 30.0    # seconds any one wait may take, generous for a loaded 2-core machine
+POLL = 0.05        # seconds between checks of a condition
+
+# (subject, flags) of the emails step 1 enqueues: lower priority runs sooner, and
+# --run-next runs before every priority. Enqueued in this order, so ids are 1, 2, 3, 4.
+EMAILS = (
+    ("receipt", ["--priority", "0"]),
+    ("newsletter", ["--priority", "10"]),
+    ("password reset", ["--priority", "-5"]),
+    ("security alert", ["--priority", "10", "--run-next"]),
+)
+
+
+class Email(NamedTuple):
+    """A job step 1 enqueued, with what decides its turn."""
+
+    job_id: int
+    subject: str
+    priority: int
+    run_next: bool
+
+    def turn(self) -> tuple[bool, int, int]:
+        """The claim order rowfleet promises: run-next first, then lower priority, then older."""
+        return (not self.run_next, self.priority, self.job_id)
+
+    def label(self) -> str:
+        return "run-next" if self.run_next else f"priority {self.priority}"
+
+
+class DemoFailed(Exception):
+    """A step's expectation did not hold; the message says which and what was seen."""
+
+
+_children: list[subprocess.Popen] = []
+_current_step = 0
+
+
+# --- narration and commands ------------------------------------------------------------
+
+
+def step(number: int, text: str) -> None:
+    global _current_step
+    _current_step = number
+    print(f"\n{number}. {text}", flush=True)
+
+
+def say(text: str) -> None:
+    """A result the demo has just checked."""
+    print(f"   => {text}", flush=True)
+
+
+def show(text: str, indent: str = "     ") -> None:
+    for line in text.rstrip("\n").splitlines():
+        print(f"{indent}{line}".rstrip())
+    sys.stdout.flush()
+
+
+def expect(condition: Any, message: str) -> None:
+    if not condition:
+        raise DemoFailed(message)
+
+
+def command_line(args: tuple[str, ...]) -> str:
+    return shlex.join(["rowfleet", "--db", DB, *args])
+
+
+def cli(args: tuple[str, ...]) -> list[str]:
+    return [sys.executable, "-m", "rowfleet", "--db", DB, *args]
+
+
+def child_env() -> dict[str, str]:
+    """This environment with src/ and examples/ first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), str(EXAMPLES), env.get("PYTHONPATH")) if p)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave no __pycache__ in examples/
+    return env
+
+
+def run(*args: str, code: int = 0) -> str:
+    """Print a CLI command, run it, print its output; its stdout. Fails unless it exits ``code``."""
+    print(f"   $ {command_line(args)}", flush=True)
+    try:
+        result = subprocess.run(cli(args), env=child_env(), capture_output=True, text=True, timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        raise DemoFailed(f"`{command_line(args)}` still running after {DEADLINE:.0f}s") from None
+    show(result.stdout)
+    show(result.stderr)
+    if result.returncode != 0:
+        print(f"     (exit {result.returncode})")
+    expect(result.returncode == code,
+           f"`{command_line(args)}` exited {result.returncode}, expected {code}")
+    return result.stdout
+
+
+def run_json(*args: str) -> Any:
+    """Run a read command with --json, quietly, for the demo's own checks."""
+    result = subprocess.run(cli((*args, "--json")), env=child_env(), capture_output=True, text=True,
+                            timeout=DEADLINE)
+    expect(result.returncode == 0, f"`{command_line((*args, '--json'))}` exited {result.returncode}: "
+                                   f"{result.stderr.strip()}")
+    return json.loads(result.stdout)
+
+
+def spawn(*args: str, log: str) -> subprocess.Popen:
+    """Start a CLI command in the background (as ``... &``), its output going to ``log``."""
+    print(f"   $ {command_line(args)} > {log} 2>&1 &", flush=True)
+    with open(log, "w") as handle:
+        process = subprocess.Popen(cli(args), env=child_env(), stdout=handle, stderr=subprocess.STDOUT)
+    _children.append(process)
+    print(f"     [pid {process.pid}]")
+    return process
+
+
+def stop(process: subprocess.Popen, sig: signal.Signals) -> int:
+    """Send ``sig`` (printed as the shell's ``kill``) and wait for the process to exit."""
+    flag = "9" if sig == signal.SIGKILL else sig.name.removeprefix("SIG")
+    print(f"   $ kill -{flag} {process.pid}", flush=True)
+    os.kill(process.pid, sig)
+    try:
+        return process.wait(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        raise DemoFailed(f"process {process.pid} still running {DEADLINE:.0f}s after {sig.name}") from None
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
+    """Check ``condition`` until it returns something truthy; fail the demo at the deadline."""
+    give_up = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= give_up:
+            raise DemoFailed(f"gave up after {timeout:.0f}s waiting for {what}")
+        time.sleep(POLL)
+
+
+def in_state(job_id: int, state: str) -> rowfleet.Job | None:
+    job = rowfleet.get_job(job_id)
+    return job if job.state == state else None
+
+
+def event_kinds(job_id: int) -> list[str]:
+    return [event["kind"] for event in run_json("job", str(job_id))["events"]]
+
+
+def enqueue(*args: str) -> int:
+    return int(run("enqueue", *args).strip())
+
+
+# --- the steps ---------------------------------------------------------------------------
+
+
+def enqueue_emails() -> list[Email]:
+    step(1, "Create the database and enqueue four emails: lower --priority runs sooner, "
+            "--run-next jumps the line")
+    run("init")
+    emails = []
+    for subject, flags in EMAILS:
+        job_id = enqueue("send_email", "--args", json.dumps({"subject": subject}), *flags)
+        emails.append(Email(job_id, subject, int(flags[1]), "--run-next" in flags))
+    run("jobs")
+    return emails
+
+
+def run_emails(emails: list[Email]) -> None:
+    step(2, "A worker drains the queue (--burst: run what is due, then exit)")
+    run("worker", "--burst", "--app", "demo_tasks")
+    jobs = {email.job_id: rowfleet.get_job(email.job_id) for email in emails}
+    expect(all(job.state == "completed" for job in jobs.values()),
+           f"not every email completed: {[(i, j.state) for i, j in jobs.items()]}")
+    ran = sorted(emails, key=lambda email: jobs[email.job_id].started_at)
+    wanted = sorted(emails, key=Email.turn)
+    expect(ran == wanted, f"run order was {[e.job_id for e in ran]}, expected {[e.job_id for e in wanted]} "
+                          f"(run-next, then priority, then id)")
+    say("run order " + ", ".join(f"{email.job_id} ({email.label()})" for email in ran)
+        + ": run-next first, then lowest priority")
+    first = jobs[ran[0].job_id]
+    run("job", str(first.id))
+    expect(first.result == {"sent": ran[0].subject}, f"job {first.id} result is {first.result!r}")
+    say(f"job {first.id} result: {json.dumps(first.result)}")
+
+
+def retry_then_revive() -> None:
+    step(3, "A failing job retries with backoff, fails, and `rowfleet retry` revives it")
+    job_id = enqueue("charge_card", "--args", json.dumps({"order": 7, "card_file": "card.txt"}),
+                     "--max-attempts", "3")
+    worker = spawn("worker", "--app", "demo_tasks", "--backoff-base", "0.2", "--poll", "0.1",
+                   log="worker.log")
+    wait_for(lambda: in_state(job_id, "failed"), f"job {job_id} to fail its 3 attempts")
+    run("job", str(job_id))
+    kinds = event_kinds(job_id)
+    expect(kinds == ["claimed", "retried", "claimed", "retried", "claimed", "failed"],
+           f"job {job_id} events are {kinds}")
+    error = rowfleet.get_job(job_id).error or ""
+    expect("card declined" in error, f"job {job_id} error is {error!r}")
+    say(f"failed after 3 attempts ({', '.join(kinds)}) with {error!r}")
+
+    Path("card.txt").write_text("4242\n")
+    print("     (the customer updates their card: the demo writes card.txt)")
+    run("retry", str(job_id))
+    done = wait_for(lambda: in_state(job_id, "completed"), f"revived job {job_id} to complete")
+    expect(done.attempts == 4, f"revived job {job_id} completed on attempt {done.attempts}, expected 4")
+    say(f"revived job {job_id} completed on attempt {done.attempts}: {json.dumps(done.result)}")
+
+    code = stop(worker, signal.SIGTERM)
+    print(f"     (worker log, exit {code})")
+    show(Path("worker.log").read_text(), indent="     | ")
+    expect(code == 0, f"the worker exited {code} after SIGTERM, expected 0")
+
+
+def enqueue_idempotently() -> None:
+    step(4, "An idempotent enqueue: the same --key twice gives the same job")
+    args = ("send_email", "--args", json.dumps({"subject": "welcome"}), "--key", "welcome-ada")
+    first, second = enqueue(*args), enqueue(*args)
+    expect(first == second, f"the same key gave jobs {first} and {second}")
+    holders = [job["id"] for job in run_json("jobs") if job["idempotency_key"] == "welcome-ada"]
+    expect(holders == [first], f"jobs holding key welcome-ada: {holders}")
+    say(f"same key, same job: both enqueues returned job {first}, and only it holds the key")
+
+
+def recover_killed_worker() -> None:
+    step(5, "A worker is killed mid-job; the orchestrator reclaims the job and a fresh worker finishes it")
+    job_id = enqueue("build_report", "--queue", "reports",
+                     "--args", json.dumps({"started_file": "report.started"}))
+    worker = spawn("worker", "--queue", "reports", "--app", "demo_tasks", "--lease", "2", "--renew", "0.5",
+                   "--heartbeat", "0.5", log="reports.log")
+    wait_for(lambda: Path("report.started").exists(), f"the worker to start job {job_id}")
+    print(f"     (report.started exists: pid {worker.pid} is running job {job_id})")
+    code = stop(worker, signal.SIGKILL)
+    expect(code == -signal.SIGKILL, f"the worker exited {code}, expected to die of SIGKILL")
+
+    lease_ends = rowfleet.get_job(job_id).lease_expires_at
+    wait_for(lambda: time.time() > lease_ends, f"the lease of job {job_id} to lapse")
+    print("     (its 2 s lease has now lapsed, unrenewed; told that workers beat every 0.5 s,\n"
+          "      the orchestrator also flags the silent worker)")
+    swept = {"reclaimed": 0, "flagged_workers": 0}
+
+    def sweep() -> bool:
+        summary = json.loads(run("orchestrator", "--once", "--heartbeat", "0.5"))
+        for key in swept:
+            swept[key] += summary[key]
+        return swept["reclaimed"] >= 1 and swept["flagged_workers"] >= 1
+
+    wait_for(sweep, f"the orchestrator to reclaim job {job_id} and flag the dead worker")
+    expect(in_state(job_id, "queued"), f"job {job_id} is {rowfleet.get_job(job_id).state} after the reclaim")
+
+    run("worker", "--burst", "--queue", "reports", "--app", "demo_tasks")
+    run("job", str(job_id))
+    kinds = event_kinds(job_id)
+    expect(kinds == ["claimed", "reclaimed", "claimed", "completed"], f"job {job_id} events are {kinds}")
+    job = rowfleet.get_job(job_id)
+    expect(job.state == "completed" and job.attempts == 2,
+           f"job {job_id} is {job.state} after {job.attempts} attempt(s), expected completed after 2")
+    say(f"reclaimed, then completed on attempt 2 ({', '.join(kinds)})")
+
+
+def enqueue_in_transaction() -> None:
+    step(6, "A transactional enqueue: the job commits with your own write, or not at all")
+    print(f'   >>> rowfleet.configure(db="{DB}")')
+    rowfleet.configure(db=DB)
+    print(f'   >>> conn = sqlite3.connect("{DB}")')
+    conn = sqlite3.connect(DB)
+    try:
+        print("   >>> conn.execute(\"CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)\")")
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)")
+        dropped = place_order(conn, "teapot", commit=False)
+        expect(count_orders(conn) == 0, "the rolled-back order row exists")
+        run("job", str(dropped), code=1)
+        expect(not job_exists(dropped), f"job {dropped} exists after the rollback")
+        say(f"rolled back: no order row and no job {dropped}")
+
+        kept = place_order(conn, "kettle", commit=True)
+        expect(count_orders(conn) == 1, "the committed order row is missing")
+        expect(in_state(kept, "queued"), f"job {kept} is not queued after the commit")
+        run("jobs", "--state", "queued")
+        reused = " (the rollback left nothing behind, not even the id)" if kept == dropped else ""
+        say(f"committed: the order row and job {kept} both exist{reused}")
+    finally:
+        conn.close()
+    run("worker", "--burst", "--app", "demo_tasks")
+    expect(in_state(kept, "completed"), f"job {kept} did not complete")
+    say(f"a worker sent the kettle's confirmation (job {kept}) and step 4's welcome email")
+
+
+def place_order(conn: sqlite3.Connection, item: str, commit: bool) -> int:
+    """Insert an order and enqueue its email in one transaction; commit or roll back."""
+    print(f"   >>> conn.execute(\"INSERT INTO orders (item) VALUES (?)\", ({json.dumps(item)},))")
+    conn.execute("INSERT INTO orders (item) VALUES (?)", (item,))
+    subject = f"order confirmation: {item}"
+    print(f"   >>> job = rowfleet.enqueue(\"send_email\", {json.dumps({'subject': subject})}, conn=conn)")
+    job = rowfleet.enqueue("send_email", {"subject": subject}, conn=conn)
+    print(f"   >>> job.id\n   {job.id}")
+    if commit:
+        print("   >>> conn.commit()")
+        conn.commit()
+    else:
+        print("   >>> conn.rollback()")
+        conn.rollback()
+    return job.id
+
+
+def count_orders(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM orders").fetchone()[0]
+
+
+def job_exists(job_id: int) -> bool:
+    try:
+        rowfleet.get_job(job_id)
+    except rowfleet.NotFound:
+        return False
+    return True
+
+
+def show_status() -> None:
+    step(7, "The final picture")
+    run("status")
+    status = run_json("status")
+    unfinished = [c for c in status["counts"] if c["state"] != "completed"]
+    expect(not unfinished, f"jobs left unfinished: {unfinished}")
+    flagged = [w["pid"] for w in status["workers"] if w["flagged_dead_at"]]
+    expect(len(flagged) == 1, f"workers flagged silent: {flagged}, expected just step 5's")
+    total = sum(c["n"] for c in status["counts"])
+    say(f"all {total} jobs completed; the worker killed in step 5 (pid {flagged[0]}) shows as SILENT")
+
+
+# --- the tour ----------------------------------------------------------------------------
+
+
+def tour() -> None:
+    emails = enqueue_emails()
+    run_emails(emails)
+    retry_then_revive()
+    enqueue_idempotently()
+    recover_killed_worker()
+    enqueue_in_transaction()
+    show_status()
+
+
+def stop_children() -> None:
+    """Kill whatever the demo started that is still running (a step failed part-way)."""
+    for process in _children:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=DEADLINE)
+
+
+def main() -> int:
+    for name in [name for name in os.environ if name.startswith("ROWFLEET_")]:
+        del os.environ[name]  # the demo shows the defaults, whatever your shell sets
+    folder = tempfile.mkdtemp(prefix="rowfleet-demo-")
+    print(f"rowfleet {rowfleet.__version__} demo in {folder} (removed at the end)")
+    started = time.monotonic()
+    try:
+        with contextlib.chdir(folder):
+            rowfleet.configure(db=DB)  # for the demo's own checks; step 6 shows it as a user would
+            try:
+                tour()
+            finally:
+                stop_children()
+    except DemoFailed as exc:
+        print(f"\ndemo FAILED at step {_current_step}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        # The library's connection stays open until we exit; removing its folder first is fine on POSIX.
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"\nDemo finished in {time.monotonic() - started:.1f}s: every step held. Removed {folder}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

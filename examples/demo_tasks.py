@@ -1,0 +1,48 @@
+"""The task handlers ``examples/demo.py`` runs; a worker loads them with ``--app demo_tasks``.
+
+Each is registered under a short name (``send_email``, ``charge_card``, ``build_report``)
+so the demo's commands read as a reader would type them. Paths in a job's arguments are
+relative to the worker's current folder: the demo runs every worker in its temporary folder.
+
+Imports only the public ``rowfleet`` API.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import rowfleet
+
+# Long enough that only the demo's kill -9 ends a stuck run, short enough that a demo that
+# died before killing its worker leaves no process behind for long.
+HANG_LIMIT = 120.0
+
+
+@rowfleet.task(name="send_email")
+def send_email(subject: str) -> dict:
+    """Pretend to send an email; the result says which one."""
+    return {"sent": subject}
+
+
+@rowfleet.task(name="charge_card")
+def charge_card(order: int, card_file: str) -> dict:
+    """Charge an order's card: declined until ``card_file`` exists (the customer updated it)."""
+    if not os.path.exists(card_file):
+        raise RuntimeError(f"card declined for order {order}: no {card_file} on file yet")
+    return {"charged": order}
+
+
+@rowfleet.task(name="build_report")
+def build_report(started_file: str) -> dict:
+    """Hang on the first attempt, like a stuck machine; finish on any later one.
+
+    Creates ``started_file`` once the job is in hand, so the demo knows when to kill us.
+    """
+    job = rowfleet.current_job()
+    if job.attempts == 1:
+        with open(started_file, "w") as handle:
+            handle.write(f"{os.getpid()}\n")
+        time.sleep(HANG_LIMIT)
+        raise RuntimeError(f"nobody killed this worker within {HANG_LIMIT:.0f}s")
+    return {"report": "ready", "attempt": job.attempts}
