@@ -35,9 +35,9 @@ KEY_RESULTS = (
     (4, "=> same key, same job: both enqueues returned job 6"),
     (5, '"reclaimed": 1'),
     (5, "=> reclaimed, then completed on attempt 2 (claimed, reclaimed, claimed, completed)"),
-    (6, "rowfleet: no job 9"),
-    (6, "=> rolled back: no order row and no job 9"),
-    (6, "=> committed: the order row and job 9 both exist"),
+    (6, "rowfleet: no job 8"),
+    (6, "=> rolled back: no order row and no job 8"),
+    (6, "=> committed: the order row and job 8 both exist"),
     (7, "$ rowfleet --db demo.db status"),
     (7, "=> all 8 jobs completed; the worker killed in step 5"),
 )
