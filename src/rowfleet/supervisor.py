@@ -25,6 +25,7 @@ log = logging.getLogger("rowfleet.supervisor")
 FIRST_RESTART_DELAY = 0.5
 MAX_RESTART_DELAY = 30.0
 HEALTHY_AFTER = 60.0  # a child that lived this long resets the restart delay
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
 def restart_delay(previous: float, lived: float) -> float:
@@ -83,19 +84,28 @@ class Supervisor:
         return self.exit_code
 
     def _spawn(self, slot: int) -> None:
-        pid = os.fork()
-        if pid == 0:  # the child: run one worker, never return into the parent's loop
-            code = 1
-            try:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                code = self.child_main()
-            except BaseException:
-                logging.getLogger("rowfleet.worker").exception("worker child crashed")
-            finally:
-                logging.shutdown()
-                os._exit(code)
-        self.children[pid] = (slot, time.monotonic())
+        # Stop signals wait while we fork: the parent's handler then runs only once the
+        # child is in ``children`` (so the stop reaches it), and never inside the child.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            if self.stop.is_set():  # stopped before this (re)start: nothing would signal it
+                return
+            pid = os.fork()
+            if pid == 0:  # the child: run one worker, never return into the parent's loop
+                code = 1
+                try:
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                    code = self.child_main()
+                except BaseException:
+                    logging.getLogger("rowfleet.worker").exception("worker child crashed")
+                finally:
+                    logging.shutdown()
+                    os._exit(code)
+            self.children[pid] = (slot, time.monotonic())
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _wait_any() -> tuple[int, int]:

@@ -1,0 +1,339 @@
+"""A crash-point sweep: a child process dies (``os._exit(137)``) at each named step of a job's
+life, then recovery runs and the invariants are checked.
+
+Owns the crash-consistency contract on SQLite. The child is a small driver script that
+runs the real ``Worker`` (or one real orchestrator sweep, or an application's own
+transaction) with the crash injected by wrapping the real thing: a store wrapper that
+exits around ``claim``/``finish``, a handler that exits, or a ``sqlite3`` trace callback
+on the store's own connection that exits when it sees the ``COMMIT`` of a given write.
+Recovery is the real command line: ``orchestrator --once`` until the orphan is
+re-queued, then ``worker --burst``.
+
+Invariants after recovery: no job lost (every job completed), none left running, exactly
+one terminal event per job, one ``claimed`` event per attempt, the handler's side effects
+at least once (twice exactly where the crash fell between effect and commit), and an
+enqueue in the caller's transaction all-or-nothing with the caller's own row.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+import unittest
+from typing import NamedTuple
+
+from rowfleet.job import JobSpec
+from support import DEADLINE, TempDirTestCase, child_env, wait_until
+
+SLOW = True
+
+CRASHED = 137
+LEASE = ("--lease", "1", "--renew", "0.25", "--poll", "0.2")
+
+APP_SOURCE = '''\
+import os
+
+import rowfleet
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@rowfleet.task(name="effect")
+def effect(n):
+    """Appends "job-id attempt" to effects.log (the side effect), then returns ``n``."""
+    job = rowfleet.current_job()
+    if os.environ.get("CRASH_STEP") == "mid_handler":
+        os._exit(137)
+    fd = os.open(os.path.join(HERE, "effects.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{job.id} {job.attempts}\\n".encode())
+    finally:
+        os.close(fd)
+    return n
+'''
+
+DRIVER_SOURCE = '''\
+"""Usage: python crashdriver.py STEP DB. Runs the real thing and exits 137 at STEP."""
+import os
+import re
+import sqlite3
+import sys
+import threading
+
+import rowfleet
+from rowfleet import tasks
+from rowfleet.config import Config
+from rowfleet.orchestrator import Orchestrator
+from rowfleet.store import open_store
+from rowfleet.worker import Worker
+
+STEP, DB = sys.argv[1], sys.argv[2]
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIG = Config(db=DB, lease=1.0, renew=0.25, heartbeat=0.5, poll=0.2, interval=0.2)
+
+
+def crash():
+    os._exit(137)
+
+
+def claiming(sql):
+    return sql.startswith("UPDATE jobs") and re.search(r"SET state = 'running'", sql)
+
+
+def completing(sql):
+    return sql.startswith("UPDATE jobs") and re.search(r"SET state = 'completed'", sql)
+
+
+def reclaiming(sql):
+    return (sql.startswith("UPDATE jobs") and re.search(r"SET state = 'queued'", sql)
+            and "lease_expires_at <" in sql)
+
+
+def crash_at_commit_after(conn, write):
+    """Exit when this connection is about to COMMIT a transaction that made ``write``."""
+    seen = []
+
+    def trace(sql):
+        sql = sql.strip()
+        if sql.startswith("BEGIN"):
+            seen.clear()
+        elif write(sql):
+            seen.append(sql)
+        elif seen and sql.upper() == "COMMIT":
+            crash()
+
+    conn.set_trace_callback(trace)
+
+
+class CrashingStore:
+    """The real store; exits the process around ``claim`` or ``finish`` at STEP."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def claim(self, *args, **kwargs):
+        job = self._store.claim(*args, **kwargs)
+        if STEP == "after_claim" and job is not None:
+            crash()
+        return job
+
+    def finish(self, *args, **kwargs):
+        if STEP == "before_finish":
+            crash()
+        following = self._store.finish(*args, **kwargs)
+        if STEP == "after_finish":
+            crash()
+        return following
+
+
+def store_factory(config):
+    store = open_store(config)
+    if threading.current_thread() is not threading.main_thread():
+        return store  # the Keeper's own connection: it renews leases and never crashes
+    if STEP == "in_claim_commit":
+        crash_at_commit_after(store.conn, claiming)
+    elif STEP == "in_finish_commit":
+        crash_at_commit_after(store.conn, completing)
+    return CrashingStore(store)
+
+
+def run_worker():
+    os.environ["CRASH_STEP"] = STEP  # read by the handler, in this process only
+    tasks.import_apps(["crashapp"], folder=HERE)
+    return Worker(CONFIG, "default", burst=True, store_factory=store_factory).run()
+
+
+def run_reclaim():
+    store = open_store(CONFIG)
+    crash_at_commit_after(store.conn, reclaiming)
+    Orchestrator(store, CONFIG).run_once()
+    return 0
+
+
+def run_enqueue(commit):
+    """An application's own transaction: a domain row and jobs, committed together or not."""
+    rowfleet.configure(db=DB)
+    conn = sqlite3.connect(DB, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO orders (item) VALUES ('widget')")
+    rowfleet.enqueue("effect", [1], conn=conn)
+    rowfleet.enqueue_many("effect", [[2], [3]], conn=conn)
+    if not commit:
+        crash()
+    conn.execute("COMMIT")
+    return 0
+
+
+if STEP == "in_reclaim_commit":
+    sys.exit(run_reclaim())
+elif STEP.startswith("enqueue_"):
+    sys.exit(run_enqueue(STEP == "enqueue_commit"))
+else:
+    sys.exit(run_worker())
+'''
+
+
+class Step(NamedTuple):
+    """What one crash point leaves behind for three queued jobs, the first one claimed."""
+
+    crashed: list[str]          # the jobs' states right after the crash
+    crashed_effects: list[int]  # side effects per job by then
+    effects: list[int]          # side effects per job after recovery
+    attempts: list[int]         # attempts per job after recovery
+    reclaims: list[int]         # `reclaimed` events per job
+
+
+WORKER_STEPS = {
+    "in_claim_commit": Step(["queued", "queued", "queued"], [0, 0, 0], [1, 1, 1], [1, 1, 1], [0, 0, 0]),
+    "after_claim": Step(["running", "queued", "queued"], [0, 0, 0], [1, 1, 1], [2, 1, 1], [1, 0, 0]),
+    "mid_handler": Step(["running", "queued", "queued"], [0, 0, 0], [1, 1, 1], [2, 1, 1], [1, 0, 0]),
+    "before_finish": Step(["running", "queued", "queued"], [1, 0, 0], [2, 1, 1], [2, 1, 1], [1, 0, 0]),
+    "in_finish_commit": Step(["running", "queued", "queued"], [1, 0, 0], [2, 1, 1], [2, 1, 1], [1, 0, 0]),
+    # finish commits the outcome and the claim of the next job in one transaction
+    "after_finish": Step(["completed", "running", "queued"], [1, 0, 0], [1, 1, 1], [1, 2, 1], [0, 1, 0]),
+}
+
+
+class CrashPointTest(TempDirTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.write_module("crashapp", APP_SOURCE)
+        self.driver = self.write_module("crashdriver", DRIVER_SOURCE)
+        self.store = self.open_store()
+        with contextlib.closing(sqlite3.connect(self.db, isolation_level=None)) as conn:
+            conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)")
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def crash_at(self, step: str, expect: int = CRASHED) -> None:
+        """Run the driver to ``step``; it must exit ``expect`` (137: the crash point was reached)."""
+        result = subprocess.run([sys.executable, self.driver, step, self.db], cwd=self.dir, env=child_env(),
+                                capture_output=True, text=True, timeout=DEADLINE)
+        self.assertEqual(result.returncode, expect,
+                         f"driver at {step} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+
+    def enqueue_three(self) -> list[int]:
+        return [self.store.enqueue(JobSpec(task="effect", args=[n])).id for n in range(3)]
+
+    def states(self, ids: list[int]) -> list[str]:
+        return [self.store.get_job(job_id, "").state for job_id in ids]
+
+    def effects(self, ids: list[int]) -> list[int]:
+        try:
+            with open(os.path.join(self.dir, "effects.log")) as handle:
+                ran = collections.Counter(int(line.split()[0]) for line in handle)
+        except FileNotFoundError:
+            ran = collections.Counter()
+        return [ran[job_id] for job_id in ids]
+
+    def sweep(self) -> dict:
+        return json.loads(self.cli("orchestrator", "--once", *LEASE).stdout)
+
+    def swept_clean(self) -> bool:
+        self.sweep()
+        return not self.running()
+
+    def recover(self) -> None:
+        """Reclaim until nothing is running (each orphan waits out its lease), then drain."""
+        wait_until(self.swept_clean, message="every orphan re-queued")
+        self.cli("worker", "--app", "crashapp", "--burst", *LEASE)
+        after = self.sweep()
+        self.assertEqual((after["reclaimed"], after["failed"]), (0, 0), "a sweep after recovery found work")
+
+    def running(self) -> list[int]:
+        return [job.id for job in self.store.list_jobs("", state="running")]
+
+    def assert_recovered(self, ids: list[int], effects: list[int], attempts: list[int],
+                         reclaims: list[int]) -> None:
+        self.assertEqual(self.states(ids), ["completed"] * len(ids), "a job was lost")
+        self.assertEqual(self.running(), [])
+        self.assertEqual(self.effects(ids), effects, "side effects per job")
+        for job_id, tries, reclaimed in zip(ids, attempts, reclaims):
+            job = self.store.get_job(job_id, "")
+            kinds = collections.Counter(event.kind for event in self.store.events(job_id))
+            with self.subTest(job=job_id):
+                self.assertEqual(kinds["completed"] + kinds["failed"], 1, "terminal state written once")
+                self.assertEqual(kinds["completed"], 1)
+                self.assertEqual(job.attempts, tries)
+                self.assertEqual(kinds["claimed"], job.attempts, "one claim per attempt")
+                self.assertEqual(job.lease_token, job.attempts)
+                self.assertEqual(kinds["reclaimed"], reclaimed)
+
+    def sweep_step(self, name: str) -> None:
+        step = WORKER_STEPS[name]
+        ids = self.enqueue_three()
+        self.crash_at(name)
+        self.assertEqual(self.states(ids), step.crashed, "states right after the crash")
+        self.assertEqual(self.effects(ids), step.crashed_effects, "side effects right after the crash")
+        for job_id, state in zip(ids, step.crashed):
+            kinds = [event.kind for event in self.store.events(job_id)]
+            self.assertEqual(kinds.count("completed"), int(state == "completed"),
+                             f"job {job_id}: a completion survived the crash, or one was lost")
+        self.recover()
+        self.assert_recovered(ids, step.effects, step.attempts, step.reclaims)
+
+    # --- the worker's steps --------------------------------------------------------------
+
+    def test_crash_inside_the_claim_transaction(self):
+        self.sweep_step("in_claim_commit")
+
+    def test_crash_after_the_claim_commits(self):
+        self.sweep_step("after_claim")
+
+    def test_crash_mid_handler(self):
+        self.sweep_step("mid_handler")
+
+    def test_crash_after_the_side_effect_before_finish_runs_the_job_again(self):
+        self.sweep_step("before_finish")
+
+    def test_crash_inside_the_finish_transaction_rolls_the_completion_back(self):
+        self.sweep_step("in_finish_commit")
+
+    def test_crash_after_finish_commits_recovers_the_job_claimed_with_it(self):
+        self.sweep_step("after_finish")
+
+    # --- the orchestrator's step ---------------------------------------------------------
+
+    def test_crash_inside_the_reclaim_transaction(self):
+        ids = self.enqueue_three()
+        orphan = self.store.claim("", "default", "ghost:1", 0.05)  # a holder that vanished
+        self.assertEqual(orphan.id, ids[0])
+        wait_until(lambda: time.time() > orphan.lease_expires_at, message="the orphan's lease to lapse")
+        self.crash_at("in_reclaim_commit")
+        job = self.store.get_job(orphan.id, "")
+        self.assertEqual((job.state, job.lease_token), ("running", 1), "the reclaim was not rolled back")
+        self.assertNotIn("reclaimed", [event.kind for event in self.store.events(orphan.id)])
+        self.recover()
+        self.assert_recovered(ids, effects=[1, 1, 1], attempts=[2, 1, 1], reclaims=[1, 0, 0])
+
+    # --- the application's step ----------------------------------------------------------
+
+    def test_enqueue_in_the_callers_transaction_is_all_or_nothing(self):
+        self.crash_at("enqueue_crash")
+        self.assertEqual(self.orders(), 0, "the order survived a crash before COMMIT")
+        self.assertEqual(self.store.list_jobs(""), [], "a job survived a crash before COMMIT")
+
+        self.crash_at("enqueue_commit", expect=0)
+        self.assertEqual(self.orders(), 1)
+        ids = sorted(job.id for job in self.store.list_jobs(""))
+        self.assertEqual(len(ids), 3)
+        self.assertEqual(self.states(ids), ["queued"] * 3)
+        self.recover()
+        self.assert_recovered(ids, effects=[1, 1, 1], attempts=[1, 1, 1], reclaims=[0, 0, 0])
+
+    def orders(self) -> int:
+        with contextlib.closing(sqlite3.connect(self.db)) as conn:
+            return conn.execute("SELECT count(*) FROM orders").fetchone()[0]
+
+
+if __name__ == "__main__":
+    unittest.main()
