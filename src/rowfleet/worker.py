@@ -91,15 +91,25 @@ class Worker:
 
     def _serve(self) -> None:
         job: Job | None = None
+        pause = 0.0
         while not self.stopping:
-            if job is None:
-                job = self._claim()
+            try:
                 if job is None:
-                    if self.burst:
-                        return
-                    self._await_work()
-                    continue
-            job = self.run_job(job)
+                    job = self._claim()
+                    if job is None:
+                        if self.burst:
+                            return
+                        self._await_work()
+                        continue
+                job = self.run_job(job)
+                pause = 0.0
+            except StoreUnavailable as exc:
+                # The database is busy past the timeout or gone for a moment: back off and
+                # carry on. A job in hand whose outcome could not be written is reclaimed.
+                job = None
+                pause = min(max(pause * 2, 0.1), 10.0)
+                log.error("database unavailable (retrying in %.1fs): %s", pause, exc)
+                self.stop_event.wait(pause)
 
     def _open_store(self) -> Store | None:
         """Open the database, waiting (until stopped) for it and its schema to exist.

@@ -146,14 +146,14 @@ RETURNING *;
 -- name: prune_events
 DELETE FROM job_events
 WHERE job_id IN (SELECT id FROM jobs
-                 WHERE finished_at < :cutoff AND state IN ('completed', 'failed', 'cancelled')
+                 WHERE finished_at < :now - :retention AND state IN ('completed', 'failed', 'cancelled')
                  ORDER BY finished_at LIMIT :limit);
 
 -- name: prune_jobs
 DELETE FROM jobs
 WHERE id IN (SELECT id FROM jobs
-             WHERE finished_at < :cutoff AND state IN ('completed', 'failed', 'cancelled')
+             WHERE finished_at < :now - :retention AND state IN ('completed', 'failed', 'cancelled')
              ORDER BY finished_at LIMIT :limit);
 
 -- name: prune_workers
-DELETE FROM workers WHERE last_seen < :cutoff AND (stopped_at IS NOT NULL OR flagged_dead_at IS NOT NULL);
+DELETE FROM workers WHERE last_seen < :now - :retention AND (stopped_at IS NOT NULL OR flagged_dead_at IS NOT NULL);

@@ -309,10 +309,9 @@ class Store(abc.ABC):
         total = 0
         while True:
             with self.transaction() as tx:
-                cutoff = tx.now - retention
-                tx.run("prune_events", cutoff=cutoff, limit=batch)
-                deleted = tx.run("prune_jobs", cutoff=cutoff, limit=batch)
-                tx.run("prune_workers", cutoff=cutoff)
+                tx.run("prune_events", retention=retention, limit=batch)
+                deleted = tx.run("prune_jobs", retention=retention, limit=batch)
+                tx.run("prune_workers", retention=retention)
             total += deleted
             if deleted < batch:
                 return total
