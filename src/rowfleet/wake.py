@@ -36,10 +36,14 @@ IN_CLOEXEC = 0o2000000
 _EVENT_HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 
 FALLBACK_INTERVAL = 0.05  # seconds between data_version checks when inotify is missing
+SETTLE_WINDOW = 0.03
 
 
 class Waiter(Protocol):
     """What an idle worker sleeps on; each dialect's store hands out its own kind."""
+
+    settle_window: float
+    """Seconds to keep re-checking after a wake-up for the change to become visible."""
 
     def wait(self, timeout: float) -> bool:
         """True when the database may have changed; False on timeout or interrupt."""
@@ -87,9 +91,11 @@ class FileWaiter:
             self._poller.register(self._inotify, select.POLLIN)
 
     @property
-    def pushes(self) -> bool:
-        """True when changes arrive as events; False when this waiter only naps."""
-        return self._inotify is not None
+    def settle_window(self) -> float:
+        """The WAL write that raises an event can land before its commit is visible (the
+        wal-index lives in the mmap'd -shm, which raises no event): after an event, keep
+        re-checking this long. A waiter that only naps has nothing to settle."""
+        return SETTLE_WINDOW if self._inotify is not None else 0.0
 
     def wait(self, timeout: float) -> bool:
         """True if the database may have changed; False on timeout or interrupt."""

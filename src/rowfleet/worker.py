@@ -27,10 +27,7 @@ from rowfleet.store import Store, open_store
 
 log = logging.getLogger("rowfleet.worker")
 
-# How long after a wake-up event to keep re-checking data_version: the WAL write that
-# raised the event can land before the commit is visible (the wal-index lives in -shm).
-SETTLE_WINDOW = 0.03
-SETTLE_STEP = 0.0002
+SETTLE_STEP = 0.0002  # seconds between re-checks within a waiter's settle window
 
 _current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("rowfleet_job", default=None)
 
@@ -207,9 +204,9 @@ class Worker:
                 return
 
     def _settle(self) -> bool:
-        """After a write somewhere: is there now work for us? Re-checks briefly, because the
-        event can arrive before the commit that raised it is visible."""
-        give_up = time.monotonic() + (SETTLE_WINDOW if self.waiter.pushes else 0.0)
+        """After a write somewhere: is there now work for us? Re-checks for the waiter's
+        settle window, because a wake-up can arrive before the commit that raised it is visible."""
+        give_up = time.monotonic() + self.waiter.settle_window
         while not self.stopping:
             if self.store.changed() and self.store.has_due(self.config.project, self.queue):
                 return True
