@@ -75,20 +75,24 @@ class JobSpec:
         if self.key is not None and (not isinstance(self.key, str) or not self.key):
             raise ConfigError("an idempotency key must be a non-empty string")
         try:
-            encode_json(self.args)
+            object.__setattr__(self, "_args_json", encode_json(self.args))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"args must be JSON-serialisable: {exc}") from None
 
     def args_json(self) -> str:
-        return encode_json(self.args)
+        return self._args_json  # encoded once, when the spec was validated
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def encode_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    """Compact JSON; NaN and infinities are refused (they are not JSON)."""
+    return _ENCODER.encode(value)
 
 
 def decode_json(text: str | None) -> Any:
@@ -124,12 +128,14 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":
-        """Build from a mapping-like row whose columns are named as the fields."""
-        values = {name: row[name] for name in _JOB_FIELDS}
-        values["args"] = decode_json(values["args"])
-        values["result"] = decode_json(values["result"])
-        values["run_next"] = bool(values["run_next"])
-        return cls(**values)
+        """Build from a row of ``jobs``: a dict keyed by column, or a sequence in the
+        table's column order (which the fields follow; ``SELECT *`` and ``RETURNING *``
+        give it)."""
+        values = [row[name] for name in _JOB_FIELDS] if isinstance(row, dict) else list(row)
+        values[_ARGS] = decode_json(values[_ARGS])
+        values[_RESULT] = decode_json(values[_RESULT])
+        values[_RUN_NEXT] = bool(values[_RUN_NEXT])
+        return cls(*values)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: times as ISO-8601 UTC strings."""
@@ -140,6 +146,7 @@ class Job:
 
 
 _JOB_FIELDS = tuple(field.name for field in dataclasses.fields(Job))
+_ARGS, _RESULT, _RUN_NEXT = (_JOB_FIELDS.index(name) for name in ("args", "result", "run_next"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,10 +183,11 @@ class Outcome:
     traceback: str | None = None
     delay: float = 0.0
     event: str = ""
+    result_json: str | None = None
 
-    @property
-    def result_json(self) -> str | None:
-        return None if self.state != COMPLETED else encode_json(self.result)
+    def __post_init__(self) -> None:
+        if self.state == COMPLETED and self.result_json is None:
+            object.__setattr__(self, "result_json", encode_json(self.result))
 
 
 def backoff(attempt: int, base: float, cap: float, rng: Callable[[], float]) -> float:
@@ -210,11 +218,11 @@ def decide_outcome(job: Job, result: Any = None, raised: BaseException | None = 
     """
     if raised is None:
         try:
-            encode_json(result)
+            encoded = encode_json(result)
         except (TypeError, ValueError) as exc:
             return _fail_or_retry(job, f"result is not JSON-serialisable: {exc}", None,
                                   backoff_base, backoff_max, rng, retryable=False)
-        return Outcome(COMPLETED, result=result, event="completed")
+        return Outcome(COMPLETED, result=result, event="completed", result_json=encoded)
     if isinstance(raised, Cancel):
         return Outcome(CANCELLED, error=raised.reason, event="cancelled")
     if isinstance(raised, Retry):

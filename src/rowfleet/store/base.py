@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import json
 from typing import Any, Callable, Iterable, Sequence
 
 from rowfleet import job as jobs
@@ -355,4 +354,4 @@ def _insert_params(spec: JobSpec, with_key: bool = True) -> dict[str, Any]:
 
 
 def _event(tx: Tx, job_id: int, kind: str, **detail: Any) -> None:
-    tx.run("event_insert", job_id=job_id, kind=kind, detail=json.dumps(detail, separators=(",", ":")))
+    tx.run("event_insert", job_id=job_id, kind=kind, detail=jobs.encode_json(detail))

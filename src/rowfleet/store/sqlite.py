@@ -84,12 +84,13 @@ class SQLiteTx(Tx):
         self.conn = conn
         self.sql = sql
         self.now = now
+        self.cursor = conn.cursor()
+        self.cursor.row_factory = sqlite3.Row  # also on a caller's connection, whatever its factory
 
     def _execute(self, name: str, params: dict[str, Any]) -> sqlite3.Cursor:
-        cursor = self.conn.cursor()
-        cursor.row_factory = sqlite3.Row  # also on a caller's connection, whatever its factory
+        params["now"] = self.now  # params is the caller's fresh **kwargs dict
         try:
-            return cursor.execute(self.sql[name], {"now": self.now, **params})
+            return self.cursor.execute(self.sql[name], params)
         except sqlite3.Error as exc:
             raise translate(exc, f" in {name}") from None
 

@@ -44,7 +44,7 @@ CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX jobs_state ON jobs (project, state, queue);
 
 CREATE TABLE job_events (
-    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    id      INTEGER PRIMARY KEY,                           -- events go with their job when pruned
     job_id  INTEGER NOT NULL,
     at      REAL    NOT NULL,
     kind    TEXT    NOT NULL,
