@@ -11,7 +11,7 @@ import sqlite3
 import unittest
 
 import rowfleet
-from rowfleet.errors import Conflict, LeaseLost, NotFound, SchemaMissing
+from rowfleet.errors import ConfigError, Conflict, LeaseLost, NotFound, SchemaMissing
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, Cancel, JobSpec, Outcome, Retry, \
     decide_outcome
 from rowfleet.worker import Worker
@@ -102,8 +102,16 @@ class LifecycleContract:
         self.assertNotEqual(other_project.id, first.id)
 
     def test_enqueue_many(self):
-        specs = [JobSpec(task="lifecycle.add", args={"a": i, "b": 0}) for i in range(250)]
-        self.assertEqual(self.store.enqueue_many(specs), 250)
+        spec = JobSpec(task="lifecycle.add", queue="bulk", priority=3)
+        self.assertEqual(self.store.enqueue_many(spec, ({"a": i, "b": 0} for i in range(250))), 250)
+        listed = self.store.list_jobs("", limit=1000)
+        self.assertEqual(len(listed), 250)
+        self.assertEqual({(job.queue, job.priority) for job in listed}, {("bulk", 3)})
+        self.assertEqual(sorted(job.args["a"] for job in listed), list(range(250)))
+        with self.assertRaises(ConfigError):  # one bad item: nothing is written
+            self.store.enqueue_many(spec, [{"a": 1, "b": 1}, {"a": {1, 2}}])
+        with self.assertRaises(ConfigError):
+            self.store.enqueue_many(JobSpec(task="lifecycle.add", key="k"), [{}])
         self.assertEqual(len(self.store.list_jobs("", limit=1000)), 250)
 
     # --- claim order -------------------------------------------------------------------

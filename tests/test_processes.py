@@ -192,7 +192,7 @@ class ProcessContract:
         """Enqueue ``count`` jobs of ``task`` in one transaction; their ids."""
         store = self.store()
         known = {job.id for job in store.list_jobs("", limit=1_000_000)}
-        store.enqueue_many([JobSpec(task=task)] * count)
+        store.enqueue_many(JobSpec(task=task), [None] * count)
         ids = sorted(job.id for job in store.list_jobs("", limit=1_000_000) if job.id not in known)
         self.assertEqual(len(ids), count)
         return ids
@@ -361,7 +361,8 @@ class ProcessContract:
         # One queue per job, so the vanished holder below claims each job once and never
         # takes back a job already reclaimed, however slowly its claims go.
         specs = [JobSpec(task="note", queue=f"q{n}") for n in range(150)]  # > one sweep's 100
-        self.store().enqueue_many(specs)
+        for spec in specs:
+            self.store().enqueue(spec)
         ids = sorted(job.id for job in self.store().list_jobs("", limit=1000))
         orchestrators = [self.launch("orchestrator", "--interval", "0.2", "--log-level", "INFO")
                          for _ in range(2)]

@@ -110,7 +110,7 @@ class SqlFilesTest(unittest.TestCase):
 
         from rowfleet.store import base
 
-        named = set(re.findall(r'\.(?:one|all|run|many)\("([a-z_]+)"', inspect.getsource(base)))
+        named = set(re.findall(r'\.(?:one|all|run)\("([a-z_]+)"', inspect.getsource(base)))
         defined = set(queries.queries("sqlite"))
         self.assertEqual(named - defined, set())
         self.assertEqual(defined - named - {"migrations_table"}, set(), "unused queries")

@@ -65,10 +65,10 @@ def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: 
 def enqueue_many(task: Any, args_list: Iterable[Any], *, queue: str | None = None, priority: int = 0,
                  run_next: bool = False, delay: float = 0.0, max_attempts: int = 5,
                  project: str | None = None, conn: Any = None) -> int:
-    """Enqueue one job per item of ``args_list`` in one transaction; returns how many."""
-    specs = [_spec(task, args, queue, priority, run_next, delay, None, None, max_attempts, project)
-             for args in args_list]
-    return default_store().enqueue_many(specs, conn=conn)
+    """Enqueue one job per item of ``args_list`` in one transaction (all or none); returns
+    how many. Faster than a loop of ``enqueue`` by far; idempotency keys are not taken."""
+    spec = _spec(task, None, queue, priority, run_next, delay, None, None, max_attempts, project)
+    return default_store().enqueue_many(spec, args_list, conn=conn)
 
 
 def get_job(job_id: int, *, project: str | None = None) -> Job:

@@ -26,10 +26,14 @@ ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTH
 RETURNING *;
 
 -- name: job_insert_many
+-- One statement for a whole batch: :args_list is a JSON array of each job's args, already
+-- encoded as JSON text, so the rows are bound once instead of once per job.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   created_at, updated_at)
-VALUES (:project, :queue, :task, :args, :priority, :run_next, coalesce(:run_at, :now + :delay),
-        :max_attempts, :now, :now);
+SELECT :project, :queue, :task, value, :priority, :run_next, coalesce(:run_at, :now + :delay),
+       :max_attempts, :now, :now
+FROM json_each(:args_list)
+ORDER BY key;
 
 -- name: job_by_key
 SELECT * FROM jobs WHERE project = :project AND idempotency_key = :key;

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 from rowfleet import job as jobs
 from rowfleet.config import Config
-from rowfleet.errors import Conflict, LeaseLost, MigrationError, NotFound, SchemaMissing
+from rowfleet.errors import ConfigError, Conflict, LeaseLost, MigrationError, NotFound, SchemaMissing
 from rowfleet.job import Event, Job, JobSpec, Outcome
 from rowfleet.queries import latest_version, migrations, queries
 from rowfleet.wake import Waiter
@@ -41,10 +41,6 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def run(self, query: str, **params: Any) -> int:
         """Run a named statement that returns no rows; how many rows it changed."""
-
-    @abc.abstractmethod
-    def many(self, query: str, rows: Iterable[dict[str, Any]]) -> int:
-        """Run a named statement once per parameter set; rows affected."""
 
     @abc.abstractmethod
     def script(self, sql: str) -> None:
@@ -159,16 +155,18 @@ class Store(abc.ABC):
             row = tx.one("job_by_key", project=spec.project, key=spec.key)
         return Job.from_row(row)
 
-    def enqueue_many(self, specs: Sequence[JobSpec], conn: Any = None) -> int:
-        """Insert many jobs in one transaction (no idempotency keys); returns how many."""
-        if any(spec.key is not None for spec in specs):
-            raise Conflict("enqueue_many does not take idempotency keys: enqueue those one by one")
-        params = [_insert_params(spec, with_key=False) for spec in specs]
+    def enqueue_many(self, spec: JobSpec, args_list: Iterable[Any], conn: Any = None) -> int:
+        """Insert one job per item of ``args_list``, each otherwise as ``spec`` says, in one
+        transaction (all or none); returns how many. Idempotency keys are one-by-one only."""
+        if spec.key is not None:
+            raise ConfigError("enqueue_many does not take an idempotency key: enqueue keyed jobs one by one")
+        params = _insert_params(spec, with_key=False)
+        del params["args"]
+        params["args_list"] = jobs.encode_json([_encode_args(args) for args in args_list])
         if conn is not None:
-            tx = self.caller_transaction(conn)
-            return tx.many("job_insert_many", params)
+            return self.caller_transaction(conn).run("job_insert_many", **params)
         with self.transaction() as tx:
-            return tx.many("job_insert_many", params)
+            return tx.run("job_insert_many", **params)
 
     # --- claim, renew, finish ----------------------------------------------------------
 
@@ -351,6 +349,13 @@ def _insert_params(spec: JobSpec, with_key: bool = True) -> dict[str, Any]:
     if with_key:
         params["key"] = spec.key
     return params
+
+
+def _encode_args(args: Any) -> str:
+    try:
+        return jobs.encode_json(args)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"args must be JSON-serialisable: {exc}") from None
 
 
 def _event(tx: Tx, job_id: int, kind: str, **detail: Any) -> None:

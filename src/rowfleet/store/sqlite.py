@@ -13,7 +13,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 from rowfleet.config import Config
 from rowfleet.errors import RowfleetError, SchemaMissing, StoreUnavailable
@@ -111,13 +111,6 @@ class SQLiteTx(Tx):
 
     def run(self, query: str, **params: Any) -> int:
         return self._execute(query, params).rowcount
-
-    def many(self, query: str, rows: Iterable[dict[str, Any]]) -> int:
-        now = self.now
-        try:
-            return self.conn.executemany(self.sql[query], ({"now": now, **row} for row in rows)).rowcount
-        except sqlite3.Error as exc:
-            raise translate(exc, f" in {query}") from None
 
     def script(self, sql: str) -> None:
         for statement in split_script(sql):
