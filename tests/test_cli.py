@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import unittest
 
 from support import TempDirTestCase, child_env
@@ -123,10 +125,23 @@ class CommandLineTest(TempDirTestCase):
         self.assertEqual(status["counts"], [{"project": "", "queue": "a", "state": "queued", "n": 1}])
         self.assertEqual(status["workers"], [])
 
-    def _run_on(self, db: str, *args: str):
-        import subprocess
-        import sys
+    def test_sqlite_use_never_imports_psycopg(self):
+        code = ("import sys, rowfleet; rowfleet.configure(db=sys.argv[1]); rowfleet.enqueue('m:f');"
+                "rowfleet.get_job(1); print('psycopg' in sys.modules)")
+        result = subprocess.run([sys.executable, "-c", code, self.db], cwd=self.dir, env=child_env(),
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.stdout.strip(), "False", result.stderr)
 
+    def test_postgres_without_psycopg_is_one_clear_line(self):
+        code = ("import sys; sys.modules['psycopg'] = None; from rowfleet.cli import main;"
+                "sys.exit(main(['--db', 'postgresql://nobody@127.0.0.1:1/none_test', 'status']))")
+        result = subprocess.run([sys.executable, "-c", code], cwd=self.dir, env=child_env(),
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr.strip(),
+                         "rowfleet: error: postgres support needs psycopg: pip install 'rowfleet[postgres]'")
+
+    def _run_on(self, db: str, *args: str):
         return subprocess.run([sys.executable, "-m", "rowfleet", "--db", db, *args], cwd=self.dir,
                               env=child_env(), capture_output=True, text=True, timeout=60)
 

@@ -115,12 +115,18 @@ class SqlFilesTest(unittest.TestCase):
         self.assertEqual(named - defined, set())
         self.assertEqual(defined - named - {"migrations_table"}, set(), "unused queries")
 
+    def test_both_dialects_define_the_same_queries(self):
+        self.assertEqual(set(queries.queries("sqlite")), set(queries.queries("postgres")))
+        self.assertEqual([(m.version, m.name) for m in queries.migrations("sqlite")],
+                         [(m.version, m.name) for m in queries.migrations("postgres")])
+
     def test_parse_queries_rejects_duplicates(self):
         with self.assertRaises(ValueError):
             queries.parse_queries("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;")
 
     def test_migrations_are_numbered_from_one(self):
-        self.assertEqual([m.version for m in queries.migrations("sqlite")], [1])
+        for dialect in ("sqlite", "postgres"):
+            self.assertEqual([m.version for m in queries.migrations(dialect)], [1])
 
     def test_split_script(self):
         self.assertEqual(sqlite_store.split_script("CREATE TABLE a (x TEXT DEFAULT ';');\n\nSELECT 1;\n-- end\n"),

@@ -43,5 +43,8 @@ def open_store(config: Config, *, create: bool = False, clock: Callable[[], floa
         return SQLiteStore(path, config, create=create, clock=clock)
     scheme = config.db.split("://", 1)[0]
     if scheme in ("postgres", "postgresql"):
-        raise ConfigError("this version of rowfleet runs on SQLite only: pass --db PATH or sqlite:///PATH")
-    raise ConfigError(f"unsupported database URL scheme {scheme!r}: use a file path or sqlite:///PATH")
+        from rowfleet.store.postgres import PostgresStore
+
+        return PostgresStore(config.db, config, clock=None if clock is time.time else clock)
+    raise ConfigError(f"unsupported database URL scheme {scheme!r}: use a file path, sqlite:///PATH "
+                      f"or postgresql://...")

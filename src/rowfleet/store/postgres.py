@@ -1,0 +1,279 @@
+"""The PostgreSQL dialect: connections, transactions, error translation, LISTEN wake-ups.
+
+psycopg 3 is imported lazily, inside functions only, so importing rowfleet or using
+SQLite never loads it; selecting Postgres without it installed is one clear error.
+Time comes from the database (``rowfleet_now(...)`` in the SQL), so hosts with skewed
+clocks agree on leases and delays. A connection lost to a restart is dropped and made
+again on next use; the caller sees ``StoreUnavailable`` once and backs off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+from typing import Any, Callable, Iterator
+
+from rowfleet.config import Config
+from rowfleet.errors import ConfigError, RowfleetError, SchemaMissing, StoreUnavailable
+from rowfleet.store.base import Store, Tx
+
+CHANNEL = "rowfleet_jobs"  # the wake-up channel; its trigger lives in the migrations
+CONNECT_TIMEOUT = 10
+
+
+def driver() -> Any:
+    """The psycopg module, or the one-line answer for a machine without it."""
+    try:
+        import psycopg
+    except ImportError:
+        raise ConfigError("postgres support needs psycopg: pip install 'rowfleet[postgres]'") from None
+    return psycopg
+
+
+def connect(url: str, *, autocommit: bool = True) -> Any:
+    psycopg = driver()
+    from psycopg.rows import dict_row
+
+    try:
+        return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row,
+                               connect_timeout=CONNECT_TIMEOUT)
+    except psycopg.Error as exc:
+        raise StoreUnavailable(f"cannot connect to {redact(url)}: {_first_line(exc)}") from None
+
+
+def translate(exc: Exception, what: str = "") -> RowfleetError:
+    """Turn a psycopg exception into the rowfleet error that tells the caller what to do."""
+    psycopg = driver()
+    if isinstance(exc, psycopg.errors.UndefinedTable) or isinstance(exc, psycopg.errors.UndefinedFunction):
+        return SchemaMissing(f"the database has no rowfleet schema ({_first_line(exc)}): run `rowfleet init`")
+    return StoreUnavailable(f"database error{what}: {_first_line(exc)}")
+
+
+def redact(url: str) -> str:
+    """A URL safe to print: any password is masked.
+
+    >>> redact("postgresql://ops:s3cret@db:5432/fleet")
+    'postgresql://ops:***@db:5432/fleet'
+    """
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class PostgresTx(Tx):
+    def __init__(self, cursor: Any, sql: dict[str, str], now: float | None) -> None:
+        self.cursor = cursor
+        self.sql = sql
+        self.now = now  # None: the SQL reads the database's clock
+
+    def _execute(self, query: str, params: dict[str, Any]) -> Any:
+        psycopg = driver()
+        try:
+            params["now"] = self.now  # params is the caller's fresh **kwargs dict
+            return self.cursor.execute(self.sql[query], params)
+        except psycopg.Error as exc:
+            raise translate(exc, f" in {query}") from exc
+
+    def one(self, query: str, **params: Any) -> Any | None:
+        cursor = self._execute(query, params)
+        return cursor.fetchone() if cursor.description else None
+
+    def all(self, query: str, **params: Any) -> list[Any]:
+        cursor = self._execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+
+    def run(self, query: str, **params: Any) -> int:
+        return self._execute(query, params).rowcount
+
+    def script(self, sql: str) -> None:
+        psycopg = driver()
+        try:
+            self.cursor.execute(sql)  # no parameters: several statements may run in one go
+        except psycopg.Error as exc:
+            raise translate(exc, " in a migration") from exc
+
+
+class PostgresStore(Store):
+    dialect = "postgres"
+
+    def __init__(self, url: str, config: Config, *, clock: Callable[[], float] | None = None) -> None:
+        super().__init__(config, self._database_time)
+        self.url = url
+        # Production reads the database's clock; tests pass a clock of their own to move time.
+        self._test_clock = clock
+        self._conn: Any = None
+        self._connection()
+
+    def _now(self) -> float | None:
+        return None if self._test_clock is None else self._test_clock()
+
+    def _connection(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.url)
+        return self._conn
+
+    def _lost(self, exc: Exception) -> bool:
+        """Forget a connection that broke, so the next use makes a new one."""
+        psycopg = driver()
+        if isinstance(exc, psycopg.OperationalError) or (self._conn is not None and self._conn.closed):
+            self.close()
+            return True
+        return False
+
+    @contextlib.contextmanager
+    def transaction(self, durable: bool = True) -> Iterator[Tx]:
+        # ``durable`` is a SQLite concern (fsync per commit); Postgres commits as configured.
+        psycopg = driver()
+        conn = self._connection()
+        try:
+            with conn.transaction(), conn.cursor() as cursor:
+                yield PostgresTx(cursor, self.sql, self._now())
+        except psycopg.Error as exc:
+            self._lost(exc)
+            raise translate(exc) from exc
+        except RowfleetError as exc:
+            if exc.__cause__ is not None:
+                self._lost(exc.__cause__)
+            raise
+
+    def reader(self) -> Tx:
+        return _ReaderTx(self)
+
+    def caller_transaction(self, conn: Any) -> Tx:
+        psycopg = driver()
+        from psycopg.rows import dict_row
+
+        if not isinstance(conn, psycopg.Connection):
+            raise TypeError(f"conn must be a psycopg Connection for a Postgres store, got {type(conn).__name__}")
+        return PostgresTx(conn.cursor(row_factory=dict_row), self.sql, self._now())
+
+    def waiter(self) -> "ListenWaiter":
+        return ListenWaiter(self.url)
+
+    def changed(self) -> bool:
+        return True  # a NOTIFY arrives only after its commit: nothing to second-guess
+
+    def _database_time(self) -> float:
+        if self._test_clock is not None:
+            return self._test_clock()
+        with self.transaction() as tx:
+            tx.cursor.execute("SELECT extract(epoch FROM now())::double precision AS now")
+            return tx.cursor.fetchone()["now"]
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+
+class _ReaderTx(PostgresTx):
+    """Autocommit reads: each statement sees the latest committed state."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+        super().__init__(None, store.sql, store._now())
+
+    def _execute(self, query: str, params: dict[str, Any]) -> Any:
+        psycopg = driver()
+        try:
+            self.cursor = self.store._connection().cursor()
+            params["now"] = self.now
+            return self.cursor.execute(self.sql[query], params)
+        except psycopg.Error as exc:
+            self.store._lost(exc)
+            raise translate(exc, f" in {query}") from exc
+
+
+class ListenWaiter:
+    """Blocks on a dedicated LISTEN connection (a connection busy with queries would miss
+    notifications). After a reconnect it reports a change, since a NOTIFY may have been
+    sent while it was away."""
+
+    settle_window = 0.0
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._conn: Any = None
+        self._listen()
+
+    def _listen(self) -> bool:
+        try:
+            conn = connect(self.url)
+            conn.execute(f"LISTEN {CHANNEL}")  # a fixed identifier of ours, never a caller's
+        except (RowfleetError, driver().Error):
+            return False
+        self._conn = conn
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        if self._conn is None:
+            if not self._listen():
+                self._nap(min(timeout, 1.0))
+                return False
+            return True  # back after an outage: whatever was sent meanwhile is gone
+        readable, _, _ = select.select([self._conn.fileno(), self._wake_r], [], [], max(timeout, 0.0))
+        if self._wake_r in readable:
+            self._drain_pipe()
+            return False
+        return bool(readable) and self._take_notifications()
+
+    def _take_notifications(self) -> bool:
+        try:
+            self._conn.pgconn.consume_input()
+            got = False
+            while self._conn.pgconn.notifies() is not None:
+                got = True
+            return got
+        except driver().Error:
+            self._drop()
+            return True
+
+    def drain(self) -> None:
+        if self._conn is not None:
+            self._take_notifications()
+
+    def interrupt(self) -> None:
+        try:
+            os.write(self._wake_w, b"!")
+        except OSError:
+            pass  # the pipe is full or closed: a wake-up is already pending or moot
+
+    def _nap(self, seconds: float) -> None:
+        readable, _, _ = select.select([self._wake_r], [], [], max(seconds, 0.0))
+        if readable:
+            self._drain_pipe()
+
+    def _drain_pipe(self) -> None:
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except OSError:
+            pass
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # closing a broken connection may complain; it is gone either way
+                pass
+            self._conn = None
+
+    def close(self) -> None:
+        self._drop()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
