@@ -52,6 +52,7 @@ if str(SRC) not in sys.path:
 
 import rowfleet  # noqa: E402  (needs the sys.path line above)
 from rowfleet import tasks  # noqa: E402
+from rowfleet.cli import positive_int  # noqa: E402
 from rowfleet.config import Config  # noqa: E402
 from rowfleet.queries import queries  # noqa: E402
 from rowfleet.store.sqlite import SQLiteStore  # noqa: E402
@@ -815,16 +816,6 @@ def parse_sections(text: str) -> tuple[str, ...]:
     return chosen
 
 
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench", description="Benchmark rowfleet against bare SQLite "
                                      "loops on temporary files; prints one table. Asserts nothing.")
@@ -834,10 +825,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
     parser.add_argument("--claim-rows", type=parse_rows, metavar="N,N,...",
                         help="queue depths for the claim latency (default 10000,100000,1000000)")
-    parser.add_argument("--rounds", type=positive, metavar="N", help="rounds per comparison (default 3)")
-    parser.add_argument("--jobs", type=positive, metavar="N",
+    parser.add_argument("--rounds", type=positive_int, metavar="N", help="rounds per comparison (default 3)")
+    parser.add_argument("--jobs", type=positive_int, metavar="N",
                         help="jobs queued before each round-trip run (default 40000)")
-    parser.add_argument("--samples", type=positive, metavar="N", help="wake-latency samples (default 200)")
+    parser.add_argument("--samples", type=positive_int, metavar="N", help="wake-latency samples (default 200)")
     parser.add_argument("--dir", metavar="PARENT", help="make the temporary folder here (default: the "
                         "system's); its filesystem decides what an fsync costs")
     return parser

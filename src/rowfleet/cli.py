@@ -40,34 +40,25 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
+def number(convert: Callable[[str], Any], what: str, accept: Callable[[Any], bool],
+           requirement: str) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text, then insist that ``accept`` holds."""
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {requirement}, got {text!r}")
+        return value
+
+    return parse
 
 
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative number of seconds, got {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
+positive_float = number(float, "a number of seconds", lambda v: v > 0, "a positive number of seconds")
+non_negative_float = number(float, "a number of seconds", lambda v: v >= 0,
+                            "a non-negative number of seconds")
+positive_int = number(int, "a whole number", lambda v: v >= 1, "a whole number of at least 1")
 
 
 # Every Config knob as a flag; None means "not given", so the environment and defaults apply.
