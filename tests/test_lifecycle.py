@@ -65,8 +65,9 @@ def whoami(*args):
 
 
 class LifecycleContract:
-    """Every backend must pass these. Subclasses provide ``make_store(clock, owned=True)``;
-    an owned store is closed at cleanup, others by whoever takes them."""
+    """Every backend must pass these. Subclasses provide ``make_store(clock, owned=True)``
+    (an owned store is closed at cleanup, others by whoever takes them) and
+    ``caller_connection()``, a driver connection of the application's own."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -298,6 +299,23 @@ class LifecycleContract:
         self.store.beat("w1", "", "host", "default", 1, None)
         self.assertIsNone(self.store.workers(since=0)[0]["flagged_dead_at"])
 
+    def test_transactional_enqueue_commits_or_rolls_back_with_the_caller(self):
+        conn = self.caller_connection()  # the application's own connection, in a transaction
+        self.addCleanup(conn.close)
+        conn.execute("CREATE TABLE orders (id integer PRIMARY KEY, item text)")
+        conn.commit()
+        conn.execute("INSERT INTO orders (id, item) VALUES (1, 'lost')")
+        self.store.enqueue(JobSpec(task="lifecycle.add", args={"a": 1, "b": 1}), conn=conn)
+        conn.rollback()
+        self.assertEqual(conn.execute("SELECT count(*) FROM orders").fetchone()[0], 0)
+        self.assertEqual(self.store.list_jobs(""), [])
+        conn.execute("INSERT INTO orders (id, item) VALUES (2, 'kept')")
+        job = self.store.enqueue(JobSpec(task="lifecycle.add", args={"a": 1, "b": 1}), conn=conn)
+        self.assertEqual(self.store.list_jobs(""), [], "not visible before the caller commits")
+        conn.commit()
+        self.assertEqual(conn.execute("SELECT count(*) FROM orders").fetchone()[0], 1)
+        self.assertEqual(self.store.get_job(job.id, "").state, QUEUED)
+
     # --- the worker, in this process -----------------------------------------------------
 
     def run_worker_burst(self, **settings):
@@ -341,22 +359,8 @@ class SQLiteLifecycleTest(LifecycleContract, TempDirTestCase):
         store.migrate()
         return store
 
-    def test_transactional_enqueue_commits_or_rolls_back_with_the_caller(self):
-        conn = sqlite3.connect(self.db)
-        self.addCleanup(conn.close)
-        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)")
-        conn.commit()
-        conn.execute("INSERT INTO orders (item) VALUES ('lost')")
-        self.store.enqueue(JobSpec(task="lifecycle.add", args={"a": 1, "b": 1}), conn=conn)
-        conn.rollback()
-        self.assertEqual(conn.execute("SELECT count(*) FROM orders").fetchone()[0], 0)
-        self.assertEqual(self.store.list_jobs(""), [])
-        conn.execute("INSERT INTO orders (item) VALUES ('kept')")
-        job = self.store.enqueue(JobSpec(task="lifecycle.add", args={"a": 1, "b": 1}), conn=conn)
-        self.assertEqual(self.store.list_jobs(""), [], "not visible before the caller commits")
-        conn.commit()
-        self.assertEqual(conn.execute("SELECT count(*) FROM orders").fetchone()[0], 1)
-        self.assertEqual(self.store.get_job(job.id, "").state, QUEUED)
+    def caller_connection(self):
+        return sqlite3.connect(self.db)
 
     def test_schema_is_required_and_migration_is_idempotent(self):
         from rowfleet.store import open_store
@@ -400,23 +404,10 @@ class PostgresLifecycleTest(LifecycleContract, TempDirTestCase):
         store.migrate()
         return store
 
-    def test_transactional_enqueue_commits_or_rolls_back_with_the_caller(self):
-        from rowfleet.store.postgres import connect
+    def caller_connection(self):
+        from rowfleet.store.postgres import driver
 
-        conn = connect(self.url, autocommit=False)
-        self.addCleanup(conn.close)
-        conn.execute("CREATE TABLE orders (id serial PRIMARY KEY, item text)")
-        conn.commit()
-        conn.execute("INSERT INTO orders (item) VALUES ('lost')")
-        self.store.enqueue(JobSpec(task="lifecycle.add", args={"a": 1, "b": 1}), conn=conn)
-        conn.rollback()
-        self.assertEqual(conn.execute("SELECT count(*) AS n FROM orders").fetchone()["n"], 0)
-        self.assertEqual(self.store.list_jobs(""), [])
-        conn.execute("INSERT INTO orders (item) VALUES ('kept')")
-        job = self.store.enqueue(JobSpec(task="lifecycle.add", args={"a": 1, "b": 1}), conn=conn)
-        self.assertEqual(self.store.list_jobs(""), [], "not visible before the caller commits")
-        conn.commit()
-        self.assertEqual(self.store.get_job(job.id, "").state, QUEUED)
+        return driver().connect(self.url)
 
     def test_reaches_the_same_logical_schema_as_sqlite(self):
         from rowfleet.store import open_store
