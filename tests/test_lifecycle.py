@@ -142,6 +142,13 @@ class LifecycleContract:
         self.assertTrue(self.store.has_due("", "default"))
         self.assertEqual(self.claim().id, job.id)
 
+    def test_within_a_priority_jobs_run_in_due_order(self):
+        delayed = self.enqueue(delay=10)
+        self.clock.advance(1)
+        fresh = self.enqueue()
+        self.clock.advance(20)
+        self.assertEqual([self.claim().id, self.claim().id], [fresh.id, delayed.id])
+
     def test_claim_stamps_holder_token_and_lease(self):
         self.enqueue()
         job = self.claim(lease=60)

@@ -52,7 +52,7 @@ SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
     claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s, started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
 WHERE id = (SELECT id FROM jobs
             WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-            ORDER BY run_next DESC, priority, id
+            ORDER BY run_next DESC, priority, run_at, id
             LIMIT 1
             FOR UPDATE SKIP LOCKED)
 RETURNING *;
@@ -89,8 +89,9 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: job_reclaim
+-- run_at is left as it was: the lapsed job keeps its place ahead of fresh work.
 UPDATE jobs
-SET state = 'queued', run_at = rowfleet_now(%(now)s), error = %(error)s, lease_expires_at = NULL, updated_at = rowfleet_now(%(now)s)
+SET state = 'queued', error = %(error)s, lease_expires_at = NULL, updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s AND lease_expires_at < rowfleet_now(%(now)s)
 RETURNING id;
 

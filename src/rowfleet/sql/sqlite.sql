@@ -50,7 +50,7 @@ SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
     claimed_by = :holder, lease_expires_at = :now + :lease, started_at = :now, updated_at = :now
 WHERE id = (SELECT id FROM jobs
             WHERE state = 'queued' AND project = :project AND queue = :queue AND run_at <= :now
-            ORDER BY run_next DESC, priority, id
+            ORDER BY run_next DESC, priority, run_at, id
             LIMIT 1)
 RETURNING *;
 
@@ -85,8 +85,9 @@ ORDER BY lease_expires_at
 LIMIT :limit;
 
 -- name: job_reclaim
+-- run_at is left as it was: the lapsed job keeps its place ahead of fresh work.
 UPDATE jobs
-SET state = 'queued', run_at = :now, error = :error, lease_expires_at = NULL, updated_at = :now
+SET state = 'queued', error = :error, lease_expires_at = NULL, updated_at = :now
 WHERE id = :id AND state = 'running' AND lease_token = :token AND lease_expires_at < :now
 RETURNING id;
 

@@ -32,7 +32,7 @@ CREATE TABLE jobs (
 );
 
 -- Serves the claim; partial, so dead tuples of finished jobs never slow the hot path.
-CREATE INDEX jobs_claim ON jobs (project, queue, run_next DESC, priority, id) WHERE state = 'queued';
+CREATE INDEX jobs_claim ON jobs (project, queue, run_next DESC, priority, run_at, id) WHERE state = 'queued';
 CREATE INDEX jobs_lease ON jobs (lease_expires_at) WHERE state = 'running';
 CREATE UNIQUE INDEX jobs_idempotency ON jobs (project, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;

@@ -28,8 +28,10 @@ CREATE TABLE jobs (
 );
 
 -- Serves the claim: walked in claim order, and only queued rows live in it, so finished
--- jobs never slow the hot path.
-CREATE INDEX jobs_claim ON jobs (project, queue, run_next DESC, priority, id)
+-- jobs never slow the hot path. Within a priority, jobs run in due order (run_at, which is
+-- the creation time unless delayed), so a job waiting out a delay or a retry backoff sits
+-- behind due work instead of being stepped over by every claim.
+CREATE INDEX jobs_claim ON jobs (project, queue, run_next DESC, priority, run_at, id)
     WHERE state = 'queued';
 
 -- Serves the reclaim sweep.
