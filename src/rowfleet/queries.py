@@ -37,7 +37,15 @@ def parse_queries(text: str) -> dict[str, str]:
             current = queries[name] = []
         elif current is not None:
             current.append(line)
-    return {name: "\n".join(lines).strip() for name, lines in queries.items()}
+    return {name: _without_leading_comments(lines) for name, lines in queries.items()}
+
+
+def _without_leading_comments(lines: list[str]) -> str:
+    """The statement alone: comment lines above it document it in the file, and stay there
+    (so traces and logs show SQL that starts with its verb)."""
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+        lines = lines[1:]
+    return "\n".join(lines).strip()
 
 
 @functools.cache
