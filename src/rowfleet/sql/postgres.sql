@@ -166,3 +166,38 @@ WHERE id IN (SELECT id FROM jobs
 
 -- name: prune_workers
 DELETE FROM workers WHERE last_seen < rowfleet_now(%(now)s) - %(retention)s AND (stopped_at IS NOT NULL OR flagged_dead_at IS NOT NULL);
+
+-- name: job_finish_and_claim
+-- A busy worker's whole turn in one statement (one round trip, atomic in autocommit): write
+-- the finished job's terminal state and event, then claim the next job of the queue and
+-- log that claim, but only if the finish still held the lease.
+WITH finished AS (
+    UPDATE jobs
+    SET state = %(state)s, result = %(result)s, error = %(error)s, traceback = %(traceback)s,
+        lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+    WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+    RETURNING id
+), finished_event AS (
+    INSERT INTO job_events (job_id, at, kind, detail)
+    SELECT id, rowfleet_now(%(now)s), %(kind)s, %(detail)s FROM finished
+), claimed AS (
+    UPDATE jobs
+    SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+        claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s,
+        started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+    WHERE id = (SELECT id FROM jobs
+                WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s
+                  AND run_at <= rowfleet_now(%(now)s)
+                ORDER BY run_next DESC, priority, run_at, id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+      AND EXISTS (SELECT 1 FROM finished)
+    RETURNING *
+), claimed_event AS (
+    INSERT INTO job_events (job_id, at, kind, detail)
+    SELECT id, rowfleet_now(%(now)s), 'claimed',
+           json_build_object('token', lease_token, 'holder', claimed_by, 'attempt', attempts)::text
+    FROM claimed
+)
+SELECT (SELECT count(*) FROM finished) AS finished, claimed.*
+FROM (SELECT 1) AS turn LEFT JOIN claimed ON true;

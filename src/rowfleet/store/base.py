@@ -218,17 +218,19 @@ class Store(abc.ABC):
         else:
             row = tx.one("job_finish", state=outcome.state, result=outcome.result_json, **guard)
         if row is None:
-            holder = tx.one("job_holder", id=job.id)
-            if holder and holder["state"] == outcome.state in jobs.TERMINAL \
-                    and holder["lease_token"] == job.lease_token:
-                return  # already written by this holder: terminal transitions are idempotent
-            raise self._stale(tx, job, holder)
-        detail: dict[str, Any] = {"token": job.lease_token, "attempt": job.attempts}
-        if outcome.error:
-            detail["error"] = outcome.error
-        if outcome.state == jobs.QUEUED:
-            detail["delay"] = round(outcome.delay, 3)
-        _event(tx, job.id, outcome.event or outcome.state, **detail)
+            self._check_already_written(tx, job, outcome)
+            return
+        tx.run("event_insert", job_id=job.id, kind=outcome.event or outcome.state,
+               detail=outcome_detail(job, outcome))
+
+    def _check_already_written(self, tx: Tx, job: Job, outcome: Outcome) -> None:
+        """The guarded write matched nothing: fine if this holder already wrote this terminal
+        state (terminal transitions are idempotent), else ``LeaseLost``."""
+        holder = tx.one("job_holder", id=job.id)
+        if holder and holder["state"] == outcome.state in jobs.TERMINAL \
+                and holder["lease_token"] == job.lease_token:
+            return
+        raise self._stale(tx, job, holder)
 
     def _stale(self, tx: Tx, job: Job, holder: Any = None) -> LeaseLost:
         holder = holder if holder is not None else tx.one("job_holder", id=job.id)
@@ -349,6 +351,16 @@ def _insert_params(spec: JobSpec, with_key: bool = True) -> dict[str, Any]:
     if with_key:
         params["key"] = spec.key
     return params
+
+
+def outcome_detail(job: Job, outcome: Outcome) -> str:
+    """The JSON detail of the event that records a run's outcome."""
+    detail: dict[str, Any] = {"token": job.lease_token, "attempt": job.attempts}
+    if outcome.error:
+        detail["error"] = outcome.error
+    if outcome.state == jobs.QUEUED:
+        detail["delay"] = round(outcome.delay, 3)
+    return jobs.encode_json(detail)
 
 
 def _encode_args(args: Any) -> str:
