@@ -175,6 +175,23 @@ class LifecycleContract:
                                       claim_next=("", "default", HOLDER, 60.0))
         self.assertEqual((following.id, following.state), (second.id, RUNNING))
 
+    def test_a_stale_finish_claims_nothing_and_a_repeat_claims_on(self):
+        self.enqueue()
+        stale = self.claim(lease=10)
+        self.clock.advance(11)
+        self.store.reclaim_lapsed()
+        fresh = self.claim(lease=10)
+        waiting = self.enqueue()
+        with self.assertRaises(LeaseLost):
+            self.store.finish(stale, Outcome(COMPLETED, result=1, event="completed"),
+                              claim_next=("", "default", HOLDER, 60.0))
+        self.assertEqual(self.store.get_job(waiting.id, "").state, QUEUED)
+        done = Outcome(COMPLETED, result=2, event="completed")
+        self.store.finish(fresh, done)
+        following = self.store.finish(fresh, done, claim_next=("", "default", HOLDER, 60.0))
+        self.assertEqual((following.id, following.state), (waiting.id, RUNNING))
+        self.assertEqual(self.kinds(fresh.id).count("completed"), 1)
+
     def test_terminal_transitions_are_idempotent(self):
         self.enqueue()
         job = self.claim()
