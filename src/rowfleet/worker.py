@@ -261,22 +261,29 @@ class Keeper(threading.Thread):
         self.join()
 
     def run(self) -> None:
-        try:
-            store = self.worker.store_factory(self.config)
-        except RowfleetError as exc:
-            log.error("keeper cannot open the database, leases will not be renewed: %s", exc)
-            return
         tick = min(self.config.renew, self.config.heartbeat)
         next_beat = 0.0
+        store: Store | None = None
         try:
             while not self._halt.is_set():
-                if time.monotonic() >= next_beat:
-                    self._beat(store)
-                    next_beat = time.monotonic() + self.config.heartbeat
-                self._renew(store)
+                store = store or self._open()
+                if store is not None:
+                    if time.monotonic() >= next_beat:
+                        self._beat(store)
+                        next_beat = time.monotonic() + self.config.heartbeat
+                    self._renew(store)
                 self._halt.wait(tick)
         finally:
-            store.close()
+            if store is not None:
+                store.close()
+
+    def _open(self) -> Store | None:
+        """The keeper's own connection; None (and a try again next tick) while unavailable."""
+        try:
+            return self.worker.store_factory(self.config)
+        except RowfleetError as exc:
+            log.error("keeper cannot reach the database, so leases are not renewed yet: %s", exc)
+            return None
 
     def _beat(self, store: Store) -> None:
         job = self.held()
