@@ -16,8 +16,8 @@ configured database on first use.
 
 from rowfleet.api import enqueue, enqueue_many, get_job, init, work
 from rowfleet.config import Config, configure
-from rowfleet.errors import (ConfigError, Conflict, LeaseLost, MigrationError, NotFound, RowfleetError,
-                             SchemaMissing, StoreUnavailable, UnknownTask)
+from rowfleet.errors import (ConfigError, Conflict, DatabaseUnreachable, LeaseLost, MigrationError, NotFound,
+                             RowfleetError, SchemaMissing, StoreUnavailable, UnknownTask)
 from rowfleet.job import Cancel, Job, Retry
 from rowfleet.tasks import task
 from rowfleet.worker import current_job
@@ -25,7 +25,7 @@ from rowfleet.worker import current_job
 __version__ = "0.1.0"
 
 __all__ = [
-    "Cancel", "Config", "ConfigError", "Conflict", "Job", "LeaseLost", "MigrationError", "NotFound",
-    "Retry", "RowfleetError", "SchemaMissing", "StoreUnavailable", "UnknownTask", "__version__",
+    "Cancel", "Config", "ConfigError", "Conflict", "DatabaseUnreachable", "Job", "LeaseLost", "MigrationError",
+    "NotFound", "Retry", "RowfleetError", "SchemaMissing", "StoreUnavailable", "UnknownTask", "__version__",
     "configure", "current_job", "enqueue", "enqueue_many", "get_job", "init", "task", "work",
 ]

@@ -35,6 +35,10 @@ class StoreUnavailable(RowfleetError):
     """The database cannot be opened or used: wrong path, not a database, locked too long."""
 
 
+class DatabaseUnreachable(StoreUnavailable):
+    """The database server did not answer: down, restarting, or a network fault. Transient."""
+
+
 class SchemaMissing(StoreUnavailable):
     """The database does not exist yet, or lacks the current schema: run ``rowfleet init``."""
 

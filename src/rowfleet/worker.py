@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from rowfleet import tasks
 from rowfleet.config import Config
-from rowfleet.errors import LeaseLost, RowfleetError, SchemaMissing, StoreUnavailable
+from rowfleet.errors import DatabaseUnreachable, LeaseLost, RowfleetError, SchemaMissing, StoreUnavailable
 from rowfleet.job import Job, Outcome, decide_outcome
 from rowfleet.store import Store, open_store
 
@@ -119,8 +119,9 @@ class Worker:
     def _open_store(self) -> Store | None:
         """Open the database, waiting (until stopped) for it and its schema to exist.
 
-        Only a missing database or schema is waited for; a file that is not a database,
-        or a schema newer than this rowfleet, is an error for the operator to fix.
+        A missing database or schema, or a server that does not answer yet, is waited for;
+        a file that is not a database, or a schema newer than this rowfleet, is an error
+        for the operator to fix.
         """
         announced = False
         while not self.stopping:
@@ -129,7 +130,7 @@ class Worker:
                 store = self.store_factory(self.config)
                 store.require_schema()
                 return store
-            except SchemaMissing as exc:
+            except (SchemaMissing, DatabaseUnreachable) as exc:
                 if store is not None:
                     store.close()
                 if not announced:

@@ -15,7 +15,7 @@ import select
 from typing import Any, Callable, Iterator
 
 from rowfleet.config import Config
-from rowfleet.errors import ConfigError, RowfleetError, SchemaMissing, StoreUnavailable
+from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError, SchemaMissing, StoreUnavailable
 from rowfleet.job import TERMINAL, Job, Outcome
 from rowfleet.store.base import Store, Tx, outcome_detail
 
@@ -40,7 +40,7 @@ def connect(url: str, *, autocommit: bool = True) -> Any:
         return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row,
                                connect_timeout=CONNECT_TIMEOUT)
     except psycopg.Error as exc:
-        raise StoreUnavailable(f"cannot connect to {redact(url)}: {_first_line(exc)}") from None
+        raise DatabaseUnreachable(f"cannot connect to {redact(url)}: {_first_line(exc)}") from None
 
 
 def translate(exc: Exception, what: str = "") -> RowfleetError:
