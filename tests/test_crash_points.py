@@ -1,11 +1,17 @@
 """A crash-point sweep: a child process dies (``os._exit(137)``) at each named step of a job's
 life, then recovery runs and the invariants are checked.
 
-Owns the crash-consistency contract on SQLite. The child is a small driver script that
-runs the real ``Worker`` (or one real orchestrator sweep, or an application's own
-transaction) with the crash injected by wrapping the real thing: a store wrapper that
-exits around ``claim``/``finish``, a handler that exits, or a ``sqlite3`` trace callback
-on the store's own connection that exits when it sees the ``COMMIT`` of a given write.
+Owns the crash-consistency contract, written once in ``CrashPointContract`` and run on
+SQLite and PostgreSQL. The child is a small driver script that runs the real ``Worker``
+(or one real orchestrator sweep, or an application's own transaction) with the crash
+injected by wrapping the real thing: a store wrapper that exits around ``claim``/``finish``,
+a handler that exits, or, inside a transaction, an exit just before the ``COMMIT`` of a
+given write: on SQLite a ``sqlite3`` trace callback on the store's own connection sees
+the ``COMMIT`` coming; on PostgreSQL the store's ``transaction()`` is wrapped, so the
+guarded UPDATE has run on the server (its row came back) when the process exits, and
+the server rolls the open transaction back as the connection drops. A busy worker's
+finish on PostgreSQL is one statement with no client-side inside, so there the worker is
+killed while the server runs it (see ``PostgresCrashPointTest.crash_inside_finish``).
 Recovery is the real command line: ``orchestrator --once`` until the orphan is
 re-queued, then ``worker --burst``.
 
@@ -38,6 +44,7 @@ LEASE = ("--lease", "1", "--renew", "0.25", "--poll", "0.2")
 
 APP_SOURCE = '''\
 import os
+import time
 
 import rowfleet
 
@@ -55,11 +62,22 @@ def effect(n):
         os.write(fd, f"{job.id} {job.attempts}\\n".encode())
     finally:
         os.close(fd)
+    if os.environ.get("CRASH_STEP") == "in_finish_statement":
+        _wait_for("go")  # the test takes its lock before this job's finish is sent
     return n
+
+
+def _wait_for(name):
+    give_up = time.monotonic() + 120.0
+    while not os.path.exists(os.path.join(HERE, name)):
+        if time.monotonic() > give_up:
+            raise TimeoutError("the test never released this handler")
+        time.sleep(0.005)
 '''
 
 DRIVER_SOURCE = '''\
 """Usage: python crashdriver.py STEP DB. Runs the real thing and exits 137 at STEP."""
+import contextlib
 import os
 import re
 import sqlite3
@@ -74,6 +92,7 @@ from rowfleet.store import open_store
 from rowfleet.worker import Worker
 
 STEP, DB = sys.argv[1], sys.argv[2]
+POSTGRES = DB.startswith(("postgres://", "postgresql://"))
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = Config(db=DB, lease=1.0, renew=0.25, heartbeat=0.5, poll=0.2, interval=0.2)
 
@@ -100,7 +119,8 @@ def crash_at_commit_after(conn, write):
     seen = []
 
     def trace(sql):
-        sql = sql.strip()
+        # A named query may open with comment lines of its own; judge the statement itself.
+        sql = "\\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).strip()
         if sql.startswith("BEGIN"):
             seen.clear()
         elif write(sql):
@@ -109,6 +129,53 @@ def crash_at_commit_after(conn, write):
             crash()
 
     conn.set_trace_callback(trace)
+
+
+class WatchedTx:
+    """A store's transaction that notes when the named query changed a row."""
+
+    def __init__(self, tx, query):
+        self._tx, self._query, self.wrote = tx, query, False
+
+    def __getattr__(self, name):
+        return getattr(self._tx, name)
+
+    def one(self, query, **params):
+        row = self._tx.one(query, **params)
+        if query == self._query and row is not None:
+            self.wrote = True
+        return row
+
+
+def crash_before_commit_of(store, query):
+    """Exit when a transaction of ``store`` in which ``query`` changed a row is about to
+    commit: the UPDATE ran on the server, the COMMIT is never sent."""
+    transaction = store.transaction
+
+    @contextlib.contextmanager
+    def watched(*args, **kwargs):
+        with transaction(*args, **kwargs) as tx:
+            watching = WatchedTx(tx, query)
+            yield watching
+            if watching.wrote:
+                crash()
+
+    store.transaction = watched
+
+
+# The writes a crash may cut off before their COMMIT: as SQLite's trace shows the SQL,
+# and by the named query that makes them. (A busy worker's finish on Postgres is one
+# statement, not a transaction: the test kills that step from outside instead.)
+WRITES = {"claim": (claiming, "job_claim"), "finish": (completing, "job_finish"),
+          "reclaim": (reclaiming, "job_reclaim")}
+
+
+def crash_before_commit(store, write):
+    traced, query = WRITES[write]
+    if POSTGRES:
+        crash_before_commit_of(store, query)
+    else:
+        crash_at_commit_after(store.conn, traced)
 
 
 class CrashingStore:
@@ -140,9 +207,9 @@ def store_factory(config):
     if threading.current_thread() is not threading.main_thread():
         return store  # the Keeper's own connection: it renews leases and never crashes
     if STEP == "in_claim_commit":
-        crash_at_commit_after(store.conn, claiming)
+        crash_before_commit(store, "claim")
     elif STEP == "in_finish_commit":
-        crash_at_commit_after(store.conn, completing)
+        crash_before_commit(store, "finish")
     return CrashingStore(store)
 
 
@@ -154,22 +221,32 @@ def run_worker():
 
 def run_reclaim():
     store = open_store(CONFIG)
-    crash_at_commit_after(store.conn, reclaiming)
+    crash_before_commit(store, "reclaim")
     Orchestrator(store, CONFIG).run_once()
     return 0
+
+
+def application_transaction():
+    """The application's own connection, in a transaction it will commit itself."""
+    if POSTGRES:
+        from rowfleet.store.postgres import connect
+
+        return connect(DB, autocommit=False)  # the first statement opens the transaction
+    conn = sqlite3.connect(DB, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
 
 
 def run_enqueue(commit):
     """An application's own transaction: a domain row and jobs, committed together or not."""
     rowfleet.configure(db=DB)
-    conn = sqlite3.connect(DB, isolation_level=None)
-    conn.execute("BEGIN IMMEDIATE")
+    conn = application_transaction()
     conn.execute("INSERT INTO orders (item) VALUES ('widget')")
     rowfleet.enqueue("effect", [1], conn=conn)
     rowfleet.enqueue_many("effect", [[2], [3]], conn=conn)
     if not commit:
         crash()
-    conn.execute("COMMIT")
+    conn.commit()
     return 0
 
 
@@ -203,14 +280,38 @@ WORKER_STEPS = {
 }
 
 
-class CrashPointTest(TempDirTestCase):
+class CrashPointContract:
+    """The sweep for any backend. The TestCase mixing this in is a ``TempDirTestCase`` and
+    provides ``empty_database()``, ``create_orders()``, ``orders()`` and ``settle()``."""
+
     def setUp(self) -> None:
         super().setUp()
+        self.db = self.empty_database()
         self.write_module("crashapp", APP_SOURCE)
         self.driver = self.write_module("crashdriver", DRIVER_SOURCE)
         self.store = self.open_store()
-        with contextlib.closing(sqlite3.connect(self.db, isolation_level=None)) as conn:
-            conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)")
+        self.create_orders()
+
+    def empty_database(self) -> str:
+        """What ``--db`` names for this test: a database with no rowfleet schema yet."""
+        raise NotImplementedError
+
+    def create_orders(self) -> None:
+        """Create the application's own table ``orders (id, item)``."""
+        raise NotImplementedError
+
+    def orders(self) -> int:
+        """How many rows ``orders`` has."""
+        raise NotImplementedError
+
+    def settle(self) -> None:
+        """Return once the database has undone whatever the dead child left uncommitted."""
+        raise NotImplementedError
+
+    def crash_inside_finish(self) -> None:
+        """Kill a worker inside its finish (the outcome and the next claim: one turn), and
+        check that the turn was written whole or not at all, then recovered."""
+        raise NotImplementedError
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -220,6 +321,7 @@ class CrashPointTest(TempDirTestCase):
                                 capture_output=True, text=True, timeout=DEADLINE)
         self.assertEqual(result.returncode, expect,
                          f"driver at {step} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        self.settle()
 
     def enqueue_three(self) -> list[int]:
         return [self.store.enqueue(JobSpec(task="effect", args=[n])).id for n in range(3)]
@@ -295,8 +397,8 @@ class CrashPointTest(TempDirTestCase):
     def test_crash_after_the_side_effect_before_finish_runs_the_job_again(self):
         self.sweep_step("before_finish")
 
-    def test_crash_inside_the_finish_transaction_rolls_the_completion_back(self):
-        self.sweep_step("in_finish_commit")
+    def test_crash_inside_the_finish_writes_the_whole_turn_or_none_of_it(self):
+        self.crash_inside_finish()
 
     def test_crash_after_finish_commits_recovers_the_job_claimed_with_it(self):
         self.sweep_step("after_finish")
@@ -330,9 +432,108 @@ class CrashPointTest(TempDirTestCase):
         self.recover()
         self.assert_recovered(ids, effects=[1, 1, 1], attempts=[1, 1, 1], reclaims=[0, 0, 0])
 
+
+class SQLiteCrashPointTest(CrashPointContract, TempDirTestCase):
+    def empty_database(self) -> str:
+        return self.db  # the file in this test's folder, created when the store first opens
+
+    def create_orders(self) -> None:
+        with contextlib.closing(sqlite3.connect(self.db, isolation_level=None)) as conn:
+            conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)")
+
     def orders(self) -> int:
         with contextlib.closing(sqlite3.connect(self.db)) as conn:
             return conn.execute("SELECT count(*) FROM orders").fetchone()[0]
+
+    def settle(self) -> None:
+        pass  # a dead process's locks went with it, and an uncommitted WAL tail is never read
+
+    def crash_inside_finish(self) -> None:
+        # The trace callback exits at the COMMIT of the finish transaction: none of it lands.
+        self.sweep_step("in_finish_commit")
+
+
+class PostgresCrashPointTest(CrashPointContract, TempDirTestCase):
+    """The same sweep on a throwaway PostgreSQL database: ``self.db`` is its URL."""
+
+    def setUp(self) -> None:
+        import pg_harness
+
+        self.pg = pg_harness.require_pg(self)
+        super().setUp()
+
+    def empty_database(self) -> str:
+        url = self.pg.create_database()
+        self.addCleanup(self.pg.drop_database, url)
+        return url
+
+    def create_orders(self) -> None:
+        self.pg.psql(self.db, "CREATE TABLE orders (id serial PRIMARY KEY, item text NOT NULL)")
+
+    def orders(self) -> int:
+        return self.pg.psql(self.db, "SELECT count(*) FROM orders")[0][0]
+
+    def settle(self) -> None:
+        # The server rolls a dead client's transaction back when it sees the connection
+        # close, a moment after the exit; until then its row locks would make the recovery's
+        # claims (FOR UPDATE SKIP LOCKED) pass the job by.
+        wait_until(lambda: not self.pg.psql(
+            self.db, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"),
+            message="the server to roll back the dead client's transaction")
+
+    def crash_inside_finish(self) -> None:
+        """A busy worker's finish and next claim are one statement here, in autocommit
+        (``job_finish_and_claim``): the client has no moment between the writes and the
+        COMMIT to die in. So the worker is killed while that statement runs on the server,
+        held there behind a lock on ``job_events``. The turn must land whole or not at all;
+        a server that does not check on its clients mid-statement (the default) runs it to
+        the end and commits it whole, with the next job claimed for the dead worker."""
+        from rowfleet.store.postgres import connect
+
+        ids = self.enqueue_three()
+        child = subprocess.Popen([sys.executable, self.driver, "in_finish_statement", self.db], cwd=self.dir,
+                                 env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.addCleanup(_reap, child)
+        wait_until(lambda: self.effects(ids) == [1, 0, 0] or child.poll() is not None,
+                   message="the first job's side effect")
+        self.assertIsNone(child.poll(), child.communicate()[0] if child.poll() is not None else "")
+        with contextlib.closing(connect(self.db, autocommit=False)) as blocker:
+            blocker.execute("LOCK TABLE job_events IN EXCLUSIVE MODE")
+            blocked = ("SELECT count(*) AS n FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                       (blocker.info.backend_pid,))
+            open(os.path.join(self.dir, "go"), "w").close()
+            wait_until(lambda: self.pg.psql(self.db, *blocked)[0][0] == 1,
+                       message="the finish to wait behind the lock on job_events")
+            self.assertEqual(self.states(ids), ["running", "queued", "queued"], "the turn is not waiting")
+            child.kill()
+            child.communicate(timeout=DEADLINE)
+            self.assertEqual(self.pg.psql(self.db, *blocked)[0][0], 1, "the statement died with its client")
+            blocker.rollback()
+        self.settle()
+        checks = self.pg.psql(self.db, "SELECT coalesce(current_setting('client_connection_check_interval', "
+                                       "true), '0') IN ('0', '0ms')")[0][0]
+        whole, none = WORKER_STEPS["after_finish"], WORKER_STEPS["in_finish_commit"]
+        states = self.states(ids)
+        if checks:  # no check on the client while the statement runs: it lands whole
+            self.assertEqual(states, whole.crashed, "the turn did not land whole")
+        self.assertIn(states, (whole.crashed, none.crashed), "part of the turn landed")
+        step = whole if states == whole.crashed else none
+        self.assertEqual([self.kinds(job_id).count("completed") for job_id in ids],
+                         [int(state == "completed") for state in states], "an event without its write")
+        self.assertEqual([self.kinds(job_id).count("claimed") for job_id in ids],
+                         [int(state != "queued") for state in states], "an event without its write")
+        self.recover()
+        self.assert_recovered(ids, step.effects, step.attempts, step.reclaims)
+
+    def kinds(self, job_id: int) -> list[str]:
+        return [event.kind for event in self.store.events(job_id)]
+
+
+def _reap(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.communicate(timeout=DEADLINE)
 
 
 if __name__ == "__main__":

@@ -399,9 +399,6 @@ class SQLiteLifecycleTest(LifecycleContract, TempDirTestCase):
         self.assertEqual(store.require_schema(), 1)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class PostgresLifecycleTest(LifecycleContract, TempDirTestCase):
     """The same contract on a throwaway PostgreSQL database (skipped loudly without one)."""
@@ -454,3 +451,7 @@ class PostgresLifecycleTest(LifecycleContract, TempDirTestCase):
             self.url, "SELECT indexname FROM pg_indexes WHERE schemaname = 'public' AND indexname NOT LIKE '%_pkey'")}
         self.assertEqual(pg_tables, sqlite_tables)
         self.assertEqual(pg_indexes, sqlite_indexes)
+
+
+if __name__ == "__main__":
+    unittest.main()

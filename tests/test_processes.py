@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import unittest
+import urllib.parse
 
 from rowfleet.errors import LeaseLost, StoreUnavailable
 from rowfleet.job import JobSpec, Outcome
@@ -119,6 +120,8 @@ class ProcessContract:
     (a database with no rowfleet schema yet), ``self.dir``, ``self.config()``,
     ``self.open_store()``, ``self.cli()`` and ``self.write_module()``, as
     ``support.TempDirTestCase`` does."""
+
+    idle_wait = "poll"  # the system call an idle worker's waiter blocks in (see _BLOCKING)
 
     def setUp(self) -> None:
         super().setUp()
@@ -394,8 +397,8 @@ class ProcessContract:
         self.store()
         worker = self.launch("worker", "--app", APP, "--poll", "30")
         for _ in range(2):  # the second round proves the wake-up re-arms after a job
-            if _can_see("poll"):
-                wait_until(lambda: _blocked_in(worker.pid, "poll"),
+            if _can_see(self.idle_wait):
+                wait_until(lambda: _blocked_in(worker.pid, self.idle_wait),
                            message="the idle worker to block in its wait")
             job_id = int(self.cli("enqueue", "note").stdout)
             done = self.wait_for_state(job_id, "completed", timeout=10.0)
@@ -436,6 +439,62 @@ class SQLiteProcessTest(ProcessContract, TempDirTestCase):
 
     def assert_no_schema(self) -> None:
         self.assertFalse(os.path.exists(self.db), "a waiting worker must not create the database file")
+        super().assert_no_schema()
+
+
+class PostgresProcessTest(ProcessContract, TempDirTestCase):
+    """The same contract on a throwaway PostgreSQL database: ``self.db`` is its URL.
+
+    The database exists from the start, empty: "no schema yet" means no tables.
+    """
+
+    idle_wait = "select"  # ListenWaiter blocks in select() on its LISTEN connection
+
+    def setUp(self) -> None:
+        import pg_harness
+
+        self.pg = pg_harness.require_pg(self)
+        super().setUp()
+        self.db = self.pg.create_database()
+        self.addCleanup(self.pg.drop_database, self.db)
+        self._lock_holder = None
+
+    @contextlib.contextmanager
+    def holding_writes(self):
+        # Row locks would not hold the orchestrators back: their sweep selects lapsed rows
+        # FOR UPDATE SKIP LOCKED and passes locked rows by. A table lock that admits only
+        # plain reads (EXCLUSIVE) is waited for by every statement that would lock or change
+        # a row, SKIP LOCKED or not; once it goes, the sweeps run at once over the same rows.
+        from rowfleet.store.postgres import connect
+
+        with contextlib.closing(connect(self.db, autocommit=False)) as conn:
+            conn.execute("LOCK TABLE jobs IN EXCLUSIVE MODE")
+            self._lock_holder = conn.info.backend_pid
+            try:
+                yield
+            finally:
+                self._lock_holder = None
+                conn.rollback()
+
+    def waits_for_writes(self, pid: int) -> bool:
+        # The server knows its clients by address, not pid: find the backends whose client
+        # port is one of this process's TCP sockets, and ask whether our lock blocks one.
+        host = urllib.parse.urlsplit(self.db).hostname or ""
+        if not host or host.startswith(("/", "%2f")):
+            return True  # a unix socket (an external server): not knowable this way
+        ports = _tcp_ports(pid)
+        rows = self.pg.psql(self.db, "SELECT count(*) FROM pg_stat_activity "
+                                     "WHERE client_port = ANY(%s) AND %s = ANY(pg_blocking_pids(pid))",
+                            (sorted(ports), self._lock_holder))
+        return rows[0][0] > 0
+
+    def assert_no_schema(self) -> None:
+        rows = self.pg.psql(
+            self.db,
+            "SELECT 'table ' || relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace "
+            "UNION ALL SELECT 'function ' || proname FROM pg_proc "
+            "WHERE pronamespace = current_schema()::regnamespace")
+        self.assertEqual(rows, [], "a waiting worker must not create any part of the schema")
         super().assert_no_schema()
 
 
@@ -481,6 +540,27 @@ def _children(parent: int) -> set[int]:
     return {pid for pid in listed if _alive(pid)}
 
 
+def _tcp_ports(pid: int) -> set[int]:
+    """The local ports of the TCP sockets process ``pid`` holds open."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:["):-1])
+    except FileNotFoundError:
+        return set()
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/net/{table}") as handle:
+            for line in handle.readlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def _current_syscall(tid: int) -> str | None:
     """The number of the system call thread ``tid`` is blocked in, or None when it runs."""
     try:
@@ -496,6 +576,7 @@ _BLOCKING = {
     "poll": "import select, sys\npoller = select.poll()\npoller.register(sys.stdin, select.POLLIN)\n"
             "print('ready', flush=True)\npoller.poll(10000)\n",
     "sleep": "import time\nprint('ready', flush=True)\ntime.sleep(10)\n",  # SQLite's busy wait sleeps so
+    "select": "import select, sys\nprint('ready', flush=True)\nselect.select([sys.stdin], [], [], 10)\n",
 }
 
 
@@ -525,7 +606,8 @@ def _can_see(kind: str) -> bool:
 
 def _blocked_in(pid: int, kind: str) -> bool:
     """Whether the main thread of ``pid`` is blocked in a ``kind`` of wait: an idle worker
-    in poll(), or a process waiting out SQLite's busy timeout in sleep."""
+    in poll() (SQLite) or select() (PostgreSQL), or a process waiting out SQLite's busy
+    timeout in sleep."""
     number = _syscall_number(kind)
     return number is not None and _current_syscall(pid) == number
 

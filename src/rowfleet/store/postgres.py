@@ -21,6 +21,9 @@ from rowfleet.store.base import Store, Tx, outcome_detail
 
 CHANNEL = "rowfleet_jobs"  # the wake-up channel; its trigger lives in the migrations
 CONNECT_TIMEOUT = 10
+# TCP keepalives, so a network that silently drops packets (rather than closing the
+# connection) is noticed in about a minute instead of a worker waiting on it for ever.
+KEEPALIVE = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
 
 
 def driver() -> Any:
@@ -38,7 +41,7 @@ def connect(url: str, *, autocommit: bool = True) -> Any:
 
     try:
         return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row,
-                               connect_timeout=CONNECT_TIMEOUT)
+                               connect_timeout=CONNECT_TIMEOUT, **KEEPALIVE)
     except psycopg.Error as exc:
         raise DatabaseUnreachable(f"cannot connect to {redact(url)}: {_first_line(exc)}") from None
 
