@@ -11,7 +11,10 @@ the same run, on the same schema, with the same pragmas:
   in one ``BEGIN IMMEDIATE``, complete in a second); plus each process's share of the jobs;
 * idle wake latency (an enqueue's commit in another process -> its handler starting) and an
   idle worker's CPU use: the push path vs the same worker forced onto its polling fallback;
-* claim latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim UPDATE.
+* claim latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim UPDATE;
+* ``postgres``: round trips, idle wake and claim latency on a throwaway PostgreSQL server, vs
+  bare psycopg loops (tools/bench_pg.py, the only place psycopg is loaded; without psycopg or
+  a server it prints one row saying why).
 
 Measurements are bounded by time as well as by count, so a slow disk (an fsync costs 70 us
 here when the machine is quiet, 4 ms when it is loaded) stretches nothing past its budget;
@@ -58,7 +61,7 @@ from rowfleet.queries import queries  # noqa: E402
 from rowfleet.store.sqlite import SQLiteStore  # noqa: E402
 from rowfleet.worker import Worker  # noqa: E402
 
-SECTIONS = ("enqueue", "batch", "roundtrip", "wake", "claim")
+SECTIONS = ("enqueue", "batch", "roundtrip", "wake", "claim", "postgres")
 QUEUE = "bench"
 PROJECT = ""
 TASK_MODULE = "rowfleet_bench_tasks"
@@ -126,6 +129,11 @@ class Sizes:
     claim_seconds: float = 2.0        # ... and for at most this long (100 claims at least)
     claim_warmup: int = 50            # claims not counted, on each fresh connection
     delayed_rows: int = 100_000       # not-yet-due jobs sorting ahead of 10k due ones
+    # postgres also uses worker_counts, roundtrip_rounds, wake_samples, claim_rows, claims,
+    # claim_seconds and claim_warmup
+    pg_roundtrip_jobs: int = 20_000   # queued in the template each round-trip run copies
+    pg_roundtrip_window: float = 1.0  # seconds each round-trip run is timed over
+    pg_load_batch: int = 100_000      # jobs per enqueue_many call when filling the claim queue
 
 
 STARTUP_ALLOWANCE = 0.3  # seconds a round-trip run may take to make its first claim
@@ -133,7 +141,7 @@ STARTUP_ALLOWANCE = 0.3  # seconds a round-trip run may take to make its first c
 QUICK = Sizes(enqueue_jobs=300, enqueue_seconds=0.3, rounds=1, batch_jobs=10_000, roundtrip_jobs=10_000,
               roundtrip_window=0.5, roundtrip_rounds=1, wake_samples=40, polling_samples=20,
               idle_seconds=1.0, claim_rows=(10_000, 100_000), claims=300, claim_seconds=0.5,
-              delayed_rows=10_000)
+              delayed_rows=10_000, pg_roundtrip_jobs=10_000, pg_roundtrip_window=0.5)
 
 
 @dataclasses.dataclass
@@ -747,6 +755,16 @@ class Bench:
         finally:
             conn.close()
 
+    # 7. PostgreSQL: round trips, idle wake, claim latency (tools/bench_pg.py)
+
+    def postgres(self) -> None:
+        # Here, not at the top: bench_pg imports this file's helpers as ``bench``, and this
+        # file runs as __main__, so register it under that name rather than load it twice.
+        sys.modules.setdefault("bench", sys.modules[__name__])
+        import bench_pg
+
+        bench_pg.PostgresBench(self).run()
+
 
 # --- output ------------------------------------------------------------------------------
 
@@ -778,6 +796,26 @@ legend:
               of 25 calls, so both meet the same disk and the same neighbours.
   shares      each worker process's share of the jobs completed in the window (claimed_by
               host:pid), largest first, mean over the rounds.
+  pg rows     one throwaway PostgreSQL server (tests/pg_harness.py, or ROWFLEET_TEST_PG),
+              over TCP (127.0.0.1 for the harness's own). Their durability is read from the
+              server: "pg fsync=off" means fsync, full_page_writes and synchronous_commit
+              are off (the harness's test settings), so no commit waits for a disk: these
+              rows measure round trips and CPU, not what a durable server pays. Baselines
+              run on psycopg autocommit connections, one transaction per statement. Round
+              trip: claim UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1)
+              RETURNING, then the complete UPDATE; a busy rowfleet worker finishes a job
+              and claims the next in one statement. Each run copies one template database;
+              its window opens once every process has claimed a job ("all claiming" =
+              release to the last first claim, rowfleet/bare: a rowfleet worker imports
+              psycopg, ~0.15 s here, and opens three connections after the release; the
+              bare loop does both before it). Idle wake: a worker (poll 1 s) on LISTEN,
+              jobs enqueued 20-50 ms apart; the baseline is a bare LISTEN connection in a
+              third process stamping each NOTIFY as it arrives (the floor, about zero: no
+              ratio). Claim latency: Store.claim vs the bare claim UPDATE, on a queue
+              filled by rowfleet.enqueue_many (100k jobs per call), then VACUUM ANALYZE.
+              "CPU us/job": user+system CPU (/proc) over the window of the worker processes
+              and of their server backends, per job completed, rowfleet/bare: on 2 cores
+              the round trips are CPU-bound, so this says where the time goes.
   Every number is from this one run on this machine; rerun to see the noise. The footer's
   fsync time is what each FULL commit waits for."""
 
@@ -850,7 +888,7 @@ def main(argv: list[str] | None = None) -> int:
     lab = Lab(args.dir)
     bench = Bench(lab, sizes)
     steps = {"enqueue": bench.enqueue_single, "batch": bench.enqueue_batch, "roundtrip": bench.roundtrip,
-             "wake": bench.wake, "claim": bench.claim}
+             "wake": bench.wake, "claim": bench.claim, "postgres": bench.postgres}
     started = time.monotonic()
     load_before, fsync_before = os.getloadavg()[0], fsync_micros(lab.root)
     progress(f"working in {lab.root}; fsync {fsync_before:,.0f} us, load average {load_before:.2f}")

@@ -1,0 +1,540 @@
+"""PostgreSQL rows of rowfleet's benchmark: the ``postgres`` section of tools/bench.py.
+
+Owns the PostgreSQL measurements, each rowfleet figure beside a bare psycopg baseline
+measured in the same run on the same server and schema:
+
+* round trip (claim -> no-op handler -> complete) with 1, 2 and 4 worker processes released
+  together by a barrier, vs as many processes each running a bare ``FOR UPDATE SKIP LOCKED``
+  loop of two transactions per job (claim, then complete), all over TCP to 127.0.0.1; with
+  the CPU both sides spend per job, in the processes and in their server backends;
+* idle wake latency: an idle worker (poll 1 s, LISTEN) and jobs enqueued one at a time by
+  this process, vs a bare LISTEN connection in another process stamping each notification;
+* claim latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim UPDATE.
+
+Every number comes from one throwaway server started by tests/pg_harness.py (or the one
+``ROWFLEET_TEST_PG`` names), which runs with fsync and synchronous_commit off: the
+durability column says so, read back from the server. Each round-trip run gets a fresh
+database copied from one template, as the SQLite rows get a fresh file. Without psycopg or
+the server binaries the section prints one row saying why, and fails nothing.
+
+psycopg is imported only inside functions (tools/check_deps.py allows that in files whose
+name has ``pg`` as a word part), so tools/bench.py runs without it. Imports bench.py's
+helpers and constants (the rows must read like the SQLite ones), rowfleet's public pieces,
+and pg_harness from tests/; reads rowfleet's SQL only to EXPLAIN its claim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import secrets
+import select
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import bench
+from bench import (NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Row, count, paired, percentile, progress,
+                   ratio, shares, short)
+
+import rowfleet
+from rowfleet.config import Config
+from rowfleet.job import JobSpec
+from rowfleet.store import open_store
+from rowfleet.store.postgres import CHANNEL
+from rowfleet.worker import Worker
+
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+
+# The baselines: the smallest SQL that does the same work on rowfleet's own schema, ordered
+# as rowfleet orders its claim so that both walk the same index. Each runs on an autocommit
+# connection, so each statement is its own transaction.
+BARE_CLAIM = """
+UPDATE jobs
+SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+    claimed_by = %(holder)s, lease_expires_at = %(now)s + 600, started_at = %(now)s, updated_at = %(now)s
+WHERE id = (SELECT id FROM jobs
+            WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s AND run_at <= %(now)s
+            ORDER BY run_next DESC, priority, run_at, id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED)
+RETURNING id, lease_token, task, args
+"""
+BARE_COMPLETE = """
+UPDATE jobs SET state = 'completed', result = %(result)s, lease_expires_at = NULL,
+    finished_at = %(now)s, updated_at = %(now)s
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+"""
+SLOW_WAKE = 0.5  # seconds: a wake-up this late waited for the safety poll, not for a NOTIFY
+# Seconds a round-trip run may take for every process to hold a job: after the release a
+# rowfleet worker imports psycopg (~0.15 s here) and opens three connections (claims, LISTEN,
+# lease keeper); 0.2-1 s in all with 4 workers on 2 loaded cores.
+STARTUP_LIMIT = 10.0
+
+
+def durability(settings: dict[str, str]) -> str:
+    """The durability column for a server's ``fsync`` and ``synchronous_commit``.
+
+    >>> durability({"fsync": "off", "synchronous_commit": "off"}), durability({"fsync": "on",
+    ... "synchronous_commit": "off"}), durability({"fsync": "on", "synchronous_commit": "on"})
+    ('pg fsync=off', 'pg sync=off', 'pg sync=on')
+    """
+    if settings.get("fsync") == "off":
+        return "pg fsync=off"
+    return "pg sync=off" if settings.get("synchronous_commit") == "off" else "pg sync=on"
+
+
+def _connect(url: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True)
+
+
+def _database_url(url: str, name: str) -> str:
+    """``url`` pointed at database ``name``, which must be a test database's name."""
+    import pg_harness
+
+    return pg_harness.with_database(url, pg_harness.check_test_database(name))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One round-trip run: jobs/s, each process's share (%, largest first), seconds from the
+    release until every process had claimed, a problem or '', and CPU microseconds per job
+    of the processes and of their server backends (None where /proc is missing)."""
+
+    rate: float
+    split: list[float]
+    started: float
+    problem: str
+    client_us: float | None
+    server_us: float | None
+
+
+def cpu_seconds(pids: list[int]) -> float | None:
+    """User + system CPU seconds the processes ``pids`` have used, from /proc (Linux);
+    None when any of them cannot be read."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+# --- child processes (module level: spawned children import this file) ------------------
+
+
+def roundtrip_worker(url: str, task_dir: str, barrier: Any) -> None:
+    """One rowfleet worker (burst mode), released with the others by ``barrier``."""
+    bench._import_tasks(task_dir)
+    worker = Worker(Config(db=url, project=PROJECT), QUEUE, burst=True)
+    barrier.wait()
+    worker.run()
+
+
+def roundtrip_bare(url: str, task_dir: str, barrier: Any) -> None:
+    """The bare loop: claim in one transaction, complete in a second, one job per claim."""
+    from rowfleet import tasks
+
+    bench._import_tasks(task_dir)
+    handlers: dict[str, Callable[..., Any]] = {}
+    conn = _connect(url)
+    claim = {"holder": f"bare:{os.getpid()}", "project": PROJECT, "queue": QUEUE}
+    barrier.wait()
+    while True:
+        row = conn.execute(BARE_CLAIM, {"now": time.time(), **claim}).fetchone()
+        if row is None:
+            break
+        job_id, token, task, args = row
+        handler = handlers.get(task) or handlers.setdefault(task, tasks.resolve(task))
+        result = handler() if args == "null" else handler(args)
+        conn.execute(BARE_COMPLETE, {"now": time.time(), "id": job_id, "token": token,
+                                     "result": "null" if result is None else repr(result)})
+    conn.close()
+
+
+def bare_listener(url: str, control: Any) -> None:
+    """A bare LISTEN connection that stamps each notification (time.time()) as it is read.
+
+    Sends "ready" once listening; on any message from ``control`` sends the stamps and exits.
+    """
+    conn = _connect(url)
+    conn.execute(f"LISTEN {CHANNEL}")
+    stamps: list[float] = []
+    control.send("ready")
+    while True:
+        readable, _, _ = select.select([conn.fileno(), control.fileno()], [], [])
+        if conn.fileno() in readable:
+            conn.pgconn.consume_input()
+            while conn.pgconn.notifies() is not None:
+                stamps.append(time.time())
+        if control.fileno() in readable:
+            control.recv()
+            control.send(stamps)
+            conn.close()
+            return
+
+
+# --- the section -------------------------------------------------------------------------
+
+
+class PostgresBench:
+    """The postgres rows, added to ``host`` (a ``bench.Bench``) as they are measured."""
+
+    def __init__(self, host: Any) -> None:
+        self.host = host
+        self.lab = host.lab
+        self.sizes = host.sizes
+        self.mp = host.mp
+        self.server: Any = None
+        self.durability = "pg"
+        self._databases: list[str] = []
+
+    def add(self, row: Row) -> None:
+        self.host.add(row)
+
+    def run(self) -> None:
+        """Start the server, measure, stop it. A server that cannot start is a row, not a failure."""
+        sys.path.insert(0, str(TESTS))
+        try:
+            import pg_harness
+        finally:
+            sys.path.remove(str(TESTS))
+        progress("postgres: starting a throwaway server (tests/pg_harness.py)")
+        started = time.perf_counter()
+        self.server = pg_harness.server()
+        if self.server is None:
+            reason = " ".join((pg_harness.unavailable_reason() or "unknown reason").split())
+            progress(f"postgres: skipped: {reason}")
+            self.add(Row("pg server", "-", "-", "-", "-", f"skipped, PostgreSQL unavailable: {reason}"))
+            return
+        import psycopg
+
+        try:
+            self._describe_server(time.perf_counter() - started)
+            self.roundtrip()
+            self.wake()
+            self.claim()
+        except psycopg.Error as exc:
+            raise RuntimeError(f"PostgreSQL: {' '.join(str(exc).split())}") from exc
+        finally:
+            self._drop_databases()
+            self.server.stop()
+
+    def _describe_server(self, took: float) -> None:
+        with _connect(self.server.admin_url()) as conn:
+            settings = dict(conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN "
+                "('fsync', 'synchronous_commit', 'full_page_writes')").fetchall())
+            version = conn.execute("SHOW server_version").fetchone()[0].split()[0]
+            host = conn.info.host
+        self.durability = durability(settings)
+        where = "external server (ROWFLEET_TEST_PG)" if self.server.external else f"started in {took:.1f} s"
+        self.add(Row("pg server", self.durability, "-", "-", "-",
+                     f"PostgreSQL {version}, TCP {host}, {where}; "
+                     + ", ".join(f"{k}={v}" for k, v in sorted(settings.items()))))
+
+    # --- databases ---------------------------------------------------------------------
+
+    def _new_database(self, label: str, template: str | None = None) -> str:
+        """A fresh ``*_test`` database: a copy of ``template``'s, or newly migrated."""
+        from psycopg import sql
+
+        name = f"rowfleet_bench_{label}_{secrets.token_hex(4)}_test"
+        url = _database_url(self.server.base_url, name)
+        statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template is not None:
+            statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        with _connect(self.server.admin_url()) as conn:
+            conn.execute(statement)
+        self._databases.append(name)
+        if template is None:
+            with open_store(Config(db=url, project=PROJECT), create=True) as store:
+                store.migrate()
+        return url
+
+    def _drop_database(self, url: str) -> None:
+        import pg_harness
+        from psycopg import sql
+
+        name = pg_harness.check_test_database(pg_harness.database_of(url))
+        with _connect(self.server.admin_url()) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        if name in self._databases:
+            self._databases.remove(name)
+
+    def _drop_databases(self) -> None:
+        for name in list(self._databases):
+            try:
+                self._drop_database(_database_url(self.server.base_url, name))
+            except Exception as exc:  # tidying up after a failure: the server is stopped next anyway
+                progress(f"postgres: could not drop {name}: {exc}")
+
+    # 1. round trips with worker processes
+
+    def roundtrip(self) -> None:
+        s = self.sizes
+        template = self._new_database("roundtrip")
+        with open_store(Config(db=template, project=PROJECT)) as store:
+            store.enqueue_many(JobSpec(task=NOOP, queue=QUEUE), [None] * s.pg_roundtrip_jobs)
+        with _connect(template) as conn:
+            conn.execute("VACUUM ANALYZE")
+        import pg_harness
+
+        template_name = pg_harness.database_of(template)
+        for procs in s.worker_counts:
+            runs: dict[str, list[Run]] = {"bare": [], "rowfleet": []}
+            for round_no in range(s.roundtrip_rounds):
+                progress(f"pg round trip, {procs} process(es), round {round_no + 1} of {s.roundtrip_rounds}: "
+                         f"bare loop, then rowfleet, {s.pg_roundtrip_window:g} s each")
+                for kind, target in (("bare", roundtrip_bare), ("rowfleet", roundtrip_worker)):
+                    runs[kind].append(self._run_workers(kind, target, template_name, procs))
+            ours, bare = runs["rowfleet"], runs["bare"]
+
+            def median(runs: list[Run], field: str) -> float:
+                values = [getattr(run, field) for run in runs if getattr(run, field) is not None]
+                return statistics.median(values) if values else float("nan")
+
+            a, b = median(ours, "rate"), median(bare, "rate")
+            notes = [f"{bench._rounds(s.roundtrip_rounds)} of {s.pg_roundtrip_window:g} s; all claiming "
+                     f"{median(ours, 'started') * 1000:.0f}/{median(bare, 'started') * 1000:.0f} ms after the release"]
+            if procs > 1:
+                notes.append(f"shares {shares([r.split for r in ours])}% (bare {shares([r.split for r in bare])}%)")
+            if not math.isnan(median(ours, "client_us")):
+                notes.append(f"CPU us/job: workers {median(ours, 'client_us'):.0f}/{median(bare, 'client_us'):.0f}, "
+                             f"their server backends {median(ours, 'server_us'):.0f}/{median(bare, 'server_us'):.0f}")
+            notes += sorted({r.problem for r in ours + bare if r.problem})
+            label = f"pg round trip, {procs} worker proc{'s' if procs > 1 else ''} (jobs/s)"
+            self.add(Row(label, self.durability, count(a), count(b), ratio(a, b), "; ".join(notes)))
+        self._drop_database(template)
+
+    def _run_workers(self, kind: str, target: Callable[..., None], template: str, procs: int) -> Run:
+        """As ``Bench._run_workers``, on a fresh copy of the ``template`` database, but the
+        window opens once every process has made its first claim: importing psycopg and
+        connecting cost a rowfleet worker tenths of a second here, which a window opened by
+        the first claim would charge to throughput. Also reads the CPU the processes and their server
+        backends spend per job over the window (Linux /proc; None elsewhere)."""
+        window = self.sizes.pg_roundtrip_window
+        url = self._new_database(f"{kind}{procs}", template)
+        barrier = self.mp.Barrier(procs + 1)
+        children = [self.mp.Process(target=target, args=(url, self.lab.task_dir, barrier),
+                                    name=f"bench-pg-{kind}-{i}") for i in range(procs)]
+        for child in children:
+            child.start()
+        try:
+            deadline = time.monotonic() + 60
+            while barrier.n_waiting < procs:  # arrive last, so the start is the release
+                if time.monotonic() > deadline or any(c.exitcode is not None for c in children):
+                    raise RuntimeError(f"pg {kind} worker processes did not reach the start line")
+                time.sleep(0.005)
+            with _connect(url) as conn:
+                start = time.time()
+                barrier.wait()
+                self._await_all_claiming(conn, procs, children)
+                backends = [pid for (pid,) in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND backend_type = 'client backend' AND pid <> pg_backend_pid()")]
+            workers = [child.pid for child in children]
+            cpu_from, cpu_at = (cpu_seconds(workers), cpu_seconds(backends)), time.time()
+            time.sleep(window + 0.1)
+            cpu_to, cpu_until = (cpu_seconds(workers), cpu_seconds(backends)), time.time()
+            stopped = cpu_until - 0.05  # commits begun before this had time to land
+        finally:
+            for child in children:
+                child.terminate()  # jobs in hand are abandoned: this database is thrown away
+            for child in children:
+                child.join(30)
+        completed = ("SELECT count(*) FROM jobs WHERE state = 'completed' "
+                     "AND finished_at > %(after)s AND finished_at <= %(until)s")
+        with _connect(url) as conn:
+            first, holders = conn.execute(
+                "SELECT max(first), count(*) FROM (SELECT min(started_at) AS first FROM jobs "
+                "WHERE started_at IS NOT NULL GROUP BY claimed_by) AS firsts").fetchone()
+            first = first or start
+            end = first + window
+            done = conn.execute(completed, {"after": first, "until": end}).fetchone()[0]
+            last = conn.execute("SELECT max(finished_at) FROM jobs WHERE state = 'completed'").fetchone()[0]
+            queued = conn.execute("SELECT count(*) FROM jobs WHERE state = 'queued'").fetchone()[0]
+            per_holder = [n for (n,) in conn.execute(completed + " GROUP BY claimed_by ORDER BY 1 DESC",
+                                                     {"after": first, "until": end})]
+            measured = conn.execute(completed, {"after": cpu_at, "until": cpu_until}).fetchone()[0]
+        self._drop_database(url)
+        problem = ""
+        elapsed = window
+        if holders < procs:
+            problem = f"{kind}: only {holders} of {procs} processes claimed a job"
+        if end > stopped:
+            problem = f"{kind}: the last process's first claim came {first - start:.2f} s after the release; " \
+                      f"the window was cut short"
+            elapsed = max(1e-6, stopped - first)
+        if queued == 0:  # drained early: the window would undercount
+            problem = "the queue ran dry: raise Sizes.pg_roundtrip_jobs"
+            elapsed = max(1e-6, (last or end) - first)
+        if done == 0:
+            problem = f"{kind}: no job completed in the window"
+        split = [100.0 * n / max(1, done) for n in per_holder] + [0.0] * (procs - len(per_holder))
+        client = server = None
+        if measured and None not in cpu_from + cpu_to:
+            client = (cpu_to[0] - cpu_from[0]) / measured * 1e6
+            server = (cpu_to[1] - cpu_from[1]) / measured * 1e6
+        return Run(done / elapsed, split, first - start, problem, client, server)
+
+    @staticmethod
+    def _await_all_claiming(conn: Any, procs: int, children: list[Any]) -> None:
+        """Return once ``procs`` holders have a running job (a cheap read of the small
+        running set), or when STARTUP_LIMIT passes: the window is then found cut short."""
+        deadline = time.monotonic() + STARTUP_LIMIT
+        while time.monotonic() < deadline and all(c.exitcode is None for c in children):
+            if conn.execute("SELECT count(DISTINCT claimed_by) FROM jobs WHERE state = 'running'"
+                            ).fetchone()[0] >= procs:
+                return
+            time.sleep(0.01)
+
+    # 2. idle wake latency
+
+    def wake(self) -> None:
+        samples = self.sizes.wake_samples
+        progress(f"pg idle wake: {samples} enqueues, one at a time, to an idle worker (LISTEN), "
+                 f"and a bare LISTEN connection")
+        url = self._new_database("wake")
+        ours, floor = self._wake_samples(url, samples)
+        self._drop_database(url)
+        slow = sum(1 for latency in ours if latency > SLOW_WAKE)
+        for label, q in (("p50", 0.50), ("p99", 0.99)):
+            a, b = percentile(ours, q) * 1000, percentile(floor, q) * 1000
+            # No ratio: the floor is about zero (the NOTIFY can arrive before the COMMIT returns).
+            note = f"handler start vs a bare LISTEN hearing the NOTIFY; {len(ours)} samples, spaced 20-50 ms"
+            if q == 0.99:
+                note += f"; {slow} over {SLOW_WAKE * 1000:.0f} ms (the 1 s safety poll), max {max(ours) * 1000:.1f} ms"
+            self.add(Row(f"pg idle wake latency {label} (ms)", self.durability, f"{a:.2f}", f"{b:.2f}", "-", note))
+
+    def _wake_samples(self, url: str, samples: int) -> tuple[list[float], list[float]]:
+        """Seconds from each enqueue's commit returning to its handler's start, and to a bare
+        LISTEN connection (another process) reading its notification."""
+        control, child_end = self.mp.Pipe()
+        worker = self.mp.Process(target=bench.idle_worker, args=(url, self.lab.task_dir, False, child_end),
+                                 name="bench-pg-idle-worker")
+        listen, listen_end = self.mp.Pipe()
+        listener = self.mp.Process(target=bare_listener, args=(url, listen_end), name="bench-pg-listener")
+        worker.start()
+        listener.start()
+        child_end.close()
+        listen_end.close()
+        reader = _connect(url)
+        rowfleet.configure(db=url, project=PROJECT)
+        try:
+            if not listen.poll(30) or listen.recv() != "ready":
+                raise RuntimeError("the bare LISTEN process did not start")
+            bench.Bench._wait(lambda: reader.execute("SELECT count(*) FROM workers").fetchone()[0] > 0,
+                              "the idle worker's first heartbeat", worker)
+            time.sleep(0.3)  # let it settle into its wait
+            rng = random.Random(7)
+            committed: list[tuple[int, float]] = []
+            warmup = 3
+            for _ in range(warmup + samples):
+                job_id = rowfleet.enqueue(STAMP, queue=QUEUE).id
+                committed.append((job_id, time.time()))  # the commit has returned: visible to all
+                time.sleep(rng.uniform(0.020, 0.050))  # the handler usually ran meanwhile
+                bench.Bench._wait(lambda: reader.execute("SELECT state FROM jobs WHERE id = %s", (job_id,)
+                                                         ).fetchone()[0] == "completed", f"job {job_id}", worker)
+            listen.send("stop")
+            if not listen.poll(10):
+                raise RuntimeError("the bare LISTEN process did not report")
+            heard = listen.recv()
+            started = dict(reader.execute("SELECT id, result FROM jobs WHERE state = 'completed'").fetchall())
+        finally:
+            reader.close()
+            for pipe, child in ((control, worker), (listen, listener)):
+                try:
+                    pipe.send("stop")
+                except OSError:
+                    pass  # the child is gone already
+                pipe.close()
+                child.join(15)
+                if child.is_alive():
+                    child.kill()
+                    child.join()
+        if len(heard) != len(committed):
+            raise RuntimeError(f"the bare LISTEN process heard {len(heard)} notifications for "
+                               f"{len(committed)} enqueues")
+        ours = [float(started[job_id]) - at for job_id, at in committed[warmup:]]
+        floor = [stamp - at for stamp, (_, at) in zip(heard[warmup:], committed[warmup:])]
+        return ours, floor
+
+    # 3. claim latency against the queue's depth
+
+    def claim(self) -> None:
+        """Claim latency at each depth, loading only the rows each depth adds to the last."""
+        depths = sorted(self.sizes.claim_rows)
+        url = self._new_database("claim")
+        rowfleet.configure(db=url, project=PROJECT)
+        medians: dict[int, tuple[float, float]] = {}
+        loaded = 0
+        for rows in depths:
+            progress(f"pg claim latency: loading {rows - loaded:,} queued rows to reach {rows:,}")
+            start, before = time.perf_counter(), loaded
+            while loaded < rows:
+                batch = min(self.sizes.pg_load_batch, rows - loaded)
+                loaded += rowfleet.enqueue_many(NOOP, [None] * batch, queue=QUEUE)
+            load_rate = (loaded - before) / (time.perf_counter() - start)
+            with _connect(url) as conn:
+                conn.execute("VACUUM ANALYZE jobs")
+            took = time.perf_counter() - start
+            plan = self._claim_plan(url)
+            progress(f"pg claim latency: {rows:,} queued rows: rowfleet and bare taking turns")
+            ours, bare, samples = self._claims(url)
+            medians[rows] = (ours, bare)
+            notes = [f"median of {samples:,}", plan,
+                     f"loaded + VACUUM ANALYZE in {took:.1f} s (enqueue_many {load_rate:,.0f} jobs/s)"]
+            if rows == depths[-1] and len(depths) > 1:
+                o0, b0 = medians[depths[0]]
+                notes.append(f"{short(rows)}/{short(depths[0])}: rowfleet {ours / o0:.2f}x, bare {bare / b0:.2f}x")
+            self.add(Row(f"pg claim latency, {short(rows)} queued (us)", self.durability, f"{ours:.0f}",
+                         f"{bare:.0f}", ratio(ours, bare), "; ".join(notes)))
+        self._drop_database(url)
+
+    def _claim_plan(self, url: str) -> str:
+        """Which index PostgreSQL's plan for rowfleet's own claim query searches."""
+        from rowfleet.queries import queries
+
+        params = {"now": None, "project": PROJECT, "queue": QUEUE, "holder": "x", "lease": 600.0}
+        with _connect(url) as conn:
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + queries("postgres")["job_claim"], params))
+        if "jobs_claim" in plan:
+            return "plan: jobs_claim index"
+        return "plan: " + "; ".join(line.strip() for line in plan.splitlines()[:3])
+
+    def _claims(self, url: str) -> tuple[float, float, int]:
+        """Median microseconds per claim of ``Store.claim`` and of the bare claim, taking
+        turns on the same database, and how many each timed. The claimed jobs are put back."""
+        s = self.sizes
+        conn = _connect(url)
+        params = {"holder": "bare", "project": PROJECT, "queue": QUEUE}
+        store = open_store(Config(db=url, project=PROJECT))
+        holder = f"bench:{os.getpid()}"
+
+        def bare() -> None:
+            if conn.execute(BARE_CLAIM, {"now": time.time(), **params}).fetchone() is None:
+                raise RuntimeError("the claim benchmark ran out of queued jobs")
+
+        def ours() -> None:
+            if store.claim(PROJECT, QUEUE, holder, 600.0) is None:
+                raise RuntimeError("the claim benchmark ran out of queued jobs")
+
+        try:
+            mine, theirs = paired(ours, bare, s.claims, s.claim_seconds, warmup=s.claim_warmup)
+            with conn.transaction():
+                conn.execute(REQUEUE_CLAIMED)
+                conn.execute("DELETE FROM job_events")
+        finally:
+            store.close()
+            conn.close()
+        return statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6, min(len(mine), len(theirs))
