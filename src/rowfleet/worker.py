@@ -75,7 +75,7 @@ class Worker:
         self.store = self._open_store()
         if self.store is None:
             return 0
-        self.waiter = self.store.waiter()
+        self.waiter = self.store.waiter(self.queue)
         self.keeper = Keeper(self)
         self.keeper.start()
         log.info("worker %s serving queue %r of project %r", self.holder, self.queue, self.config.project)

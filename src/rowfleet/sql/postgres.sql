@@ -201,3 +201,25 @@ WITH finished AS (
 )
 SELECT (SELECT count(*) FROM finished) AS finished, claimed.*
 FROM (SELECT 1) AS turn LEFT JOIN claimed ON true;
+
+-- name: job_claim_logged
+-- An idle worker's claim and its event in one statement (one round trip, atomic in autocommit).
+WITH claimed AS (
+    UPDATE jobs
+    SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+        claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s,
+        started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+    WHERE id = (SELECT id FROM jobs
+                WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s
+                  AND run_at <= rowfleet_now(%(now)s)
+                ORDER BY run_next DESC, priority, run_at, id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+    RETURNING *
+), claimed_event AS (
+    INSERT INTO job_events (job_id, at, kind, detail)
+    SELECT id, rowfleet_now(%(now)s), 'claimed',
+           json_build_object('token', lease_token, 'holder', claimed_by, 'attempt', attempts)::text
+    FROM claimed
+)
+SELECT * FROM claimed;

@@ -78,8 +78,8 @@ class Store(abc.ABC):
         """Statements on the caller's own connection; the caller commits or rolls back."""
 
     @abc.abstractmethod
-    def waiter(self) -> Waiter:
-        """A way for an idle worker to sleep until the jobs table may have changed."""
+    def waiter(self, queue: str) -> Waiter:
+        """A way for an idle worker of ``queue`` to sleep until there may be work for it."""
 
     @abc.abstractmethod
     def changed(self) -> bool:

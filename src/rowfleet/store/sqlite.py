@@ -202,8 +202,8 @@ class SQLiteStore(Store):
             raise TypeError(f"conn must be a sqlite3.Connection for a SQLite store, got {type(conn).__name__}")
         return SQLiteTx(conn, self.sql, self.clock())
 
-    def waiter(self) -> Waiter:
-        return FileWaiter(self.path, self.config.poll)
+    def waiter(self, queue: str) -> Waiter:
+        return FileWaiter(self.path, self.config.poll)  # a file write names no queue
 
     def _read_data_version(self) -> int:
         try:

@@ -33,7 +33,9 @@ CREATE TABLE jobs (
 
 -- Serves the claim; partial, so dead tuples of finished jobs never slow the hot path.
 CREATE INDEX jobs_claim ON jobs (project, queue, run_next DESC, priority, run_at, id) WHERE state = 'queued';
-CREATE INDEX jobs_lease ON jobs (lease_expires_at) WHERE state = 'running';
+-- The second condition keeps the planner from scanning this index (dead entries and all)
+-- for the guarded updates (WHERE id = ? AND state = 'running' ...), which the key serves.
+CREATE INDEX jobs_lease ON jobs (lease_expires_at) WHERE state = 'running' AND lease_expires_at IS NOT NULL;
 CREATE UNIQUE INDEX jobs_idempotency ON jobs (project, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX jobs_state ON jobs (project, state, queue);

@@ -34,8 +34,9 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_claim ON jobs (project, queue, run_next DESC, priority, run_at, id)
     WHERE state = 'queued';
 
--- Serves the reclaim sweep.
-CREATE INDEX jobs_lease ON jobs (lease_expires_at) WHERE state = 'running';
+-- Serves the reclaim sweep. The second condition keeps a planner from taking this index
+-- for the guarded updates (WHERE id = ? AND state = 'running' ...), which the key serves.
+CREATE INDEX jobs_lease ON jobs (lease_expires_at) WHERE state = 'running' AND lease_expires_at IS NOT NULL;
 
 -- One job per idempotency key and project, for as long as the job is kept.
 CREATE UNIQUE INDEX jobs_idempotency ON jobs (project, idempotency_key)
