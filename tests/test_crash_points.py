@@ -83,6 +83,7 @@ import re
 import sqlite3
 import sys
 import threading
+import time
 
 import rowfleet
 from rowfleet import tasks
@@ -164,8 +165,8 @@ def crash_before_commit_of(store, query):
 
 
 # The writes a crash may cut off before their COMMIT: as SQLite's trace shows the SQL,
-# and by the named query that makes them. (A busy worker's finish on Postgres is one
-# statement, not a transaction: the test kills that step from outside instead.)
+# and by the named query that makes them. (On Postgres a worker's claim and its busy
+# finish are single statements, not transactions: the test kills those from outside.)
 WRITES = {"claim": (claiming, "job_claim"), "finish": (completing, "job_finish"),
           "reclaim": (reclaiming, "job_reclaim")}
 
@@ -188,6 +189,8 @@ class CrashingStore:
         return getattr(self._store, name)
 
     def claim(self, *args, **kwargs):
+        if STEP == "in_claim_statement":
+            wait_for_go()  # the test takes its lock before this claim is sent
         job = self._store.claim(*args, **kwargs)
         if STEP == "after_claim" and job is not None:
             crash()
@@ -200,6 +203,14 @@ class CrashingStore:
         if STEP == "after_finish":
             crash()
         return following
+
+
+def wait_for_go():
+    give_up = time.monotonic() + 120.0
+    while not os.path.exists(os.path.join(HERE, "go")):
+        if time.monotonic() > give_up:
+            raise TimeoutError("the test never said go")
+        time.sleep(0.005)
 
 
 def store_factory(config):
@@ -385,8 +396,8 @@ class CrashPointContract:
 
     # --- the worker's steps --------------------------------------------------------------
 
-    def test_crash_inside_the_claim_transaction(self):
-        self.sweep_step("in_claim_commit")
+    def test_crash_inside_the_claim_writes_all_of_it_or_none(self):
+        self.crash_inside_claim()
 
     def test_crash_after_the_claim_commits(self):
         self.sweep_step("after_claim")
@@ -451,6 +462,10 @@ class SQLiteCrashPointTest(CrashPointContract, TempDirTestCase):
     def crash_inside_finish(self) -> None:
         # The trace callback exits at the COMMIT of the finish transaction: none of it lands.
         self.sweep_step("in_finish_commit")
+
+    def crash_inside_claim(self) -> None:
+        # The trace callback exits at the COMMIT of the claim transaction: none of it lands.
+        self.sweep_step("in_claim_commit")
 
 
 class PostgresCrashPointTest(CrashPointContract, TempDirTestCase):
@@ -525,6 +540,38 @@ class PostgresCrashPointTest(CrashPointContract, TempDirTestCase):
                          [int(state != "queued") for state in states], "an event without its write")
         self.recover()
         self.assert_recovered(ids, step.effects, step.attempts, step.reclaims)
+
+    def crash_inside_claim(self) -> None:
+        """An idle worker's claim is one statement here too (``job_claim_logged``). The
+        worker is killed while it runs on the server, held behind a lock on ``job_events``:
+        the claim and its event land together or not at all."""
+        from rowfleet.store.postgres import connect
+
+        ids = self.enqueue_three()
+        child = subprocess.Popen([sys.executable, self.driver, "in_claim_statement", self.db], cwd=self.dir,
+                                 env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.addCleanup(_reap, child)
+        with contextlib.closing(connect(self.db, autocommit=False)) as blocker:
+            blocker.execute("LOCK TABLE job_events IN EXCLUSIVE MODE")
+            blocked = ("SELECT count(*) AS n FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                       (blocker.info.backend_pid,))
+            open(os.path.join(self.dir, "go"), "w").close()
+            wait_until(lambda: self.pg.psql(self.db, *blocked)[0][0] == 1 or child.poll() is not None,
+                       message="the claim to wait behind the lock on job_events")
+            self.assertIsNone(child.poll(), child.communicate()[0] if child.poll() is not None else "")
+            child.kill()
+            child.communicate(timeout=DEADLINE)
+            blocker.rollback()
+        self.settle()
+        states = self.states(ids)
+        self.assertIn(states, (["running", "queued", "queued"], ["queued", "queued", "queued"]),
+                      "part of the claim landed")
+        self.assertEqual([self.kinds(job_id).count("claimed") for job_id in ids],
+                         [int(state == "running") for state in states], "a claim without its event")
+        self.recover()
+        landed = states[0] == "running"
+        self.assert_recovered(ids, effects=[1, 1, 1], attempts=[2 if landed else 1, 1, 1],
+                              reclaims=[int(landed), 0, 0])
 
     def kinds(self, job_id: int) -> list[str]:
         return [event.kind for event in self.store.events(job_id)]
