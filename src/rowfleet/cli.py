@@ -211,7 +211,7 @@ def cmd_init(args: argparse.Namespace, config: configuration.Config) -> int:
     with open_store(config, create=True) as store:
         version = store.migrate()
     if args.json:
-        _print_json({"db": config.db, "schema_version": version})
+        _print_json({"db": config.db_shown, "schema_version": version})
     else:
         print(version)
     return exitcodes.OK

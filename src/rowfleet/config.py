@@ -59,6 +59,11 @@ class Config:
         object.__setattr__(self, "synchronous", synchronous)
 
     @property
+    def db_shown(self) -> str:
+        """The database setting as messages and logs may show it: any password masked."""
+        return redact_url(self.db)
+
+    @property
     def stale_after(self) -> float:
         """A heartbeat older than this marks its worker as suspect (3 missed beats)."""
         return 3 * self.heartbeat
@@ -98,6 +103,19 @@ def _parse(name: str, field: dataclasses.Field, raw: str) -> Any:
         except ValueError:
             raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a number, got {raw!r}") from None
     return raw
+
+
+def redact_url(url: str) -> str:
+    """A URL safe to print: any password is masked.
+
+    >>> redact_url("postgresql://ops:s3cret@db:5432/fleet")
+    'postgresql://ops:***@db:5432/fleet'
+    """
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
 
 
 _lock = threading.Lock()

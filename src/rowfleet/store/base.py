@@ -126,7 +126,7 @@ class Store(abc.ABC):
         version = self.schema_version()
         target = latest_version(self.dialect)
         if version < target:
-            raise SchemaMissing(f"the database {self.config.db!r} has schema version {version}, "
+            raise SchemaMissing(f"the database {self.config.db_shown!r} has schema version {version}, "
                                 f"rowfleet needs {target}: run `rowfleet init` (or start the orchestrator)")
         if version > target:
             raise MigrationError(f"the database schema is version {version}, newer than this rowfleet "

@@ -14,7 +14,7 @@ import os
 import select
 from typing import Any, Callable, Iterator
 
-from rowfleet.config import Config
+from rowfleet.config import Config, redact_url
 from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError, SchemaMissing, StoreUnavailable
 from rowfleet.job import TERMINAL, Job, Outcome
 from rowfleet.store.base import Store, Tx, outcome_detail
@@ -43,7 +43,7 @@ def connect(url: str, *, autocommit: bool = True) -> Any:
         return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row,
                                connect_timeout=CONNECT_TIMEOUT, **KEEPALIVE)
     except psycopg.Error as exc:
-        raise DatabaseUnreachable(f"cannot connect to {redact(url)}: {_first_line(exc)}") from None
+        raise DatabaseUnreachable(f"cannot connect to {redact_url(url)}: {_first_line(exc)}") from None
 
 
 def translate(exc: Exception, what: str = "") -> RowfleetError:
@@ -52,19 +52,6 @@ def translate(exc: Exception, what: str = "") -> RowfleetError:
     if isinstance(exc, psycopg.errors.UndefinedTable) or isinstance(exc, psycopg.errors.UndefinedFunction):
         return SchemaMissing(f"the database has no rowfleet schema ({_first_line(exc)}): run `rowfleet init`")
     return StoreUnavailable(f"database error{what}: {_first_line(exc)}")
-
-
-def redact(url: str) -> str:
-    """A URL safe to print: any password is masked.
-
-    >>> redact("postgresql://ops:s3cret@db:5432/fleet")
-    'postgresql://ops:***@db:5432/fleet'
-    """
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at or ":" not in credentials:
-        return url
-    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
 
 
 def _first_line(exc: Exception) -> str:
