@@ -93,7 +93,7 @@ SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
     claimed_by = :holder, lease_expires_at = :now + 600, started_at = :now, updated_at = :now
 WHERE id = (SELECT id FROM jobs
             WHERE state = 'queued' AND project = :project AND queue = :queue AND run_at <= :now
-            ORDER BY run_next DESC, priority, id
+            ORDER BY run_next DESC, priority, run_at, id
             LIMIT 1)
 RETURNING id, lease_token, task, args
 """
