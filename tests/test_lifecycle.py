@@ -65,14 +65,23 @@ def whoami(*args):
 
 
 class LifecycleContract:
-    """Every backend must pass these. Subclasses provide ``make_store(clock, owned=True)``
-    (an owned store is closed at cleanup, others by whoever takes them) and
-    ``caller_connection()``, a driver connection of the application's own."""
+    """Every backend must pass these. Subclasses provide ``config()`` naming their database
+    and ``caller_connection()``, a driver connection of the application's own. A store from
+    ``make_store`` is closed at cleanup when ``owned``, else by whoever takes it."""
 
     def setUp(self) -> None:
         super().setUp()
         self.clock = Clock()
         self.store = self.make_store(self.clock)
+
+    def make_store(self, clock, owned=True):
+        from rowfleet.store import open_store
+
+        store = open_store(self.config(), create=True, clock=clock)
+        if owned:
+            self.addCleanup(store.close)
+        store.migrate()
+        return store
 
     def enqueue(self, task: str = "lifecycle.add", args=None, **options):
         return self.store.enqueue(JobSpec(task=task, args=args if args is not None else {"a": 1, "b": 2},
@@ -374,15 +383,6 @@ class LifecycleContract:
 
 
 class SQLiteLifecycleTest(LifecycleContract, TempDirTestCase):
-    def make_store(self, clock, owned=True):
-        from rowfleet.store import open_store
-
-        store = open_store(self.config(), create=True, clock=clock)
-        if owned:
-            self.addCleanup(store.close)
-        store.migrate()
-        return store
-
     def caller_connection(self):
         return sqlite3.connect(self.db)
 
@@ -415,15 +415,6 @@ class PostgresLifecycleTest(LifecycleContract, TempDirTestCase):
         from rowfleet.config import Config
 
         return Config(db=self.url, **settings)
-
-    def make_store(self, clock, owned=True):
-        from rowfleet.store import open_store
-
-        store = open_store(self.config(), create=True, clock=clock)
-        if owned:
-            self.addCleanup(store.close)
-        store.migrate()
-        return store
 
     def caller_connection(self):
         from rowfleet.store.postgres import driver

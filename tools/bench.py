@@ -525,11 +525,7 @@ class Bench:
         for child in children:
             child.start()
         try:
-            deadline = time.monotonic() + 60
-            while barrier.n_waiting < procs:  # arrive last, so the start is the release
-                if time.monotonic() > deadline or any(c.exitcode is not None for c in children):
-                    raise RuntimeError(f"{kind} worker processes did not reach the start line")
-                time.sleep(0.005)
+            await_start_line(barrier, children, kind)
             start = time.time()
             barrier.wait()
             time.sleep(window + STARTUP_ALLOWANCE)
@@ -844,6 +840,15 @@ def parse_rows(text: str) -> tuple[int, ...]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive row counts, got {text!r}")
     return values
+
+
+def await_start_line(barrier: Any, children: list[Any], kind: str) -> None:
+    """Wait until every child waits at the barrier, so that our own arrival is the release."""
+    deadline = time.monotonic() + 60
+    while barrier.n_waiting < len(children):
+        if time.monotonic() > deadline or any(c.exitcode is not None for c in children):
+            raise RuntimeError(f"{kind} worker processes did not reach the start line")
+        time.sleep(0.005)
 
 
 def parse_sections(text: str) -> tuple[str, ...]:

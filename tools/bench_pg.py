@@ -330,11 +330,7 @@ class PostgresBench:
         for child in children:
             child.start()
         try:
-            deadline = time.monotonic() + 60
-            while barrier.n_waiting < procs:  # arrive last, so the start is the release
-                if time.monotonic() > deadline or any(c.exitcode is not None for c in children):
-                    raise RuntimeError(f"pg {kind} worker processes did not reach the start line")
-                time.sleep(0.005)
+            bench.await_start_line(barrier, children, f"pg {kind}")
             with _connect(url) as conn:
                 start = time.time()
                 barrier.wait()
