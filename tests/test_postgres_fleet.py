@@ -193,7 +193,7 @@ class PostgresFleetTest(TempDirTestCase):
                                      "AND backend_start > to_timestamp(%s)", (name, since))
 
     def listening(self, name: str, since: float = 0.0) -> bool:
-        return any(query == "LISTEN rowfleet_jobs" for _, _, query in self.backends(name, since))
+        return any(query.rstrip(";") == "LISTEN rowfleet_jobs" for _, _, query in self.backends(name, since))
 
     def await_idle(self, worker: subprocess.Popen, since: float = 0.0) -> None:
         """Wait until ``worker`` listens (on a connection made after ``since``) and sleeps."""

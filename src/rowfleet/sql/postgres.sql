@@ -223,3 +223,11 @@ WITH claimed AS (
     FROM claimed
 )
 SELECT * FROM claimed;
+
+-- name: database_time
+-- The database's clock (or a test's), as every statement here reads it.
+SELECT coalesce(%(now)s::double precision, extract(epoch FROM now())::double precision) AS now;
+
+-- name: listen_jobs
+-- Idle workers wait on this channel; the jobs_notify_queued trigger sends the queue's name.
+LISTEN rowfleet_jobs;

@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterator
 from rowfleet.config import Config, redact_url
 from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError, SchemaMissing, StoreUnavailable
 from rowfleet.job import TERMINAL, Job, Outcome
+from rowfleet.queries import queries
 from rowfleet.store.base import Store, Tx, outcome_detail
 
-CHANNEL = "rowfleet_jobs"  # the wake-up channel; its trigger lives in the migrations
 CONNECT_TIMEOUT = 10
 # TCP keepalives, so a network that silently drops packets (rather than closing the
 # connection) is noticed in about a minute instead of a worker waiting on it for ever.
@@ -96,7 +96,7 @@ class PostgresTx(Tx):
 class PostgresStore(Store):
     dialect = "postgres"
     # Queries only this dialect has: composite operations SQLite cannot do in one statement.
-    own_queries = frozenset({"job_finish_and_claim", "job_claim_logged"})
+    own_queries = frozenset({"job_finish_and_claim", "job_claim_logged", "database_time", "listen_jobs"})
 
     def __init__(self, url: str, config: Config, *, clock: Callable[[], float] | None = None) -> None:
         super().__init__(config, self._database_time)
@@ -140,7 +140,7 @@ class PostgresStore(Store):
 
     def claim(self, project: str, queue: str, holder: str, lease: float) -> Job | None:
         """As ``Store.claim``, in one statement: on Postgres round trips are the cost."""
-        row = self.reader().one("job_claim_logged", project=project, queue=queue, holder=holder, lease=lease)
+        row = _AutocommitTx(self).one("job_claim_logged", project=project, queue=queue, holder=holder, lease=lease)
         return None if row is None else Job.from_row(row)
 
     def finish(self, job: Job, outcome: Outcome, claim_next: tuple[str, str, str, float] | None = None
@@ -150,7 +150,7 @@ class PostgresStore(Store):
         if claim_next is None or outcome.state not in TERMINAL:
             return super().finish(job, outcome, claim_next)
         project, queue, holder, lease = claim_next
-        row = self.reader().one(
+        row = _AutocommitTx(self).one(
             "job_finish_and_claim", id=job.id, token=job.lease_token, state=outcome.state,
             result=outcome.result_json, error=outcome.error, traceback=outcome.traceback,
             kind=outcome.event or outcome.state, detail=outcome_detail(job, outcome),
@@ -162,7 +162,7 @@ class PostgresStore(Store):
         return Job.from_row(row) if row["id"] is not None else None
 
     def reader(self) -> Tx:
-        return _ReaderTx(self)
+        return _AutocommitTx(self)
 
     def caller_transaction(self, conn: Any) -> Tx:
         psycopg = driver()
@@ -179,11 +179,7 @@ class PostgresStore(Store):
         return True  # a NOTIFY arrives only after its commit: nothing to second-guess
 
     def _database_time(self) -> float:
-        if self._test_clock is not None:
-            return self._test_clock()
-        with self.transaction() as tx:
-            tx.cursor.execute("SELECT extract(epoch FROM now())::double precision AS now")
-            return tx.cursor.fetchone()["now"]
+        return self.reader().one("database_time")["now"]
 
     def close(self) -> None:
         if self._conn is not None:
@@ -193,8 +189,9 @@ class PostgresStore(Store):
                 self._conn = None
 
 
-class _ReaderTx(PostgresTx):
-    """Autocommit reads: each statement sees the latest committed state."""
+class _AutocommitTx(PostgresTx):
+    """Statements each atomic on their own: reads that see the latest committed state, and
+    the one-statement writes (a claim, a busy worker's turn)."""
 
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
@@ -230,7 +227,7 @@ class ListenWaiter:
     def _listen(self) -> bool:
         try:
             conn = connect(self.url)
-            conn.execute(f"LISTEN {CHANNEL}")  # a fixed identifier of ours, never a caller's
+            conn.execute(queries("postgres")["listen_jobs"])
         except (RowfleetError, driver().Error):
             return False
         self._conn = conn
