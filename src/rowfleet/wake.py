@@ -57,6 +57,39 @@ class Waiter(Protocol):
     def close(self) -> None: ...
 
 
+class Doorbell:
+    """A self-pipe: ``ring()`` from anywhere, a signal handler included, makes ``fileno()``
+    readable, so a thread blocked in poll/select on it (and on other descriptors) wakes."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+
+    def fileno(self) -> int:
+        return self._read
+
+    def ring(self) -> None:
+        try:
+            os.write(self._write, b"!")
+        except OSError:
+            pass  # the pipe is full or closed: a wake-up is already pending or moot
+
+    def clear(self) -> None:
+        try:
+            while os.read(self._read, 512):
+                pass
+        except OSError:
+            pass  # empty (or closed): nothing left to clear
+
+    def close(self) -> None:
+        for fd in (self._read, self._write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def event_names(buffer: bytes) -> list[bytes]:
     """The file names carried by a buffer of raw ``inotify_event`` records.
 
@@ -81,12 +114,10 @@ class FileWaiter:
         absolute = os.path.abspath(db_path)
         base = os.path.basename(absolute).encode()
         self._names = {base, base + b"-wal"}
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._doorbell = Doorbell()
         self._inotify = _watch(os.path.dirname(absolute))
         self._poller = select.poll()
-        self._poller.register(self._wake_r, select.POLLIN)
+        self._poller.register(self._doorbell.fileno(), select.POLLIN)
         if self._inotify is not None:
             self._poller.register(self._inotify, select.POLLIN)
 
@@ -103,8 +134,8 @@ class FileWaiter:
             timeout = min(timeout, FALLBACK_INTERVAL)
         ready = self._poller.poll(max(0, int(timeout * 1000 + 0.999)))
         fds = {fd for fd, _ in ready}
-        if self._wake_r in fds:
-            self._drain_pipe()
+        if self._doorbell.fileno() in fds:
+            self._doorbell.clear()
             return False
         if self._inotify is None:
             return True  # a nap ended: let the caller check data_version
@@ -117,17 +148,7 @@ class FileWaiter:
 
     def interrupt(self) -> None:
         """Wake a waiting ``wait`` at once. Safe to call from a signal handler."""
-        try:
-            os.write(self._wake_w, b"!")
-        except (BlockingIOError, OSError):
-            pass  # the pipe is full or closed: a wake-up is already pending or moot
-
-    def _drain_pipe(self) -> None:
-        try:
-            while os.read(self._wake_r, 512):
-                pass
-        except (BlockingIOError, OSError):
-            pass
+        self._doorbell.ring()
 
     def _drain_events(self) -> bool:
         relevant = False
@@ -141,13 +162,13 @@ class FileWaiter:
             relevant = relevant or any(name in self._names for name in event_names(buffer))
 
     def close(self) -> None:
-        for fd in (self._wake_r, self._wake_w, self._inotify):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._inotify = None
+        self._doorbell.close()
+        if self._inotify is not None:
+            try:
+                os.close(self._inotify)
+            except OSError:
+                pass
+            self._inotify = None
 
 
 def _watch(folder: str) -> int | None:

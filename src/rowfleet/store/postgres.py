@@ -10,7 +10,6 @@ again on next use; the caller sees ``StoreUnavailable`` once and backs off.
 from __future__ import annotations
 
 import contextlib
-import os
 import select
 from typing import Any, Callable, Iterator
 
@@ -19,6 +18,7 @@ from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError, Sch
 from rowfleet.job import TERMINAL, Job, Outcome
 from rowfleet.queries import queries
 from rowfleet.store.base import Store, Tx, outcome_detail
+from rowfleet.wake import Doorbell
 
 CONNECT_TIMEOUT = 10
 # TCP keepalives, so a network that silently drops packets (rather than closing the
@@ -218,9 +218,7 @@ class ListenWaiter:
     def __init__(self, url: str, queue: str) -> None:
         self.url = url
         self._queue = queue.encode()  # the trigger's payload: only our queue's rows wake us
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._doorbell = Doorbell()
         self._conn: Any = None
         self._listen()
 
@@ -239,9 +237,9 @@ class ListenWaiter:
                 self._nap(min(timeout, 1.0))
                 return False
             return True  # back after an outage: whatever was sent meanwhile is gone
-        readable, _, _ = select.select([self._conn.fileno(), self._wake_r], [], [], max(timeout, 0.0))
-        if self._wake_r in readable:
-            self._drain_pipe()
+        readable, _, _ = select.select([self._conn.fileno(), self._doorbell], [], [], max(timeout, 0.0))
+        if self._doorbell in readable:
+            self._doorbell.clear()
             return False
         return bool(readable) and self._take_notifications()
 
@@ -261,22 +259,12 @@ class ListenWaiter:
             self._take_notifications()
 
     def interrupt(self) -> None:
-        try:
-            os.write(self._wake_w, b"!")
-        except OSError:
-            pass  # the pipe is full or closed: a wake-up is already pending or moot
+        self._doorbell.ring()
 
     def _nap(self, seconds: float) -> None:
-        readable, _, _ = select.select([self._wake_r], [], [], max(seconds, 0.0))
+        readable, _, _ = select.select([self._doorbell], [], [], max(seconds, 0.0))
         if readable:
-            self._drain_pipe()
-
-    def _drain_pipe(self) -> None:
-        try:
-            while os.read(self._wake_r, 512):
-                pass
-        except OSError:
-            pass
+            self._doorbell.clear()
 
     def _drop(self) -> None:
         if self._conn is not None:
@@ -288,8 +276,4 @@ class ListenWaiter:
 
     def close(self) -> None:
         self._drop()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._doorbell.close()
