@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from typing import Any, Callable, Sequence
 
 import rowfleet

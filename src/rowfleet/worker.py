@@ -243,7 +243,6 @@ class Keeper(threading.Thread):
         self._job: Job | None = None
         self._lock = threading.Lock()
         self._halt = threading.Event()
-        self.lease_lost: Job | None = None
 
     def hold(self, job: Job) -> None:
         with self._lock:
@@ -302,7 +301,6 @@ class Keeper(threading.Thread):
             store.renew(job, self.config.lease)
         except LeaseLost as exc:
             if self.held() is job:  # not merely finished between our read and the renew
-                self.lease_lost = job
                 log.error("job %d: %s; another worker may be running it", job.id, exc)
         except RowfleetError as exc:
             log.warning("lease renewal of job %d failed (will retry): %s", job.id, exc)
