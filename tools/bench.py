@@ -55,7 +55,7 @@ if str(SRC) not in sys.path:
 
 import rowfleet  # noqa: E402  (needs the sys.path line above)
 from rowfleet import tasks  # noqa: E402
-from rowfleet.cli import positive_int  # noqa: E402
+from rowfleet.cli import Parser, UsageError, positive_int  # noqa: E402
 from rowfleet.config import Config  # noqa: E402
 from rowfleet.queries import queries  # noqa: E402
 from rowfleet.store.sqlite import SQLiteStore  # noqa: E402
@@ -637,15 +637,7 @@ class Bench:
             cpu = (idle, busy_elsewhere, rate)
         finally:
             reader.close()
-            try:
-                control.send("stop")
-            except OSError:
-                pass  # the child is gone already
-            control.close()
-            child.join(15)
-            if child.is_alive():
-                child.kill()
-                child.join()
+            stop_child(control, child)
         return latencies, cpu
 
     @staticmethod
@@ -842,6 +834,19 @@ def parse_rows(text: str) -> tuple[int, ...]:
     return values
 
 
+def stop_child(control: Any, child: Any) -> None:
+    """Ask a benchmark child to stop over its pipe; kill it if it has not gone in 15 s."""
+    try:
+        control.send("stop")
+    except OSError:
+        pass  # the child is gone already
+    control.close()
+    child.join(15)
+    if child.is_alive():
+        child.kill()
+        child.join()
+
+
 def await_start_line(barrier: Any, children: list[Any], kind: str) -> None:
     """Wait until every child waits at the barrier, so that our own arrival is the release."""
     deadline = time.monotonic() + 60
@@ -860,7 +865,7 @@ def parse_sections(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench", description="Benchmark rowfleet against bare SQLite "
+    parser = Parser(prog="bench", description="Benchmark rowfleet against bare SQLite "
                                      "loops on temporary files; prints one table. Asserts nothing.")
     parser.add_argument("--quick", action="store_true",
                         help="small sizes and no 1M-row claim test: a sanity run of well under a minute")
@@ -878,7 +883,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:  # one line, as the rowfleet command line answers
+        print(exc, file=sys.stderr)
+        return 2
     sizes = QUICK if args.quick else Sizes()
     changes: dict[str, Any] = {}
     if args.claim_rows:

@@ -45,7 +45,7 @@ import rowfleet
 from rowfleet.config import Config
 from rowfleet.job import JobSpec
 from rowfleet.store import open_store
-from rowfleet.store.postgres import CHANNEL
+from rowfleet.queries import queries
 from rowfleet.worker import Worker
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
@@ -167,7 +167,7 @@ def bare_listener(url: str, control: Any) -> None:
     Sends "ready" once listening; on any message from ``control`` sends the stamps and exits.
     """
     conn = _connect(url)
-    conn.execute(f"LISTEN {CHANNEL}")
+    conn.execute(queries("postgres")["listen_jobs"])  # the same channel the workers use
     stamps: list[float] = []
     control.send("ready")
     while True:
@@ -449,15 +449,7 @@ class PostgresBench:
         finally:
             reader.close()
             for pipe, child in ((control, worker), (listen, listener)):
-                try:
-                    pipe.send("stop")
-                except OSError:
-                    pass  # the child is gone already
-                pipe.close()
-                child.join(15)
-                if child.is_alive():
-                    child.kill()
-                    child.join()
+                bench.stop_child(pipe, child)
         if len(heard) != len(committed):
             raise RuntimeError(f"the bare LISTEN process heard {len(heard)} notifications for "
                                f"{len(committed)} enqueues")
