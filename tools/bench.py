@@ -792,7 +792,10 @@ legend:
               run on psycopg autocommit connections, one transaction per statement. Round
               trip: claim UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1)
               RETURNING, then the complete UPDATE; a busy rowfleet worker finishes a job
-              and claims the next in one statement. Each run copies one template database;
+              and claims the next in one statement. With the most processes a third loop,
+              the "ceiling of one job per claim", runs that turn as one minimal statement
+              with no events: how far a claim of one job can beat the baseline here. Each
+              run copies one template database;
               its window opens once every process has claimed a job ("all claiming" =
               release to the last first claim, rowfleet/bare: a rowfleet worker imports
               psycopg, ~0.15 s here, and opens three connections after the release; the

@@ -6,7 +6,8 @@ measured in the same run on the same server and schema:
 * round trip (claim -> no-op handler -> complete) with 1, 2 and 4 worker processes released
   together by a barrier, vs as many processes each running a bare ``FOR UPDATE SKIP LOCKED``
   loop of two transactions per job (claim, then complete), all over TCP to 127.0.0.1; with
-  the CPU both sides spend per job, in the processes and in their server backends;
+  the CPU both sides spend per job, in the processes and in their server backends; with the
+  most processes, also the ceiling of one job per claim (FLOOR_TURN) as a third loop;
 * idle wake latency: an idle worker (poll 1 s, LISTEN) and jobs enqueued one at a time by
   this process, vs a bare LISTEN connection in another process stamping each notification;
 * claim latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim UPDATE.
@@ -68,6 +69,26 @@ BARE_COMPLETE = """
 UPDATE jobs SET state = 'completed', result = %(result)s, lease_expires_at = NULL,
     finished_at = %(now)s, updated_at = %(now)s
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+"""
+# The ceiling of one job per claim: a busy worker's finish and next claim in one statement,
+# with nothing else (no events, no guard beyond the token, four columns back). It is not a
+# queue anyone should run; it shows how far the bare loop can be beaten on this machine
+# without batching several jobs per claim, which rowfleet's one-job-per-process rule rules out.
+FLOOR_TURN = """
+WITH finished AS (
+    UPDATE jobs SET state = 'completed', result = 'null', lease_expires_at = NULL,
+        finished_at = %(now)s, updated_at = %(now)s
+    WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+)
+UPDATE jobs
+SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+    claimed_by = %(holder)s, lease_expires_at = %(now)s + 600, started_at = %(now)s, updated_at = %(now)s
+WHERE id = (SELECT id FROM jobs
+            WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s AND run_at <= %(now)s
+            ORDER BY run_next DESC, priority, run_at, id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED)
+RETURNING id, lease_token, task, args
 """
 SLOW_WAKE = 0.5  # seconds: a wake-up this late waited for the safety poll, not for a NOTIFY
 # Seconds a round-trip run may take for every process to hold a job: after the release a
@@ -158,6 +179,23 @@ def roundtrip_bare(url: str, task_dir: str, barrier: Any) -> None:
         result = handler() if args == "null" else handler(args)
         conn.execute(BARE_COMPLETE, {"now": time.time(), "id": job_id, "token": token,
                                      "result": "null" if result is None else repr(result)})
+    conn.close()
+
+
+def roundtrip_floor(url: str, task_dir: str, barrier: Any) -> None:
+    """FLOOR_TURN in a loop: each statement finishes the job in hand and claims the next."""
+    from rowfleet import tasks
+
+    bench._import_tasks(task_dir)
+    conn = _connect(url)
+    turn = {"holder": f"floor:{os.getpid()}", "project": PROJECT, "queue": QUEUE, "id": 0, "token": 0}
+    barrier.wait()
+    while True:
+        row = conn.execute(FLOOR_TURN, {**turn, "now": time.time()}).fetchone()
+        if row is None:
+            break
+        turn["id"], turn["token"], task, args = row
+        tasks.resolve(task)() if args == "null" else tasks.resolve(task)(args)
     conn.close()
 
 
@@ -291,11 +329,14 @@ class PostgresBench:
 
         template_name = pg_harness.database_of(template)
         for procs in s.worker_counts:
-            runs: dict[str, list[Run]] = {"bare": [], "rowfleet": []}
+            kinds = [("bare", roundtrip_bare), ("rowfleet", roundtrip_worker)]
+            if procs == max(s.worker_counts):
+                kinds.append(("floor", roundtrip_floor))
+            runs: dict[str, list[Run]] = {kind: [] for kind, _ in kinds}
             for round_no in range(s.roundtrip_rounds):
                 progress(f"pg round trip, {procs} process(es), round {round_no + 1} of {s.roundtrip_rounds}: "
-                         f"bare loop, then rowfleet, {s.pg_roundtrip_window:g} s each")
-                for kind, target in (("bare", roundtrip_bare), ("rowfleet", roundtrip_worker)):
+                         f"{', then '.join(kind for kind, _ in kinds)}, {s.pg_roundtrip_window:g} s each")
+                for kind, target in kinds:
                     runs[kind].append(self._run_workers(kind, target, template_name, procs))
             ours, bare = runs["rowfleet"], runs["bare"]
 
@@ -311,7 +352,11 @@ class PostgresBench:
             if not math.isnan(median(ours, "client_us")):
                 notes.append(f"CPU us/job: workers {median(ours, 'client_us'):.0f}/{median(bare, 'client_us'):.0f}, "
                              f"their server backends {median(ours, 'server_us'):.0f}/{median(bare, 'server_us'):.0f}")
-            notes += sorted({r.problem for r in ours + bare if r.problem})
+            if "floor" in runs:
+                floor = median(runs["floor"], "rate")
+                notes.append(f"ceiling of one job per claim: a minimal finish-and-claim statement (no events) "
+                             f"ran {count(floor)} jobs/s, {ratio(floor, b)} the bare loop")
+            notes += sorted({r.problem for kind_runs in runs.values() for r in kind_runs if r.problem})
             label = f"pg round trip, {procs} worker proc{'s' if procs > 1 else ''} (jobs/s)"
             self.add(Row(label, self.durability, count(a), count(b), ratio(a, b), "; ".join(notes)))
         self._drop_database(template)
