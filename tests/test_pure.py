@@ -10,12 +10,12 @@ import struct
 import unittest
 from types import SimpleNamespace
 
-from rowfleet import config, job, queries, store, supervisor, wake
+from rowfleet import config, dag, job, queries, store, supervisor, wake
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, Cancel, JobSpec, Retry, backoff, decide_outcome
 from rowfleet.store import sqlite as sqlite_store
 
-DOCTESTED = (config, job, queries, store, sqlite_store, supervisor, wake)
+DOCTESTED = (config, dag, job, queries, store, sqlite_store, supervisor, wake)
 
 
 def load_tests(loader, tests, pattern):
@@ -108,9 +108,10 @@ class SqlFilesTest(unittest.TestCase):
         import inspect
         import re
 
-        from rowfleet.store import base
+        from rowfleet.store import base, runs
 
-        named = set(re.findall(r'\.(?:one|all|run)\("([a-z_]+)"', inspect.getsource(base)))
+        source = inspect.getsource(base) + inspect.getsource(runs)
+        named = set(re.findall(r'\.(?:one|all|run)\("([a-z_]+)"', source))
         defined = set(queries.queries("sqlite"))
         self.assertEqual(named - defined, set())
         self.assertEqual(defined - named - {"migrations_table"}, set(), "unused queries")
@@ -129,7 +130,8 @@ class SqlFilesTest(unittest.TestCase):
 
     def test_migrations_are_numbered_from_one(self):
         for dialect in ("sqlite", "postgres"):
-            self.assertEqual([m.version for m in queries.migrations(dialect)], [1])
+            versions = [m.version for m in queries.migrations(dialect)]
+            self.assertEqual(versions, list(range(1, len(versions) + 1)))
 
     def test_split_script(self):
         self.assertEqual(sqlite_store.split_script("CREATE TABLE a (x TEXT DEFAULT ';');\n\nSELECT 1;\n-- end\n"),

@@ -14,8 +14,10 @@ configured database on first use.
     job = rowfleet.enqueue(send, {"to": "ops@example.com"})
 """
 
-from rowfleet.api import enqueue, enqueue_many, get_job, init, work
+from rowfleet.api import (cancel_run, enqueue, enqueue_many, get_job, get_run, init, load_workflow, restart_run,
+                          start_run, submit, work, workflow)
 from rowfleet.config import Config, configure
+from rowfleet.dag import DefinitionError, Workflow
 from rowfleet.errors import (ConfigError, Conflict, DatabaseUnreachable, LeaseLost, MigrationError, NotFound,
                              RowfleetError, SchemaMissing, StoreUnavailable, UnknownTask)
 from rowfleet.job import Cancel, Job, Retry
@@ -25,7 +27,8 @@ from rowfleet.worker import current_job
 __version__ = "0.1.0"
 
 __all__ = [
-    "Cancel", "Config", "ConfigError", "Conflict", "DatabaseUnreachable", "Job", "LeaseLost", "MigrationError",
-    "NotFound", "Retry", "RowfleetError", "SchemaMissing", "StoreUnavailable", "UnknownTask", "__version__",
-    "configure", "current_job", "enqueue", "enqueue_many", "get_job", "init", "task", "work",
+    "Cancel", "Config", "ConfigError", "Conflict", "DatabaseUnreachable", "DefinitionError", "Job", "LeaseLost",
+    "MigrationError", "NotFound", "Retry", "RowfleetError", "SchemaMissing", "StoreUnavailable", "UnknownTask",
+    "Workflow", "__version__", "cancel_run", "configure", "current_job", "enqueue", "enqueue_many", "get_job",
+    "get_run", "init", "load_workflow", "restart_run", "start_run", "submit", "task", "work", "workflow",
 ]

@@ -1,4 +1,5 @@
-"""The module-level Python API: enqueue and read jobs with the configured database.
+"""The module-level Python API: enqueue and read jobs, define and run workflows, with the
+configured database.
 
 Each thread gets its own store (connections are not shared across threads), opened on
 first use with ``config.current()`` and reopened when ``configure()`` changes it.
@@ -6,13 +7,17 @@ first use with ``config.current()`` and reopened when ``configure()`` changes it
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from typing import Any, Iterable
 
 from rowfleet import config as _config
+from rowfleet import dag, tasks
+from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import Job, JobSpec
 from rowfleet.store import Store, open_store
+from rowfleet.store.runs import Run
 from rowfleet.worker import Worker
 
 _local = threading.local()
@@ -74,6 +79,87 @@ def enqueue_many(task: Any, args_list: Iterable[Any], *, queue: str | None = Non
 def get_job(job_id: int, *, project: str | None = None) -> Job:
     """The job with this id in the configured project (or ``NotFound``)."""
     return default_store().get_job(job_id, _project(project))
+
+
+# --- workflows -------------------------------------------------------------------------
+
+
+def workflow(name: str, nodes: Iterable[dict[str, Any]]) -> dag.Workflow:
+    """Define a workflow from node dicts in the JSON format (see the README) and register it
+    under ``name``, so ``rowfleet run NAME --app MODULE`` finds it. A node's ``task`` may be
+    a ``@rowfleet.task`` (its queue is then the node's default) or a task name. Invalid
+    definitions raise ``DefinitionError`` naming the node."""
+    flow = dag.parse_workflow({"name": name, "nodes": [_node_dict(node) for node in nodes]})
+    tasks.register_workflow(flow)
+    return flow
+
+
+def load_workflow(path: str) -> dag.Workflow:
+    """A workflow read from a JSON file (``DefinitionError`` or ``ConfigError`` if it is not one)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read workflow file {path!r}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"workflow file {path!r} is not valid JSON: {exc}") from None
+    return dag.parse_workflow(data)
+
+
+def check_tasks(flow: dag.Workflow) -> None:
+    """Resolve every task node's task here (importing ``module:function`` names), so a
+    misspelt task fails the start instead of the node; ``DefinitionError`` names the node."""
+    for node in flow.nodes:
+        if node.kind == dag.TASK:
+            try:
+                tasks.resolve(node.task)
+            except UnknownTask as exc:
+                raise dag.DefinitionError(f"node {node.id!r}: {exc}") from None
+
+
+def start_run(flow: dag.Workflow | str, args: Any = None, *, project: str | None = None, conn: Any = None,
+              check: bool = True) -> int:
+    """Start a run of ``flow`` (a ``Workflow`` or a registered workflow's name); its id.
+
+    The definition is snapshotted into the run, and the first nodes are enqueued in the same
+    transaction (with ``conn``, the caller's). ``args`` is what ``{"$from": "$args..."}``
+    references read. With ``check`` (the default) every task is resolved here first.
+    """
+    if isinstance(flow, str):
+        found = tasks.workflow_named(flow)
+        if found is None:
+            raise ConfigError(f"no workflow named {flow!r} is registered (import the module that defines it)")
+        flow = found
+    if check:
+        check_tasks(flow)
+    return default_store().start_run(flow, args, _project(project), conn=conn)
+
+
+def get_run(run_id: int, *, project: str | None = None) -> Run:
+    """A run with its nodes (or ``NotFound``)."""
+    return default_store().get_run(run_id, _project(project))
+
+
+def cancel_run(run_id: int, *, project: str | None = None) -> Run:
+    return default_store().cancel_run(run_id, _project(project))
+
+
+def restart_run(run_id: int, *, project: str | None = None) -> Run:
+    return default_store().restart_run(run_id, _project(project))
+
+
+def submit(run_id: int, node: str, value: Any, *, project: str | None = None) -> Run:
+    """Answer an input node of a run that awaits input; the run moves on."""
+    return default_store().submit_input(run_id, node, value, _project(project))
+
+
+def _node_dict(node: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(node, dict):
+        raise dag.DefinitionError(f"a node must be a dict, got {type(node).__name__}")
+    task = node.get("task")
+    if isinstance(task, tasks.Task):
+        return {"queue": task.queue, **node, "task": task.name}
+    return node
 
 
 def _spec(task: Any, args: Any, queue: str | None, priority: int, run_next: bool, delay: float,

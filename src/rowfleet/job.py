@@ -60,6 +60,8 @@ class JobSpec:
     run_at: float | None = None
     key: str | None = None
     max_attempts: int = 5
+    timeout: float | None = None
+    model: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.task, str) or not self.task.strip() or any(c.isspace() for c in self.task):
@@ -74,6 +76,11 @@ class JobSpec:
             raise ConfigError(f"delay must be a non-negative number of seconds, got {self.delay!r}")
         if self.key is not None and (not isinstance(self.key, str) or not self.key):
             raise ConfigError("an idempotency key must be a non-empty string")
+        if self.timeout is not None and (isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float))
+                                         or self.timeout <= 0):
+            raise ConfigError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        if self.model is not None and (not isinstance(self.model, str) or not self.model):
+            raise ConfigError("a required model must be a non-empty string")
         try:
             object.__setattr__(self, "_args_json", encode_json(self.args))
         except (TypeError, ValueError) as exc:
@@ -125,6 +132,13 @@ class Job:
     updated_at: float
     started_at: float | None
     finished_at: float | None
+    # A workflow node's job: its run, node, map item and node generation (None otherwise).
+    run_id: int | None = None
+    node_id: str | None = None
+    node_item: int | None = None
+    node_generation: int | None = None
+    timeout: float | None = None  # seconds of wall clock the job may take
+    required_model: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":

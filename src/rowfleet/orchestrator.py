@@ -1,8 +1,12 @@
-"""The orchestrator: migrates the schema, then sweeps on a timer.
+"""The orchestrator: migrates the schema, drains the workflow outbox, sweeps on a timer.
 
-A tick re-queues jobs whose lease lapsed (the only recovery path for an orphaned row),
-flags workers whose heartbeat went stale, and prunes finished jobs past the retention
-period. Every step is a guarded write, so two orchestrators may run at once.
+Draining applies the dispatch events that finished nodes wrote (each in its own
+transaction with the walk it triggers), and runs as soon as one is written: the
+orchestrator sleeps on the store's dispatch waiter (NOTIFY on Postgres, the database file
+on SQLite) between sweeps. A sweep re-queues jobs whose lease lapsed (the only recovery
+path for an orphaned row), flags workers whose heartbeat went stale, gives stranded runs
+a fresh event, and prunes finished rows past the retention period. Every step is a
+guarded write, so two orchestrators may run at once.
 
 Writes no SQL: everything goes through the store.
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from rowfleet.config import Config
@@ -20,6 +25,9 @@ from rowfleet.store import Store
 log = logging.getLogger("rowfleet.orchestrator")
 
 PRUNE_EVERY = 60.0  # seconds between prune passes; pruning is not urgent
+# Seconds an unfinished run must have had nothing live before the sweep re-walks it:
+# long enough that it is not merely between two transactions, short enough to be "seconds".
+RECONCILE_GRACE = 2.0
 
 
 class Orchestrator:
@@ -27,9 +35,15 @@ class Orchestrator:
         self.store = store
         self.config = config
         self._next_prune = 0.0
+        self._stop = threading.Event()
+        self._waiter: Any = None
+
+    def drain(self) -> dict[str, int]:
+        """Apply the pending dispatch events of this project."""
+        return self.store.drain(self.config.project)
 
     def run_once(self) -> dict[str, Any]:
-        """One sweep; a summary of what it did."""
+        """One sweep and one drain; a summary of what they did."""
         reclaimed = self.store.reclaim_lapsed()
         for item in reclaimed:
             log.warning("job %d: lease of %s lapsed; %s", item["id"], item["holder"], item["action"])
@@ -37,23 +51,49 @@ class Orchestrator:
         for worker in flagged:
             log.warning("worker %s (project %r, queue %r) missed its heartbeats; flagged",
                         worker["worker_id"], worker["project"], worker["queue"])
+        stranded = self.store.reconcile_runs(self.config.project, RECONCILE_GRACE)
+        for run_id in stranded:
+            log.warning("run %d had nothing left that would move it on; walking it again", run_id)
+        drained = self.drain()
         pruned = 0
         now = self.store.clock()
         if now >= self._next_prune:
             pruned = self.store.prune(self.config.retention)
             self._next_prune = now + PRUNE_EVERY
             if pruned:
-                log.info("pruned %d finished job(s) older than %.0fs", pruned, self.config.retention)
+                log.info("pruned %d finished job(s) and run(s) older than %.0fs", pruned, self.config.retention)
         return {"reclaimed": len([i for i in reclaimed if i["action"] == "reclaimed"]),
                 "failed": len([i for i in reclaimed if i["action"] == "failed"]),
-                "flagged_workers": len(flagged), "pruned": pruned}
+                "flagged_workers": len(flagged), "reconciled_runs": len(stranded),
+                "dispatched": drained["applied"], "dispatch_failures": drained["failed"], "pruned": pruned}
 
-    def run(self, stop: threading.Event) -> None:
-        """Sweep every ``config.interval`` seconds until ``stop`` is set."""
-        log.info("orchestrator sweeping every %.1fs", self.config.interval)
-        while not stop.is_set():
-            try:
-                self.run_once()
-            except RowfleetError as exc:
-                log.error("sweep failed (will retry): %s", exc)
-            stop.wait(self.config.interval)
+    def request_stop(self) -> None:
+        """Stop after the step in hand. Safe to call from a signal handler."""
+        self._stop.set()
+        if self._waiter is not None:
+            self._waiter.interrupt()
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Sweep every ``config.interval`` seconds and drain whenever a dispatch event may
+        have been written, until ``request_stop()`` (or ``stop`` is set)."""
+        if stop is not None:
+            self._stop = stop
+        self._waiter = self.store.dispatch_waiter(self.config.project)
+        log.info("orchestrator sweeping every %.1fs, draining project %r as events arrive",
+                 self.config.interval, self.config.project)
+        next_sweep = 0.0
+        try:
+            while not self._stop.is_set():
+                self._waiter.drain()  # before the work: what is written from here on wakes us
+                try:
+                    if time.monotonic() >= next_sweep:
+                        self.run_once()
+                        next_sweep = time.monotonic() + self.config.interval
+                    else:
+                        self.drain()
+                except RowfleetError as exc:
+                    log.error("sweep failed (will retry): %s", exc)
+                    self._stop.wait(min(self.config.interval, 1.0))
+                self._waiter.wait(max(0.0, min(next_sweep - time.monotonic(), self.config.poll)))
+        finally:
+            self._waiter.close()

@@ -1,4 +1,5 @@
-"""Task registration and lookup: ``@rowfleet.task`` and ``module:function`` names.
+"""Task registration and lookup: ``@rowfleet.task`` and ``module:function`` names, and
+the named workflows that ``rowfleet.workflow`` registers.
 
 A worker runs a job by looking its task name up here: first among the tasks registered
 by the modules it imported (``--app``), then, for a ``module:function`` name, by importing
@@ -19,6 +20,7 @@ from typing import Any, Callable
 from rowfleet.errors import ConfigError, UnknownTask
 
 _registry: dict[str, "Task"] = {}
+_workflows: dict[str, Any] = {}  # name -> rowfleet.dag.Workflow
 _lock = threading.Lock()
 
 
@@ -60,6 +62,17 @@ def task(fn: Callable[..., Any] | None = None, *, name: str | None = None, queue
         return registered
 
     return register(fn) if fn is not None else register
+
+
+def register_workflow(flow: Any) -> None:
+    """Make a workflow startable by name (``rowfleet run NAME --app MODULE``)."""
+    with _lock:
+        _workflows[flow.name] = flow
+
+
+def workflow_named(name: str) -> Any | None:
+    with _lock:
+        return _workflows.get(name)
 
 
 def import_apps(modules: list[str], folder: str | None = None) -> None:

@@ -20,20 +20,26 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (%(version)s, %
 
 -- name: job_insert
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
-                  idempotency_key, created_at, updated_at)
+                  idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
+                  timeout, required_model)
 VALUES (%(project)s, %(queue)s, %(task)s, %(args)s, %(priority)s, %(run_next)s, coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
-        %(max_attempts)s, %(key)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s))
+        %(max_attempts)s, %(key)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s, %(node_id)s,
+        %(node_generation)s, %(timeout)s, %(model)s)
 ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
 -- name: job_insert_many
 -- One statement for a whole batch: %(args_list)s is a JSON array of each job's args, already
--- encoded as JSON text, so the rows are bound once instead of once per job.
+-- encoded as JSON text, so the rows are bound once instead of once per job. A map node's
+-- items are numbered by their place in the array.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
-                  created_at, updated_at)
+                  created_at, updated_at, run_id, node_id, node_item, node_generation,
+                  timeout, required_model)
 SELECT %(project)s, %(queue)s, %(task)s, batch.value, %(priority)s, %(run_next)s,
        coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
-       %(max_attempts)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s)
+       %(max_attempts)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s::bigint, %(node_id)s::text,
+       CASE WHEN %(run_id)s::bigint IS NOT NULL THEN batch.n - 1 END, %(node_generation)s::integer,
+       %(timeout)s::double precision, %(model)s::text
 FROM jsonb_array_elements_text(%(args_list)s::jsonb) WITH ORDINALITY AS batch(value, n)
 ORDER BY batch.n;
 
@@ -82,7 +88,7 @@ WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
 -- name: jobs_lapsed
-SELECT id, lease_token, claimed_by, attempts, max_attempts FROM jobs
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id FROM jobs
 WHERE state = 'running' AND lease_expires_at < rowfleet_now(%(now)s)
 ORDER BY lease_expires_at
 LIMIT %(limit)s
@@ -169,17 +175,22 @@ DELETE FROM workers WHERE last_seen < rowfleet_now(%(now)s) - %(retention)s AND 
 
 -- name: job_finish_and_claim
 -- A busy worker's whole turn in one statement (one round trip, atomic in autocommit): write
--- the finished job's terminal state and event, then claim the next job of the queue and
--- log that claim, but only if the finish still held the lease.
+-- the finished job's terminal state and event (and a workflow node's dispatch event), then
+-- claim the next job of the queue and log that claim, but only if the finish still held
+-- the lease.
 WITH finished AS (
     UPDATE jobs
     SET state = %(state)s, result = %(result)s, error = %(error)s, traceback = %(traceback)s,
         lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
     WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
-    RETURNING id
+    RETURNING id, project, run_id, node_id
 ), finished_event AS (
     INSERT INTO job_events (job_id, at, kind, detail)
     SELECT id, rowfleet_now(%(now)s), %(kind)s, %(detail)s FROM finished
+), finished_dispatch AS (
+    INSERT INTO dispatch_events (project, run_id, node_id, job_id, kind, created_at)
+    SELECT project, run_id, node_id, id, 'job_finished', rowfleet_now(%(now)s) FROM finished
+    WHERE run_id IS NOT NULL
 ), claimed AS (
     UPDATE jobs
     SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
@@ -231,3 +242,128 @@ SELECT coalesce(%(now)s::double precision, extract(epoch FROM now())::double pre
 -- name: listen_jobs
 -- Idle workers wait on this channel; the jobs_notify_queued trigger sends the queue's name.
 LISTEN rowfleet_jobs;
+
+-- name: run_insert
+INSERT INTO runs (project, name, definition, args, created_at, updated_at)
+VALUES (%(project)s, %(name)s, %(definition)s, %(args)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s))
+RETURNING *;
+
+-- name: run_node_insert
+INSERT INTO run_nodes (run_id, node_id, updated_at) VALUES (%(run_id)s, %(node_id)s, rowfleet_now(%(now)s));
+
+-- name: run_get
+SELECT * FROM runs WHERE id = %(id)s AND project = %(project)s;
+
+-- name: run_lock
+-- The run's row, locked for the rest of the transaction so that changes to one run are
+-- applied one at a time (two orchestrators draining events of one run take turns here).
+SELECT * FROM runs WHERE id = %(id)s FOR UPDATE;
+
+-- name: run_state_shared
+-- The run's state, kept from changing until this transaction ends.
+SELECT state FROM runs WHERE id = %(id)s FOR SHARE;
+
+-- name: runs_list
+SELECT * FROM runs
+WHERE project = %(project)s AND (%(state)s::text IS NULL OR state = %(state)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: run_set_state
+UPDATE runs
+SET state = %(state)s, error = %(error)s, updated_at = rowfleet_now(%(now)s),
+    finished_at = CASE WHEN %(state)s::text IN ('completed', 'failed', 'cancelled') THEN rowfleet_now(%(now)s) END
+WHERE id = %(id)s;
+
+-- name: run_nodes_of
+SELECT * FROM run_nodes WHERE run_id = %(run_id)s;
+
+-- name: run_node_set
+UPDATE run_nodes SET state = %(state)s, result = %(result)s, error = %(error)s, items = %(items)s, updated_at = rowfleet_now(%(now)s)
+WHERE run_id = %(run_id)s AND node_id = %(node_id)s;
+
+-- name: run_node_reset
+UPDATE run_nodes
+SET state = 'pending', generation = generation + 1, items = NULL, result = NULL, error = NULL, updated_at = rowfleet_now(%(now)s)
+WHERE run_id = %(run_id)s AND node_id = %(node_id)s;
+
+-- name: run_node_submit
+UPDATE run_nodes SET state = 'completed', result = %(result)s, error = NULL, updated_at = rowfleet_now(%(now)s)
+WHERE run_id = %(run_id)s AND node_id = %(node_id)s AND state = 'awaiting_input'
+RETURNING node_id;
+
+-- name: run_node_jobs
+SELECT node_item, state, result, error FROM jobs
+WHERE run_id = %(run_id)s AND node_id = %(node_id)s AND node_generation = %(generation)s;
+
+-- name: run_jobs
+SELECT id, node_id, node_generation, state, attempts FROM jobs WHERE run_id = %(run_id)s ORDER BY id;
+
+-- name: run_jobs_cancel
+UPDATE jobs SET state = 'cancelled', error = %(reason)s, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+WHERE run_id = %(run_id)s AND state = 'queued'
+RETURNING id;
+
+-- name: run_jobs_running
+SELECT count(*) AS n FROM jobs WHERE run_id = %(run_id)s AND state = 'running';
+
+-- name: runs_stranded
+-- Unfinished runs that have nothing that would move them on: no queued or
+-- running job, no event waiting to be drained, and no node waiting for input.
+SELECT id FROM runs
+WHERE project = %(project)s AND state IN ('running', 'awaiting_input') AND updated_at < rowfleet_now(%(now)s) - %(grace)s
+  AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.run_id = runs.id AND jobs.state IN ('queued', 'running'))
+  AND NOT EXISTS (SELECT 1 FROM dispatch_events AS e
+                  WHERE e.run_id = runs.id AND e.processed_at IS NULL AND e.poisoned_at IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM run_nodes AS n WHERE n.run_id = runs.id AND n.state = 'awaiting_input')
+LIMIT %(limit)s;
+
+-- name: dispatch_insert
+INSERT INTO dispatch_events (project, run_id, node_id, job_id, kind, created_at)
+VALUES (%(project)s, %(run_id)s, %(node_id)s, %(job_id)s, %(kind)s, rowfleet_now(%(now)s));
+
+-- name: dispatch_waiting
+SELECT 1 AS waiting FROM dispatch_events
+WHERE project = %(project)s AND processed_at IS NULL AND poisoned_at IS NULL
+LIMIT 1;
+
+-- name: dispatch_next
+SELECT * FROM dispatch_events
+WHERE project = %(project)s AND processed_at IS NULL AND poisoned_at IS NULL AND id > %(after)s
+ORDER BY id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+
+-- name: dispatch_done
+UPDATE dispatch_events SET processed_at = rowfleet_now(%(now)s) WHERE id = %(id)s AND processed_at IS NULL;
+
+-- name: dispatch_failed
+UPDATE dispatch_events SET attempts = attempts + 1, last_error = %(error)s
+WHERE id = %(id)s AND processed_at IS NULL AND poisoned_at IS NULL
+RETURNING *;
+
+-- name: dispatch_poison
+UPDATE dispatch_events SET poisoned_at = rowfleet_now(%(now)s) WHERE id = %(id)s;
+
+-- name: dispatch_of_run
+SELECT * FROM dispatch_events WHERE run_id = %(run_id)s ORDER BY id;
+
+-- name: prune_dispatch
+DELETE FROM dispatch_events
+WHERE id IN (SELECT id FROM dispatch_events
+             WHERE processed_at < rowfleet_now(%(now)s) - %(retention)s
+                OR run_id IN (SELECT id FROM runs WHERE finished_at < rowfleet_now(%(now)s) - %(retention)s)
+             LIMIT %(limit)s);
+
+-- name: prune_run_nodes
+DELETE FROM run_nodes
+WHERE run_id IN (SELECT id FROM runs WHERE finished_at < rowfleet_now(%(now)s) - %(retention)s ORDER BY finished_at LIMIT %(limit)s);
+
+-- name: prune_runs
+DELETE FROM runs
+WHERE id IN (SELECT id FROM runs WHERE finished_at < rowfleet_now(%(now)s) - %(retention)s ORDER BY finished_at LIMIT %(limit)s)
+  AND NOT EXISTS (SELECT 1 FROM run_nodes WHERE run_nodes.run_id = runs.id);
+
+-- name: listen_dispatch
+-- Orchestrators wait on this channel; the dispatch_notify trigger sends the project.
+LISTEN rowfleet_dispatch;

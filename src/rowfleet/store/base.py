@@ -18,6 +18,7 @@ from rowfleet.config import Config
 from rowfleet.errors import ConfigError, Conflict, LeaseLost, MigrationError, NotFound, SchemaMissing
 from rowfleet.job import Event, Job, JobSpec, Outcome
 from rowfleet.queries import latest_version, migrations, queries
+from rowfleet.store.runs import WorkflowStore
 from rowfleet.wake import Waiter
 
 
@@ -47,9 +48,9 @@ class Tx(abc.ABC):
         """Run a multi-statement script (a migration) inside this transaction."""
 
 
-class Store(abc.ABC):
+class Store(WorkflowStore, abc.ABC):
     """One database connection and everything rowfleet does with it. Not thread-safe:
-    each thread opens its own."""
+    each thread opens its own. Workflow runs are in ``WorkflowStore``."""
 
     dialect: str = ""
 
@@ -80,6 +81,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def waiter(self, queue: str) -> Waiter:
         """A way for an idle worker of ``queue`` to sleep until there may be work for it."""
+
+    @abc.abstractmethod
+    def dispatch_waiter(self, project: str) -> Waiter:
+        """A way for an orchestrator to sleep until a dispatch event of ``project`` may exist."""
 
     @abc.abstractmethod
     def changed(self) -> bool:
@@ -146,11 +151,12 @@ class Store(abc.ABC):
         with self.transaction() as tx:
             return self._insert(tx, spec)
 
-    def _insert(self, tx: Tx, spec: JobSpec) -> Job:
+    def _insert(self, tx: Tx, spec: JobSpec, placement: dict[str, Any] | None = None) -> Job:
+        """Insert a job (a workflow node's when ``placement`` names its run, node and generation)."""
         # Look the key up first: an INSERT that loses to the key would still spend a job id.
         row = tx.one("job_by_key", project=spec.project, key=spec.key) if spec.key is not None else None
         if row is None:
-            row = tx.one("job_insert", **_insert_params(spec))
+            row = tx.one("job_insert", **_insert_params(spec, placement))
         if row is None:  # a concurrent insert won the key (possible on a caller's connection)
             row = tx.one("job_by_key", project=spec.project, key=spec.key)
         return Job.from_row(row)
@@ -160,13 +166,18 @@ class Store(abc.ABC):
         transaction (all or none); returns how many. Idempotency keys are one-by-one only."""
         if spec.key is not None:
             raise ConfigError("enqueue_many does not take an idempotency key: enqueue keyed jobs one by one")
-        params = _insert_params(spec, with_key=False)
-        del params["args"]
-        params["args_list"] = jobs.encode_json([_encode_args(args) for args in args_list])
         if conn is not None:
-            return self.caller_transaction(conn).run("job_insert_many", **params)
+            return self._insert_many(self.caller_transaction(conn), spec, args_list)
         with self.transaction() as tx:
-            return tx.run("job_insert_many", **params)
+            return self._insert_many(tx, spec, args_list)
+
+    def _insert_many(self, tx: Tx, spec: JobSpec, args_list: Iterable[Any],
+                     placement: dict[str, Any] | None = None) -> int:
+        """One statement for many jobs; with ``placement``, the items of a map node, numbered."""
+        params = _insert_params(spec, placement)
+        del params["args"], params["key"]
+        params["args_list"] = jobs.encode_json([_encode_args(args) for args in args_list])
+        return tx.run("job_insert_many", **params)
 
     # --- claim, renew, finish ----------------------------------------------------------
 
@@ -211,6 +222,11 @@ class Store(abc.ABC):
             return self._claim(tx, *claim_next)
 
     def _write_outcome(self, tx: Tx, job: Job, outcome: Outcome) -> None:
+        if outcome.state == jobs.QUEUED and job.run_id is not None:
+            ended = self._run_ended(tx, job.run_id)
+            if ended:  # no retry for a node of a run that has ended: nobody may claim it
+                outcome = Outcome(jobs.CANCELLED, error=f"run {job.run_id} {ended}; not retried after: "
+                                  f"{outcome.error}", traceback=outcome.traceback, event="cancelled")
         guard = {"id": job.id, "token": job.lease_token, "error": outcome.error,
                  "traceback": outcome.traceback}
         if outcome.state == jobs.QUEUED:
@@ -222,6 +238,8 @@ class Store(abc.ABC):
             return
         tx.run("event_insert", job_id=job.id, kind=outcome.event or outcome.state,
                detail=outcome_detail(job, outcome))
+        if job.run_id is not None and outcome.state in jobs.TERMINAL:
+            self._dispatch(tx, job)
 
     def _check_already_written(self, tx: Tx, job: Job, outcome: Outcome) -> None:
         """The guarded write matched nothing: fine if this holder already wrote this terminal
@@ -242,7 +260,8 @@ class Store(abc.ABC):
     # --- recovery and housekeeping -----------------------------------------------------
 
     def reclaim_lapsed(self, limit: int = 100) -> list[dict[str, Any]]:
-        """Re-queue running jobs whose lease lapsed (or fail them on their last attempt).
+        """Re-queue running jobs whose lease lapsed (or fail them on their last attempt, or
+        when they belong to a workflow run that has ended).
 
         A reclaimed job keeps its id, so it sorts ahead of fresh work of its priority.
         """
@@ -251,17 +270,20 @@ class Store(abc.ABC):
             for row in tx.all("jobs_lapsed", limit=limit):
                 guard = {"id": row["id"], "token": row["lease_token"]}
                 detail = {"token": row["lease_token"], "holder": row["claimed_by"], "attempt": row["attempts"]}
-                if row["attempts"] >= row["max_attempts"]:
-                    error = (f"worker {row['claimed_by']} was lost (lease lapsed) on the last attempt "
-                             f"({row['attempts']} of {row['max_attempts']})")
-                    if tx.one("job_fail_lapsed", error=error, **guard):
-                        _event(tx, row["id"], "failed", error=error, **detail)
-                        done.append({"id": row["id"], "action": "failed", **detail})
-                else:
-                    error = f"worker {row['claimed_by']} was lost (lease lapsed); re-queued"
-                    if tx.one("job_reclaim", error=error, **guard):
+                lost = f"worker {row['claimed_by']} was lost (lease lapsed)"
+                ended = row["run_id"] is not None and self._run_ended(tx, row["run_id"])
+                if row["attempts"] < row["max_attempts"] and not ended:
+                    if tx.one("job_reclaim", error=f"{lost}; re-queued", **guard):
                         _event(tx, row["id"], "reclaimed", **detail)
                         done.append({"id": row["id"], "action": "reclaimed", **detail})
+                    continue
+                error = f"{lost} after its run {row['run_id']} {ended}" if ended else \
+                    f"{lost} on the last attempt ({row['attempts']} of {row['max_attempts']})"
+                if tx.one("job_fail_lapsed", error=error, **guard):
+                    _event(tx, row["id"], "failed", error=error, **detail)
+                    done.append({"id": row["id"], "action": "failed", **detail})
+                    if row["run_id"] is not None:
+                        self._dispatch(tx, self._get(tx, row["id"], row["project"]))
         return done
 
     def cancel(self, job_id: int, project: str, reason: str = "cancelled by an operator") -> Job:
@@ -270,7 +292,10 @@ class Store(abc.ABC):
             row = tx.one("job_cancel", id=job_id, project=project, reason=reason)
             if row is not None:
                 _event(tx, job_id, "cancelled", reason=reason)
-                return Job.from_row(row)
+                job = Job.from_row(row)
+                if job.run_id is not None:
+                    self._dispatch(tx, job)
+                return job
             job = self._get(tx, job_id, project)
             if job.state == jobs.CANCELLED:
                 return job
@@ -279,6 +304,10 @@ class Store(abc.ABC):
     def retry(self, job_id: int, project: str) -> Job:
         """Revive a failed or cancelled job: queued now, with at least one attempt left."""
         with self.transaction() as tx:
+            node_job = self._get(tx, job_id, project)
+            if node_job.run_id is not None:
+                raise Conflict(f"job {job_id} is node {node_job.node_id!r} of run {node_job.run_id}: "
+                               f"restart the run instead (rowfleet restart {node_job.run_id})")
             row = tx.one("job_revive", id=job_id, project=project)
             if row is None:
                 job = self._get(tx, job_id, project)
@@ -311,6 +340,9 @@ class Store(abc.ABC):
                 tx.run("prune_events", retention=retention, limit=batch)
                 deleted = tx.run("prune_jobs", retention=retention, limit=batch)
                 tx.run("prune_workers", retention=retention)
+                tx.run("prune_dispatch", retention=retention, limit=batch)
+                tx.run("prune_run_nodes", retention=retention, limit=batch)
+                deleted += tx.run("prune_runs", retention=retention, limit=batch)
             total += deleted
             if deleted < batch:
                 return total
@@ -344,13 +376,12 @@ class Store(abc.ABC):
         return [dict(row) for row in self.reader().all("workers_list", since=since)]
 
 
-def _insert_params(spec: JobSpec, with_key: bool = True) -> dict[str, Any]:
-    params = {"project": spec.project, "queue": spec.queue, "task": spec.task, "args": spec.args_json(),
-              "priority": spec.priority, "run_next": int(spec.run_next), "run_at": spec.run_at,
-              "delay": float(spec.delay), "max_attempts": spec.max_attempts}
-    if with_key:
-        params["key"] = spec.key
-    return params
+def _insert_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"project": spec.project, "queue": spec.queue, "task": spec.task, "args": spec.args_json(),
+            "priority": spec.priority, "run_next": int(spec.run_next), "run_at": spec.run_at,
+            "delay": float(spec.delay), "max_attempts": spec.max_attempts, "key": spec.key,
+            "timeout": spec.timeout, "model": spec.model,
+            **(placement or {"run_id": None, "node_id": None, "node_generation": None})}
 
 
 def outcome_detail(job: Job, outcome: Outcome) -> str:

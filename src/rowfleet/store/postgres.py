@@ -96,7 +96,8 @@ class PostgresTx(Tx):
 class PostgresStore(Store):
     dialect = "postgres"
     # Queries only this dialect has: composite operations SQLite cannot do in one statement.
-    own_queries = frozenset({"job_finish_and_claim", "job_claim_logged", "database_time", "listen_jobs"})
+    own_queries = frozenset({"job_finish_and_claim", "job_claim_logged", "database_time", "listen_jobs",
+                             "listen_dispatch"})
 
     def __init__(self, url: str, config: Config, *, clock: Callable[[], float] | None = None) -> None:
         super().__init__(config, self._database_time)
@@ -175,6 +176,9 @@ class PostgresStore(Store):
     def waiter(self, queue: str) -> "ListenWaiter":
         return ListenWaiter(self.url, queue)
 
+    def dispatch_waiter(self, project: str) -> "ListenWaiter":
+        return ListenWaiter(self.url, project, listen="listen_dispatch")
+
     def changed(self) -> bool:
         return True  # a NOTIFY arrives only after its commit: nothing to second-guess
 
@@ -215,9 +219,11 @@ class ListenWaiter:
 
     settle_window = 0.0
 
-    def __init__(self, url: str, queue: str) -> None:
+    def __init__(self, url: str, payload: str, listen: str = "listen_jobs") -> None:
         self.url = url
-        self._queue = queue.encode()  # the trigger's payload: only our queue's rows wake us
+        # The trigger's payload (a queue, or a project for dispatch events): only ours wake us.
+        self._payload = payload.encode()
+        self._listen_query = listen
         self._doorbell = Doorbell()
         self._conn: Any = None
         self._listen()
@@ -225,7 +231,7 @@ class ListenWaiter:
     def _listen(self) -> bool:
         try:
             conn = connect(self.url)
-            conn.execute(queries("postgres")["listen_jobs"])
+            conn.execute(queries("postgres")[self._listen_query])
         except (RowfleetError, driver().Error):
             return False
         self._conn = conn
@@ -248,7 +254,7 @@ class ListenWaiter:
             self._conn.pgconn.consume_input()
             got = False
             while (note := self._conn.pgconn.notifies()) is not None:
-                got = got or note.extra == self._queue
+                got = got or note.extra == self._payload
             return got
         except driver().Error:
             self._drop()

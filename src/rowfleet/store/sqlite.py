@@ -205,6 +205,9 @@ class SQLiteStore(Store):
     def waiter(self, queue: str) -> Waiter:
         return FileWaiter(self.path, self.config.poll)  # a file write names no queue
 
+    def dispatch_waiter(self, project: str) -> Waiter:
+        return FileWaiter(self.path, self.config.poll)
+
     def _read_data_version(self) -> int:
         try:
             return self.conn.execute("PRAGMA data_version").fetchone()[0]

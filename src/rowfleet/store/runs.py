@@ -1,0 +1,335 @@
+"""Workflow runs over named queries: start, advance, drain the outbox, cancel, restart, input.
+
+Written once for both dialects, below the storage seam, as a part of ``Store`` (which
+provides ``transaction()``, ``reader()`` and the job inserts). Every change to a run
+happens in a transaction that first locks the run's row (``run_lock``), so the pure walk
+in ``rowfleet.dag`` decides on the state it then changes, even with two orchestrators
+draining events of the same run. Nodes advance in three ways, each one transaction:
+starting, restarting or answering a run walks it at once; a node's job finishing writes a
+dispatch event with its terminal state, which the orchestrator drains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from rowfleet import dag
+from rowfleet.errors import Conflict, NotFound, StoreUnavailable
+from rowfleet.job import Job, JobSpec, decode_json, encode_json, iso
+
+log = logging.getLogger("rowfleet.runs")
+
+POISON_AFTER = 10  # failed drains of one event before it is set aside and its run failed
+
+
+@dataclasses.dataclass(frozen=True)
+class RunNode:
+    """A node of a run as an operator sees it. ``state`` shows ``running`` for a queued node
+    one of whose jobs is running; ``attempts`` counts its current jobs' attempts."""
+
+    id: str
+    kind: str
+    task: str | None
+    state: str
+    attempts: int
+    result: Any
+    error: str | None
+    items: int | None
+    jobs: tuple[int, ...]
+    prompt: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"jobs": list(self.jobs)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    id: int
+    project: str
+    name: str
+    state: str
+    args: Any
+    error: str | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    nodes: tuple[RunNode, ...] = ()
+
+    def node(self, node_id: str) -> RunNode:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise KeyError(node_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: times as ISO-8601 UTC strings."""
+        data = dataclasses.asdict(self)
+        for name in ("created_at", "updated_at", "finished_at"):
+            data[name] = iso(data[name])
+        data["nodes"] = [node.to_dict() for node in self.nodes]
+        return data
+
+
+class WorkflowStore:
+    """The workflow half of ``Store``."""
+
+    # --- starting and reading ----------------------------------------------------------
+
+    def start_run(self, flow: dag.Workflow, args: Any, project: str, conn: Any = None) -> int:
+        """Create a run of ``flow`` (its definition snapshotted) and enqueue its first nodes,
+        in one transaction; the run's id. With ``conn``, inside the caller's transaction."""
+        encoded_args = encode_json(args)
+        if conn is not None:
+            return self._start(self.caller_transaction(conn), flow, encoded_args, project)
+        with self.transaction() as tx:
+            return self._start(tx, flow, encoded_args, project)
+
+    def _start(self, tx: Any, flow: dag.Workflow, encoded_args: str, project: str) -> int:
+        run = tx.one("run_insert", project=project, name=flow.name, definition=encode_json(flow.to_dict()),
+                     args=encoded_args)
+        for node in flow.nodes:
+            tx.run("run_node_insert", run_id=run["id"], node_id=node.id)
+        self._advance(tx, run)
+        return run["id"]
+
+    def get_run(self, run_id: int, project: str) -> Run:
+        tx = self.reader()
+        row = tx.one("run_get", id=run_id, project=project)
+        if row is None:
+            raise NotFound(f"no run {run_id}" + (f" in project {project!r}" if project else ""))
+        return self._view(tx, row)
+
+    def list_runs(self, project: str, state: str | None = None, limit: int = 50) -> list[Run]:
+        """Runs, newest first, without their nodes."""
+        rows = self.reader().all("runs_list", project=project, state=state, limit=limit)
+        return [_run(row) for row in rows]
+
+    def dispatch_events(self, run_id: int) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.reader().all("dispatch_of_run", run_id=run_id)]
+
+    def _view(self, tx: Any, row: Any) -> Run:
+        flow = _flow(row)
+        node_rows = {node["node_id"]: node for node in tx.all("run_nodes_of", run_id=row["id"])}
+        jobs: dict[str, list[Any]] = {}
+        for job in tx.all("run_jobs", run_id=row["id"]):
+            if job["node_generation"] == node_rows[job["node_id"]]["generation"]:
+                jobs.setdefault(job["node_id"], []).append(job)
+        nodes = []
+        for node in flow.nodes:
+            stored, current = node_rows[node.id], jobs.get(node.id, [])
+            state = stored["state"]
+            if state == dag.QUEUED and any(job["state"] == "running" for job in current):
+                state = "running"
+            nodes.append(RunNode(node.id, node.kind, node.task, state, sum(job["attempts"] for job in current),
+                                 decode_json(stored["result"]), stored["error"], stored["items"],
+                                 tuple(job["id"] for job in current), node.prompt))
+        return dataclasses.replace(_run(row), nodes=tuple(nodes))
+
+    # --- the walk ----------------------------------------------------------------------
+
+    def _advance(self, tx: Any, run: Any) -> None:
+        """Bring a locked run up to date: settle nodes whose jobs finished, then, unless the
+        run has ended, walk it and apply what the walk decides."""
+        flow = _flow(run)
+        nodes = {row["node_id"]: row for row in tx.all("run_nodes_of", run_id=run["id"])}
+        states = {node.id: self._settle(tx, run["id"], node, nodes[node.id]) for node in flow.nodes}
+        if run["state"] in dag.RUN_TERMINAL:
+            return
+        step = dag.advance(flow, states, decode_json(run["args"]))
+        for action in step.actions:
+            self._apply(tx, run, flow.node(action.node), nodes[action.node], action)
+        if step.run_state in dag.RUN_TERMINAL:
+            self._end_run(tx, run, step.run_state, step.error)
+        elif step.run_state != run["state"]:
+            tx.run("run_set_state", id=run["id"], state=step.run_state, error=None)
+
+    def _settle(self, tx: Any, run_id: int, node: dag.Node, row: Any) -> dag.NodeState:
+        """A node's state; a queued node's is folded from its jobs and stored once they end."""
+        if row["state"] != dag.QUEUED:
+            return dag.NodeState(row["state"], decode_json(row["result"]), row["error"])
+        jobs = [dag.JobView(job["node_item"], job["state"], decode_json(job["result"]), job["error"])
+                for job in tx.all("run_node_jobs", run_id=run_id, node_id=node.id, generation=row["generation"])]
+        state = dag.fold(node, jobs, row["items"])
+        if state.state != dag.QUEUED:
+            tx.run("run_node_set", run_id=run_id, node_id=node.id, state=state.state, items=row["items"],
+                   result=encode_json(state.result) if state.state == dag.COMPLETED else None, error=state.error)
+        return state
+
+    def _apply(self, tx: Any, run: Any, node: dag.Node, row: Any,
+               action: dag.Enqueue | dag.SetState) -> None:
+        if isinstance(action, dag.SetState):
+            result = encode_json(action.result) if action.state == dag.COMPLETED else None
+            tx.run("run_node_set", run_id=run["id"], node_id=node.id, state=action.state, items=None,
+                   result=result, error=action.error)
+            return
+        spec = JobSpec(task=node.task, args=action.args, queue=node.queue, project=run["project"],
+                       priority=node.priority, max_attempts=node.max_attempts, timeout=node.timeout,
+                       model=node.model)
+        placement = {"run_id": run["id"], "node_id": node.id, "node_generation": row["generation"]}
+        if action.items is None:
+            self._insert(tx, spec, placement)
+        else:
+            self._insert_many(tx, spec, action.items, placement)
+        tx.run("run_node_set", run_id=run["id"], node_id=node.id, state=dag.QUEUED, result=None, error=None,
+               items=None if action.items is None else len(action.items))
+
+    def _end_run(self, tx: Any, run: Any, state: str, error: str | None) -> None:
+        """Finish a locked run. Ending it failed or cancelled cancels its queued jobs (so no
+        worker claims them), its pending nodes and those waiting for input; a job already
+        running finishes, and its node's state is recorded when its event is drained."""
+        tx.run("run_set_state", id=run["id"], state=state, error=error)
+        if state == dag.COMPLETED:
+            return
+        reason = f"run {run['id']} {state}"
+        for job in tx.all("run_jobs_cancel", run_id=run["id"], reason=reason):
+            tx.run("event_insert", job_id=job["id"], kind="cancelled", detail=encode_json({"reason": reason}))
+        flow = _flow(run)
+        for row in tx.all("run_nodes_of", run_id=run["id"]):
+            if row["state"] in (dag.PENDING, dag.AWAITING_INPUT):
+                tx.run("run_node_set", run_id=run["id"], node_id=row["node_id"], state=dag.CANCELLED,
+                       items=row["items"], result=None, error=reason)
+            elif row["state"] == dag.QUEUED:
+                self._settle(tx, run["id"], flow.node(row["node_id"]), row)
+
+    def _lock_run(self, tx: Any, run_id: int, project: str) -> Any:
+        run = tx.one("run_lock", id=run_id)
+        if run is None or run["project"] != project:
+            raise NotFound(f"no run {run_id}" + (f" in project {project!r}" if project else ""))
+        return run
+
+    # --- operators ---------------------------------------------------------------------
+
+    def cancel_run(self, run_id: int, project: str, reason: str = "cancelled by an operator") -> Run:
+        """Cancel a running (or input-awaiting) run: its queued jobs are cancelled with it.
+        Cancelling a cancelled run is a no-op; a finished one conflicts."""
+        with self.transaction() as tx:
+            run = self._lock_run(tx, run_id, project)
+            if run["state"] in (dag.COMPLETED, dag.FAILED):
+                raise Conflict(f"run {run_id} is {run['state']}; only unfinished runs can be cancelled")
+            if run["state"] != dag.CANCELLED:
+                self._end_run(tx, run, dag.CANCELLED, reason)
+        return self.get_run(run_id, project)
+
+    def restart_run(self, run_id: int, project: str) -> Run:
+        """Run a failed or cancelled run again from where it broke: failed and cancelled
+        nodes and what is downstream of them start over; completed results are kept."""
+        with self.transaction() as tx:
+            run = self._lock_run(tx, run_id, project)
+            if run["state"] not in (dag.FAILED, dag.CANCELLED):
+                raise Conflict(f"run {run_id} is {run['state']}; only failed or cancelled runs can be restarted")
+            running = tx.one("run_jobs_running", run_id=run_id)["n"]
+            if running:
+                raise Conflict(f"run {run_id} still has {running} running job(s); restart it once they finish")
+            flow = _flow(run)
+            nodes = {row["node_id"]: row for row in tx.all("run_nodes_of", run_id=run_id)}
+            states = {node.id: self._settle(tx, run_id, node, nodes[node.id]) for node in flow.nodes}
+            for node_id in dag.restart_nodes(flow, states):
+                tx.run("run_node_reset", run_id=run_id, node_id=node_id)
+            tx.run("run_set_state", id=run_id, state=dag.RUNNING, error=None)
+            self._advance(tx, {**dict(run), "state": dag.RUNNING})
+        return self.get_run(run_id, project)
+
+    def submit_input(self, run_id: int, node_id: str, value: Any, project: str) -> Run:
+        """Answer an input node: it completes with ``value`` and the run moves on. A second
+        answer for the same node is refused."""
+        encoded = encode_json(value)
+        with self.transaction() as tx:
+            run = self._lock_run(tx, run_id, project)
+            try:
+                node = _flow(run).node(node_id)
+            except KeyError:
+                raise NotFound(f"run {run_id} has no node {node_id!r}") from None
+            if node.kind != dag.INPUT:
+                raise Conflict(f"node {node_id!r} of run {run_id} is a task node, not an input node")
+            if run["state"] in dag.RUN_TERMINAL:
+                raise Conflict(f"run {run_id} is {run['state']}; it takes no more input")
+            if tx.one("run_node_submit", run_id=run_id, node_id=node_id, result=encoded) is None:
+                state = {row["node_id"]: row["state"] for row in tx.all("run_nodes_of", run_id=run_id)}[node_id]
+                why = "a value was already submitted" if state == dag.COMPLETED else "it is not awaiting input"
+                raise Conflict(f"node {node_id!r} of run {run_id} is {state}: {why}")
+            self._advance(tx, run)
+        return self.get_run(run_id, project)
+
+    # --- the orchestrator's side: the outbox -------------------------------------------
+
+    def _dispatch(self, tx: Any, job: Job) -> None:
+        """The outbox row for a node's job that just reached a terminal state; written in
+        the transaction that writes that state."""
+        tx.run("dispatch_insert", project=job.project, run_id=job.run_id, node_id=job.node_id, job_id=job.id,
+               kind="job_finished")
+
+    def _run_ended(self, tx: Any, run_id: int) -> str | None:
+        """The state of a finished run (kept from changing by a share lock), else None."""
+        row = tx.one("run_state_shared", id=run_id)
+        return row["state"] if row is not None and row["state"] in dag.RUN_TERMINAL else None
+
+    def drain(self, project: str, limit: int = 500) -> dict[str, int]:
+        """Apply pending dispatch events of ``project``, oldest first, each in its own
+        transaction with the walk it triggers. An event whose drain raises is left for the
+        next call with the error recorded; after ``POISON_AFTER`` failures it is set aside
+        and its run failed, naming the event. Safe with several drainers at once."""
+        after, applied, failed = 0, 0, 0
+        if self.reader().one("dispatch_waiting", project=project) is None:
+            return {"applied": 0, "failed": 0}  # the common case, found without the write lock
+        while applied + failed < limit:
+            event = None
+            try:
+                with self.transaction() as tx:
+                    event = tx.one("dispatch_next", project=project, after=after)
+                    if event is None:
+                        break
+                    after = event["id"]
+                    run = tx.one("run_lock", id=event["run_id"])
+                    if run is not None:  # else the run was pruned: nothing left to do
+                        self._advance(tx, run)
+                    tx.run("dispatch_done", id=event["id"])
+                applied += 1
+            except StoreUnavailable:
+                raise
+            except Exception as exc:  # a bug or bad data in one run must not stop the others
+                if event is None:
+                    raise
+                failed += 1
+                self._drain_failed(dict(event), exc)
+        return {"applied": applied, "failed": failed}
+
+    def _drain_failed(self, event: dict[str, Any], exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        with self.transaction() as tx:
+            row = tx.one("dispatch_failed", id=event["id"], error=error)
+            if row is None:
+                return
+            if row["attempts"] < POISON_AFTER:
+                log.error("dispatch event %d of run %d failed (attempt %d of %d; retried next sweep): %s",
+                          event["id"], event["run_id"], row["attempts"], POISON_AFTER, error)
+                return
+            tx.run("dispatch_poison", id=event["id"])
+            what = f"dispatch event {event['id']} ({event['kind']}" + \
+                   (f" of node {event['node_id']!r})" if event["node_id"] else ")")
+            message = f"{what} failed {row['attempts']} times and was set aside; last error: {error}"
+            log.error("run %d failed: %s", event["run_id"], message)
+            run = tx.one("run_lock", id=event["run_id"])
+            if run is not None and run["state"] not in dag.RUN_TERMINAL:
+                self._end_run(tx, run, dag.FAILED, message)
+
+    def reconcile_runs(self, project: str, grace: float, limit: int = 100) -> list[int]:
+        """Give every unfinished run with nothing live (no queued or running job, no pending
+        event, no node awaiting input) for ``grace`` seconds a dispatch event, so the next
+        drain walks it again; the ids of such runs."""
+        with self.transaction() as tx:
+            stranded = [row["id"] for row in tx.all("runs_stranded", project=project, grace=grace, limit=limit)]
+            for run_id in stranded:
+                tx.run("dispatch_insert", project=project, run_id=run_id, node_id=None, job_id=None,
+                       kind="reconcile")
+        return stranded
+
+
+def _flow(run: Any) -> dag.Workflow:
+    return dag.parse_workflow(decode_json(run["definition"]))
+
+
+def _run(row: Any) -> Run:
+    return Run(row["id"], row["project"], row["name"], row["state"], decode_json(row["args"]), row["error"],
+               row["created_at"], row["updated_at"], row["finished_at"])
