@@ -724,3 +724,30 @@ class WorkflowTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DefaultsAndJsonSemanticsTest(unittest.TestCase):
+    def test_a_map_node_without_args_passes_each_item_as_its_argument(self):
+        walk = advance(flow(task("a"), task("b", "a", map=ref("a"))), states(a=(COMPLETED, ["x", {"k": 1}])))
+        self.assertEqual(actions(walk), [("enqueue", "b", None, ("x", {"k": 1}))])
+
+    def test_skip_if_compares_as_json_does(self):
+        cases = [({"equals": True}, 1, False), ({"equals": 1}, 1.0, True), ({"in": [0, 1]}, False, False),
+                 ({"not_equals": False}, 0, True), ({"equals": [True]}, [True], True)]
+        for condition, result, skipped in cases:
+            with self.subTest(condition=condition, result=result):
+                walk = advance(flow(task("a"), task("b", "a", skip_if={"$from": "a", **condition})),
+                               states(a=(COMPLETED, result)))
+                self.assertEqual(actions(walk)[0][2] == SKIPPED if walk.actions[0].__class__ is SetState
+                                 else False, skipped)
+
+    def test_description_survives_the_round_trip(self):
+        parsed = parse_workflow({"name": "f", "description": "what it does", "nodes": [task("a")]})
+        self.assertEqual(parse_workflow(parsed.to_dict()), parsed)
+        self.assertEqual(parsed.description, "what it does")
+
+    def test_timeout_must_be_finite(self):
+        for timeout in (float("nan"), float("inf")):
+            with self.subTest(timeout=timeout), self.assertRaisesRegex(DefinitionError, "node 'a'.*timeout"):
+                flow(task("a", timeout=timeout))
+

@@ -10,6 +10,7 @@ The store persists what these decide, under a lock on the run.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any, Iterable, Mapping
 
@@ -38,10 +39,11 @@ RUN_ARGS, ITEM = "$args", "$item"  # reference roots that are not nodes
 MAX_MAP_ITEMS = 10_000
 CONDITIONS = ("equals", "not_equals", "in", "empty")
 
-_NODE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+_NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+_INDEX = re.compile(r"-?[0-9]+")
 _WORKFLOW_FIELDS = frozenset({"name", "nodes", "description"})
 _NODE_FIELDS = frozenset({"id", "kind", "task", "queue", "args", "depends_on", "max_attempts", "priority",
-                          "skip_if", "map", "timeout", "model", "prompt"})
+                          "skip_if", "map", "timeout", "model"})
 _INPUT_FIELDS = frozenset({"id", "kind", "prompt", "depends_on", "skip_if"})
 
 
@@ -69,15 +71,30 @@ class Condition:
         (True, False)
         """
         if self.op == "equals":
-            return actual == self.value
+            return same_json(actual, self.value)
         if self.op == "not_equals":
-            return actual != self.value
+            return not same_json(actual, self.value)
         if self.op == "in":
-            return actual in self.value
+            return any(same_json(actual, option) for option in self.value)
         return (actual in (None, "", [], {})) == self.value
 
     def to_dict(self) -> dict[str, Any]:
         return {REFERENCE: self.ref, self.op: self.value}
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equality as JSON sees it: ``true`` is not ``1``, ``1`` is ``1.0``.
+
+    >>> same_json(True, 1), same_json(1, 1.0), same_json([True], [1]), same_json({"a": 0}, {"a": False})
+    (False, True, False, False)
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[key], b[key]) for key in a)
+    return a == b
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +108,7 @@ class Node:
     max_attempts: int = 3
     priority: int = 0
     skip_if: Condition | None = None
-    map: str | None = None  # a reference path to an upstream list: one job per item
+    map: str | None = None  # a reference path to an upstream list: one job per item (args default: the item)
     timeout: float | None = None
     model: str | None = None
     prompt: str | None = None
@@ -124,6 +141,7 @@ class Node:
 class Workflow:
     name: str
     nodes: tuple[Node, ...]  # in topological order: every node after its dependencies
+    description: str = ""
 
     def node(self, node_id: str) -> Node:
         for node in self.nodes:
@@ -141,7 +159,10 @@ class Workflow:
         return found
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "nodes": [node.to_dict() for node in self.nodes]}
+        data: dict[str, Any] = {"name": self.name, "nodes": [node.to_dict() for node in self.nodes]}
+        if self.description:
+            data["description"] = self.description
+        return data
 
 
 # --- parsing and validation ------------------------------------------------------------
@@ -168,6 +189,9 @@ def parse_workflow(data: Any, *, default_queue: str = "default") -> Workflow:
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
         raise DefinitionError("a workflow needs a non-empty \"name\"")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise DefinitionError(f"workflow {name!r}: \"description\" must be a string")
     raw_nodes = data.get("nodes")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise DefinitionError(f"workflow {name!r} needs a non-empty list of \"nodes\"")
@@ -182,7 +206,7 @@ def parse_workflow(data: Any, *, default_queue: str = "default") -> Workflow:
             if dependency not in nodes:
                 raise DefinitionError(f"node {node.id!r}: depends on unknown node {dependency!r}")
     ordered = _topological(nodes)
-    flow = Workflow(name.strip(), tuple(ordered))
+    flow = Workflow(name.strip(), tuple(ordered), description)
     ancestors = _ancestors(flow)
     for node in flow.nodes:
         _check_references(node, ancestors[node.id])
@@ -193,7 +217,7 @@ def _parse_node(raw: Any, index: int, default_queue: str) -> Node:
     if not isinstance(raw, dict):
         raise DefinitionError(f"node #{index + 1}: must be a JSON object, got {_kind(raw)}")
     node_id = raw.get("id")
-    if not isinstance(node_id, str) or not _NODE_ID.match(node_id):
+    if not isinstance(node_id, str) or not _NODE_ID.fullmatch(node_id):
         raise DefinitionError(f"node #{index + 1}: \"id\" must be letters, digits, _ or - (starting with a "
                               f"letter or _, at most 64), got {node_id!r}")
     where = f"node {node_id!r}"
@@ -229,7 +253,7 @@ def _parse_node(raw: Any, index: int, default_queue: str) -> Node:
         raise DefinitionError(f"{where}: \"priority\" must be an integer, got {priority!r}")
     timeout = raw.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or timeout <= 0):
+                                or not 0 < timeout < math.inf):
         raise DefinitionError(f"{where}: \"timeout\" must be a positive number of seconds, got {timeout!r}")
     model = raw.get("model")
     if model is not None and (not isinstance(model, str) or not model):
@@ -267,26 +291,27 @@ def _check_path(path: Any, where: str, field: str) -> None:
 
 def _topological(nodes: dict[str, Node]) -> list[Node]:
     """Nodes with every dependency first, keeping the file's order among equals; a cycle
-    is a ``DefinitionError`` that spells the cycle out."""
+    is a ``DefinitionError`` that spells the cycle out. Iterative: chains may be long."""
     ordered: list[Node] = []
     placed: set[str] = set()
-    visiting: list[str] = []
-
-    def visit(node_id: str) -> None:
-        if node_id in placed:
-            return
-        if node_id in visiting:
-            cycle = visiting[visiting.index(node_id):] + [node_id]
-            raise DefinitionError(f"node {node_id!r}: the dependencies form a cycle: {' -> '.join(cycle)}")
-        visiting.append(node_id)
-        for dependency in nodes[node_id].depends_on:
-            visit(dependency)
-        visiting.pop()
-        placed.add(node_id)
-        ordered.append(nodes[node_id])
-
-    for node_id in nodes:
-        visit(node_id)
+    for root in nodes:
+        path: list[str] = []  # the chain being descended, each waiting for its dependencies
+        stack: list[tuple[str, bool]] = [(root, False)]
+        while stack:
+            node_id, dependencies_done = stack.pop()
+            if dependencies_done:
+                path.pop()
+                placed.add(node_id)
+                ordered.append(nodes[node_id])
+                continue
+            if node_id in placed:
+                continue
+            if node_id in path:
+                cycle = path[path.index(node_id):] + [node_id]
+                raise DefinitionError(f"node {node_id!r}: the dependencies form a cycle: {' -> '.join(cycle)}")
+            path.append(node_id)
+            stack.append((node_id, True))
+            stack.extend((dependency, False) for dependency in reversed(nodes[node_id].depends_on))
     return ordered
 
 
@@ -370,7 +395,7 @@ def lookup(path: str, roots: Mapping[str, Any]) -> Any:
                 raise UnresolvedReference(f'"{path}": no key "{part}" (keys: {", ".join(sorted(map(str, value))) or "none"})')
             value = value[part]
         elif isinstance(value, list):
-            if not part.lstrip("-").isdigit() or not -len(value) <= int(part) < len(value):
+            if not _INDEX.fullmatch(part) or not -len(value) <= int(part) < len(value):
                 raise UnresolvedReference(f'"{path}": "{part}" is not an index into a list of {len(value)}')
             value = value[int(part)]
         else:
@@ -490,6 +515,8 @@ def _start(node: Node, current: Mapping[str, NodeState], run_args: Any) -> Enque
             raise UnresolvedReference(f"map {node.map!r} has {len(items)} items; at most {MAX_MAP_ITEMS} are allowed")
         if not items:
             return SetState(node.id, COMPLETED, result=[])
+        if node.args is None:  # no args given: each job gets its item as its one argument
+            return Enqueue(node.id, items=tuple(items))
         return Enqueue(node.id, items=tuple(resolve(node.args, {**roots, ITEM: item}) for item in items))
     except UnresolvedReference as exc:
         return SetState(node.id, FAILED, error=f"unresolvable reference {exc}")
