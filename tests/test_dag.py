@@ -673,7 +673,7 @@ class FoldTest(unittest.TestCase):
         ]
         for name, node, jobs, items, expected in cases:
             with self.subTest(name):
-                self.assertEqual(fold(node, iter(jobs), items), expected)
+                self.assertEqual(fold(iter(jobs), items), expected)
 
 
 # --- restarts --------------------------------------------------------------------------

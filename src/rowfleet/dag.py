@@ -551,15 +551,15 @@ class JobView:
     error: str | None = None
 
 
-def fold(node: Node, jobs: Iterable[JobView], items: int | None) -> NodeState:
+def fold(jobs: Iterable[JobView], items: int | None) -> NodeState:
     """The state of a ``queued`` node from its current jobs: completed when all completed
     (a map node's result is the list of its items' results, in item order), failed or
-    cancelled as soon as one job is, else still queued.
+    cancelled as soon as one job is, else still queued. ``items`` is a map node's item
+    count, None for a node of one job.
 
-    >>> node = Node("s", task="m:s", map="a")
-    >>> fold(node, [JobView(1, "completed", "B"), JobView(0, "completed", "A")], 2)
+    >>> fold([JobView(1, "completed", "B"), JobView(0, "completed", "A")], 2)
     NodeState(state='completed', result=['A', 'B'], error=None)
-    >>> fold(node, [JobView(0, "running")], 2).state
+    >>> fold([JobView(0, "running")], 2).state
     'queued'
     """
     jobs = sorted(jobs, key=lambda job: job.item or 0)

@@ -110,8 +110,11 @@ class WorkflowStore:
         return [dict(row) for row in self.reader().all("dispatch_of_run", run_id=run_id)]
 
     def _view(self, tx: Any, row: Any) -> Run:
-        flow = _flow(row)
         node_rows = {node["node_id"]: node for node in tx.all("run_nodes_of", run_id=row["id"])}
+        try:
+            flow = _flow(row)
+        except (ValueError, dag.DefinitionError):  # shown as stored, so an operator can see what broke
+            flow = dag.Workflow(row["name"], tuple(dag.Node(node_id, kind="unknown") for node_id in node_rows))
         jobs: dict[str, list[Any]] = {}
         for job in tx.all("run_jobs", run_id=row["id"]):
             if job["node_generation"] == node_rows[job["node_id"]]["generation"]:
@@ -134,7 +137,7 @@ class WorkflowStore:
         run has ended, walk it and apply what the walk decides."""
         flow = _flow(run)
         nodes = {row["node_id"]: row for row in tx.all("run_nodes_of", run_id=run["id"])}
-        states = {node.id: self._settle(tx, run["id"], node, nodes[node.id]) for node in flow.nodes}
+        states = {node.id: self._settle(tx, run["id"], nodes[node.id]) for node in flow.nodes}
         if run["state"] in dag.RUN_TERMINAL:
             return
         step = dag.advance(flow, states, decode_json(run["args"]))
@@ -145,15 +148,18 @@ class WorkflowStore:
         elif step.run_state != run["state"]:
             tx.run("run_set_state", id=run["id"], state=step.run_state, error=None)
 
-    def _settle(self, tx: Any, run_id: int, node: dag.Node, row: Any) -> dag.NodeState:
-        """A node's state; a queued node's is folded from its jobs and stored once they end."""
+    def _settle(self, tx: Any, run_id: int, row: Any) -> dag.NodeState:
+        """A node's state from its row; a queued node's is folded from its jobs, and stored
+        once they have ended. Needs no definition: a run whose definition is unreadable can
+        still be ended."""
         if row["state"] != dag.QUEUED:
             return dag.NodeState(row["state"], decode_json(row["result"]), row["error"])
+        node_id = row["node_id"]
         jobs = [dag.JobView(job["node_item"], job["state"], decode_json(job["result"]), job["error"])
-                for job in tx.all("run_node_jobs", run_id=run_id, node_id=node.id, generation=row["generation"])]
-        state = dag.fold(node, jobs, row["items"])
+                for job in tx.all("run_node_jobs", run_id=run_id, node_id=node_id, generation=row["generation"])]
+        state = dag.fold(jobs, row["items"])
         if state.state != dag.QUEUED:
-            tx.run("run_node_set", run_id=run_id, node_id=node.id, state=state.state, items=row["items"],
+            tx.run("run_node_set", run_id=run_id, node_id=node_id, state=state.state, items=row["items"],
                    result=encode_json(state.result) if state.state == dag.COMPLETED else None, error=state.error)
         return state
 
@@ -185,13 +191,12 @@ class WorkflowStore:
         reason = f"run {run['id']} {state}"
         for job in tx.all("run_jobs_cancel", run_id=run["id"], reason=reason):
             tx.run("event_insert", job_id=job["id"], kind="cancelled", detail=encode_json({"reason": reason}))
-        flow = _flow(run)
         for row in tx.all("run_nodes_of", run_id=run["id"]):
             if row["state"] in (dag.PENDING, dag.AWAITING_INPUT):
                 tx.run("run_node_set", run_id=run["id"], node_id=row["node_id"], state=dag.CANCELLED,
                        items=row["items"], result=None, error=reason)
             elif row["state"] == dag.QUEUED:
-                self._settle(tx, run["id"], flow.node(row["node_id"]), row)
+                self._settle(tx, run["id"], row)
 
     def _lock_run(self, tx: Any, run_id: int, project: str) -> Any:
         run = tx.one("run_lock", id=run_id)
@@ -224,7 +229,7 @@ class WorkflowStore:
                 raise Conflict(f"run {run_id} still has {running} running job(s); restart it once they finish")
             flow = _flow(run)
             nodes = {row["node_id"]: row for row in tx.all("run_nodes_of", run_id=run_id)}
-            states = {node.id: self._settle(tx, run_id, node, nodes[node.id]) for node in flow.nodes}
+            states = {node.id: self._settle(tx, run_id, nodes[node.id]) for node in flow.nodes}
             for node_id in dag.restart_nodes(flow, states):
                 tx.run("run_node_reset", run_id=run_id, node_id=node_id)
             tx.run("run_set_state", id=run_id, state=dag.RUNNING, error=None)
