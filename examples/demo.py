@@ -3,9 +3,11 @@
 Works in a temporary folder (removed at the end) on a fresh SQLite file and runs the real
 command line, ``python -m rowfleet``, in child processes, printing each command as you
 would type it (``$ rowfleet --db demo.db ...``) above its real output. The task handlers
-live in ``examples/demo_tasks.py``. Needs nothing installed: it puts ``<repo>/src`` on its
-own ``sys.path`` and, with ``examples/``, on the children's ``PYTHONPATH``. Your
-``ROWFLEET_*`` settings are ignored, so every run sees the same defaults.
+live in ``examples/demo_tasks.py``; the workflow steps run the pipeline example of
+``examples/pipeline/`` (its feeds, its ``digest.json`` and its tasks). Needs nothing
+installed: it puts ``<repo>/src`` on its own ``sys.path`` and, with ``examples/`` and
+``examples/pipeline/``, on the children's ``PYTHONPATH``. Your ``ROWFLEET_*`` settings are
+ignored, so every run sees the same defaults.
 
 It doubles as a smoke test: every step checks what it shows, and the demo exits 1 naming
 the step and what did not hold, 0 when all of them held. It never sleeps blindly: each
@@ -33,6 +35,7 @@ from typing import Any, Callable, NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 EXAMPLES = ROOT / "examples"
+PIPELINE = EXAMPLES / "pipeline"
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
@@ -50,6 +53,12 @@ EMAILS = (
     ("password reset", ["--priority", "-5"]),
     ("security alert", ["--priority", "10", "--run-next"]),
 )
+
+# Step 7's doomed worker: a 1 s lease renewed every 0.25 s, so its job is reclaimed about
+# a second after it dies, and a heartbeat as often, which the orchestrator is told about so
+# that it flags the worker once it misses three.
+DOOMED_WORKER = ("worker", "--app", "demo_tasks", "--lease", "1", "--renew", "0.25", "--heartbeat", "0.25")
+ORCHESTRATOR = ("orchestrator", "--interval", "0.2", "--heartbeat", "0.25")
 
 
 class Email(NamedTuple):
@@ -110,9 +119,10 @@ def cli(args: tuple[str, ...]) -> list[str]:
 
 
 def child_env() -> dict[str, str]:
-    """This environment with src/ and examples/ first on PYTHONPATH."""
+    """This environment with src/, examples/ and examples/pipeline/ first on PYTHONPATH."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), str(EXAMPLES), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), str(EXAMPLES), str(PIPELINE), env.get("PYTHONPATH"))
+                                        if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave no __pycache__ in examples/
     return env
 
@@ -259,7 +269,7 @@ def enqueue_idempotently() -> None:
     say(f"same key, same job: both enqueues returned job {first}, and only it holds the key")
 
 
-def recover_killed_worker() -> None:
+def recover_killed_worker() -> int:
     step(5, "A worker is killed mid-job; the orchestrator reclaims the job and a fresh worker finishes it")
     job_id = enqueue("build_report", "--queue", "reports",
                      "--args", json.dumps({"started_file": "report.started"}))
@@ -293,6 +303,7 @@ def recover_killed_worker() -> None:
     expect(job.state == "completed" and job.attempts == 2,
            f"job {job_id} is {job.state} after {job.attempts} attempt(s), expected completed after 2")
     say(f"reclaimed, then completed on attempt 2 ({', '.join(kinds)})")
+    return worker.pid
 
 
 def enqueue_in_transaction() -> None:
@@ -352,16 +363,109 @@ def job_exists(job_id: int) -> bool:
     return True
 
 
-def show_status() -> None:
-    step(7, "The final picture")
+def run_workflow_through_a_crash() -> tuple[subprocess.Popen, int]:
+    step(7, "A workflow run (fetch feeds, summarise each article, publish a digest): its worker dies "
+            "mid-publish, and the run still completes")
+    shutil.copytree(PIPELINE / "feeds", "feeds")
+    flow = json.loads((PIPELINE / "digest.json").read_text())
+    publish = next(node for node in flow["nodes"] if node["id"] == "publish")
+    publish["task"] = "flaky_publish"
+    publish["args"]["crash_file"] = "publish.crashed"
+    Path("digest.json").write_text(json.dumps(flow, indent=2) + "\n")
+    print("     (the demo copies examples/pipeline/feeds/ here, and examples/pipeline/digest.json with\n"
+          "      publish changed to run flaky_publish, which hard-exits its worker the first time)")
+    show("\n".join(json.dumps(node) for node in flow["nodes"]), indent="     | ")
+    run_id = int(run("run", "digest.json", "--app", "demo_tasks",
+                     "--args", json.dumps({"feeds": "feeds", "out": "digest.md"})).strip())
+    run("runs", str(run_id))
+    expect(node_states(run_id) == {"fetch": "queued", "summarise": "pending", "publish": "pending"},
+           f"run {run_id} started with nodes {node_states(run_id)}")
+    say("started: fetch is queued; summarise and publish wait for the nodes they depend on")
+
+    orchestrator = spawn(*ORCHESTRATOR, log="orchestrator.log")
+    worker = spawn(*DOOMED_WORKER, log="dag-worker.log")
+    wait_for(lambda: worker.poll() is not None, f"the worker (pid {worker.pid}) to die in publish")
+    expect(worker.returncode == 137 and Path("publish.crashed").exists(),
+           f"the worker exited {worker.returncode}, expected 137 from publish's first attempt")
+    print(f"     (pid {worker.pid} exited 137 in the middle of publish; its log:)")
+    show(Path("dag-worker.log").read_text(), indent="     | ")
+    job_id = rowfleet.get_run(run_id).node("publish").jobs[0]
+    wait_for(lambda: in_state(job_id, "queued"), f"the orchestrator to reclaim publish's job {job_id}")
+    wait_for(lambda: all(text in Path("orchestrator.log").read_text() for text in ("lapsed", "flagged")),
+             "the orchestrator to log the reclaim and the silent worker")
+    print("     (its 1 s lease lapsed, unrenewed: the orchestrator in the background re-queued the job\n"
+          "      and flagged the silent worker; its log so far:)")
+    show(Path("orchestrator.log").read_text(), indent="     | ")
+    run("runs", str(run_id))
+    view = rowfleet.get_run(run_id)
+    expect(node_states(run_id) == {"fetch": "completed", "summarise": "completed", "publish": "queued"}
+           and view.node("publish").attempts == 1,
+           f"after the reclaim run {run_id} has nodes {node_states(run_id)}, "
+           f"publish after {view.node('publish').attempts} attempt(s)")
+    articles = len(view.node("summarise").result)
+    say(f"fetch and the {articles} summaries keep their results; publish is queued again after 1 attempt")
+
+    run("worker", "--burst", "--app", "demo_tasks")
+    done = wait_for(lambda: ended(run_id), f"run {run_id} to end")
+    run("runs", str(run_id))
+    expect(done.state == "completed", f"run {run_id} ended {done.state}: {done.error}")
+    unfinished = {node: state for node, state in node_states(run_id).items() if state not in ("completed", "skipped")}
+    expect(not unfinished, f"run {run_id} completed with nodes {unfinished}")
+    published = done.node("publish")
+    expect(published.attempts == 2, f"publish completed after {published.attempts} attempt(s), expected 2")
+    expect(published.result["articles"] == articles == 5, f"publish result {published.result}, "
+                                                          f"from {articles} summaries; the feeds hold 5 articles")
+    digest = Path("digest.md").read_text()
+    expect(digest.count("\n- [") == articles, f"digest.md lists {digest.count(chr(10) + '- [')} articles")
+    print("     $ cat digest.md")
+    show(digest)
+    say(f"run {run_id} completed: publish took 2 attempts (the first died with its worker), "
+        f"and digest.md lists all {articles} articles")
+    return orchestrator, worker.pid
+
+
+def skip_publishing(orchestrator: subprocess.Popen) -> None:
+    step(8, "The same workflow on an empty folder: summarise maps over no items, and skip_if skips publish")
+    Path("no-feeds").mkdir()
+    run_id = int(run("run", "digest.json", "--app", "demo_tasks",
+                     "--args", json.dumps({"feeds": "no-feeds", "out": "empty.md"})).strip())
+    run("worker", "--burst", "--app", "demo_tasks")
+    done = wait_for(lambda: ended(run_id), f"run {run_id} to end")
+    run("runs", str(run_id))
+    states = node_states(run_id)
+    expect(done.state == "completed" and states == {"fetch": "completed", "summarise": "completed",
+                                                    "publish": "skipped"},
+           f"run {run_id} is {done.state} with nodes {states}")
+    expect(done.node("summarise").result == [], f"summarise result {done.node('summarise').result!r}")
+    expect(not Path("empty.md").exists(), "the skipped publish wrote empty.md")
+    say(f"run {run_id} completed with no summaries and publish skipped: nothing was written")
+
+    code = stop(orchestrator, signal.SIGTERM)
+    expect(code == 0, f"the orchestrator exited {code} after SIGTERM, expected 0")
+    say("the orchestrator stopped cleanly (exit 0)")
+
+
+def node_states(run_id: int) -> dict[str, str]:
+    return {node.id: node.state for node in rowfleet.get_run(run_id).nodes}
+
+
+def ended(run_id: int) -> Any:
+    found = rowfleet.get_run(run_id)
+    return found if found.state in ("completed", "failed", "cancelled") else None
+
+
+def show_status(killed: int, crashed: int) -> None:
+    step(9, "The final picture")
     run("status")
     status = run_json("status")
     unfinished = [c for c in status["counts"] if c["state"] != "completed"]
     expect(not unfinished, f"jobs left unfinished: {unfinished}")
-    flagged = [w["pid"] for w in status["workers"] if w["flagged_dead_at"]]
-    expect(len(flagged) == 1, f"workers flagged silent: {flagged}, expected just step 5's")
+    flagged = sorted(w["pid"] for w in status["workers"] if w["flagged_dead_at"] and not w["stopped_at"])
+    expect(flagged == sorted([killed, crashed]),
+           f"workers flagged silent: {flagged}, expected step 5's ({killed}) and step 7's ({crashed})")
     total = sum(c["n"] for c in status["counts"])
-    say(f"all {total} jobs completed; the worker killed in step 5 (pid {flagged[0]}) shows as SILENT")
+    say(f"all {total} jobs completed; the workers that died in step 5 (pid {killed}) and step 7 (pid {crashed}) "
+        f"show as SILENT")
 
 
 # --- the tour ----------------------------------------------------------------------------
@@ -372,9 +476,11 @@ def tour() -> None:
     run_emails(emails)
     retry_then_revive()
     enqueue_idempotently()
-    recover_killed_worker()
+    killed = recover_killed_worker()
     enqueue_in_transaction()
-    show_status()
+    orchestrator, crashed = run_workflow_through_a_crash()
+    skip_publishing(orchestrator)
+    show_status(killed, crashed)
 
 
 def stop_children() -> None:

@@ -1,8 +1,10 @@
 """The task handlers ``examples/demo.py`` runs; a worker loads them with ``--app demo_tasks``.
 
-Each is registered under a short name (``send_email``, ``charge_card``, ``build_report``)
-so the demo's commands read as a reader would type them. Paths in a job's arguments are
-relative to the worker's current folder: the demo runs every worker in its temporary folder.
+Each is registered under a short name (``send_email``, ``charge_card``, ``build_report``,
+``flaky_publish``) so the demo's commands read as a reader would type them. Paths in a
+job's arguments are relative to the worker's current folder: the demo runs every worker in
+its temporary folder. ``flaky_publish`` wraps the pipeline example's publish task, so the
+demo puts ``examples/pipeline`` on the workers' path too.
 
 Imports only the public ``rowfleet`` API.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 
+import digest_tasks  # examples/pipeline/digest_tasks.py
 import rowfleet
 
 # Long enough that only the demo's kill -9 ends a stuck run, short enough that a demo that
@@ -46,3 +49,18 @@ def build_report(started_file: str) -> dict:
         time.sleep(HANG_LIMIT)
         raise RuntimeError(f"nobody killed this worker within {HANG_LIMIT:.0f}s")
     return {"report": "ready", "attempt": job.attempts}
+
+
+@rowfleet.task(name="flaky_publish")
+def flaky_publish(summaries: list, out: str, crash_file: str) -> dict:
+    """The pipeline's ``publish``, except that its first attempt kills the worker outright.
+
+    Creates ``crash_file`` and then hard-exits the whole worker process mid-job, with no
+    cleanup, as the kernel's OOM killer would (exit status 137 is how a shell reports a
+    SIGKILL). Once ``crash_file`` exists, publishes as ``digest_tasks.publish`` does.
+    """
+    if not os.path.exists(crash_file):
+        with open(crash_file, "w") as handle:
+            handle.write(f"{os.getpid()}\n")
+        os._exit(137)
+    return digest_tasks.publish(summaries, out)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import unittest
 
+from rowfleet import queries
 from support import TempDirTestCase, child_env
 
 
@@ -42,7 +43,8 @@ class CommandLineTest(TempDirTestCase):
     def test_version_and_help(self):
         self.assertRegex(self.cli("--version").stdout, r"^rowfleet \d+\.\d+\.\d+")
         self.assertIn("enqueue", self.cli("--help").stdout)
-        self.assertEqual(self.cli("init").stdout.strip(), "1", "init is idempotent and prints the version")
+        latest = str(queries.latest_version("sqlite"))
+        self.assertEqual(self.cli("init").stdout.strip(), latest, "init is idempotent and prints the version")
 
     def test_enqueue_then_job_json(self):
         job_id = self.cli("enqueue", "mod:fn", "--args", '{"x": 1}', "--queue", "q", "--priority", "-2",

@@ -18,7 +18,7 @@ from rowfleet.api import (cancel_run, enqueue, enqueue_many, get_job, get_run, i
                           start_run, submit, work, workflow)
 from rowfleet.config import Config, configure
 from rowfleet.dag import DefinitionError, Workflow
-from rowfleet.errors import (ConfigError, Conflict, DatabaseUnreachable, LeaseLost, MigrationError, NotFound,
+from rowfleet.errors import (ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, LeaseLost, MigrationError, NotFound,
                              RowfleetError, SchemaMissing, StoreUnavailable, UnknownTask)
 from rowfleet.job import Cancel, Job, Retry
 from rowfleet.tasks import task
@@ -27,7 +27,7 @@ from rowfleet.worker import current_job
 __version__ = "0.1.0"
 
 __all__ = [
-    "Cancel", "Config", "ConfigError", "Conflict", "DatabaseUnreachable", "DefinitionError", "Job", "LeaseLost",
+    "Cancel", "Config", "ConfigError", "Conflict", "DatabaseBusy", "DatabaseUnreachable", "DefinitionError", "Job", "LeaseLost",
     "MigrationError", "NotFound", "Retry", "RowfleetError", "SchemaMissing", "StoreUnavailable", "UnknownTask",
     "Workflow", "__version__", "cancel_run", "configure", "current_job", "enqueue", "enqueue_many", "get_job",
     "get_run", "init", "load_workflow", "restart_run", "start_run", "submit", "task", "work", "workflow",

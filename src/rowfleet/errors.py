@@ -39,6 +39,10 @@ class DatabaseUnreachable(StoreUnavailable):
     """The database server did not answer: down, restarting, or a network fault. Transient."""
 
 
+class DatabaseBusy(StoreUnavailable):
+    """The database stayed locked by other writers past the busy timeout. Transient."""
+
+
 class SchemaMissing(StoreUnavailable):
     """The database does not exist yet, or lacks the current schema: run ``rowfleet init``."""
 

@@ -51,6 +51,8 @@ def translate(exc: Exception, what: str = "") -> RowfleetError:
     psycopg = driver()
     if isinstance(exc, psycopg.errors.UndefinedTable) or isinstance(exc, psycopg.errors.UndefinedFunction):
         return SchemaMissing(f"the database has no rowfleet schema ({_first_line(exc)}): run `rowfleet init`")
+    if isinstance(exc, psycopg.OperationalError):  # the connection or the server, not the statement
+        return DatabaseUnreachable(f"database unreachable{what}: {_first_line(exc)}")
     return StoreUnavailable(f"database error{what}: {_first_line(exc)}")
 
 

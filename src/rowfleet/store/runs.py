@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from rowfleet import dag
-from rowfleet.errors import Conflict, NotFound, StoreUnavailable
+from rowfleet.errors import Conflict, DatabaseBusy, DatabaseUnreachable, NotFound, SchemaMissing
 from rowfleet.job import Job, JobSpec, decode_json, encode_json, iso
 
 log = logging.getLogger("rowfleet.runs")
@@ -291,8 +291,8 @@ class WorkflowStore:
                         self._advance(tx, run)
                     tx.run("dispatch_done", id=event["id"])
                 applied += 1
-            except StoreUnavailable:
-                raise
+            except (DatabaseUnreachable, DatabaseBusy, SchemaMissing):
+                raise  # the database's trouble, not this event's: retried whole on the next sweep
             except Exception as exc:  # a bug or bad data in one run must not stop the others
                 if event is None:
                     raise

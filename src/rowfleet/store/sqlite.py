@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from rowfleet.config import Config
-from rowfleet.errors import RowfleetError, SchemaMissing, StoreUnavailable
+from rowfleet.errors import DatabaseBusy, RowfleetError, SchemaMissing, StoreUnavailable
 from rowfleet.store.base import Store, Tx
 from rowfleet.wake import FileWaiter, Waiter
 
@@ -63,7 +63,7 @@ def translate(exc: sqlite3.Error, what: str = "") -> RowfleetError:
     if "no such table" in text:
         return SchemaMissing(f"the database has no rowfleet schema ({text}): run `rowfleet init`")
     if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
-        return StoreUnavailable(f"the database stayed locked past the busy timeout{what}: {text}")
+        return DatabaseBusy(f"the database stayed locked past the busy timeout{what}: {text}")
     return StoreUnavailable(f"database error{what}: {text}")
 
 
