@@ -40,6 +40,21 @@ class ReadmeQuickstartTest(TempDirTestCase):
         self.assertEqual((job["state"], job["result"]), ("completed", "welcomed user 42"))
         self.assertIn("completed", result.stdout)
 
+    def test_workflow_quickstart(self):
+        script = ('rowfleet() { "$PYTHON" -m rowfleet "$@"; }\nset -e\n'
+                  + quickstart_block("workflow")
+                  + '\nrowfleet runs 1 --json > run.json\n')
+        result = subprocess.run(["bash", "-c", script], cwd=self.dir, capture_output=True, text=True,
+                                timeout=DEADLINE, env=child_env(PYTHON=sys.executable))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(os.path.join(self.dir, "run.json")) as handle:
+            run = json.load(handle)
+        self.assertEqual(run["state"], "completed")
+        nodes = {node["id"]: node for node in run["nodes"]}
+        self.assertEqual(nodes["summarise"]["result"], [f"LOCAL STORY {n}" for n in range(3)])
+        self.assertEqual(nodes["publish"]["result"], "LOCAL STORY 0 | LOCAL STORY 1 | LOCAL STORY 2")
+        self.assertIn("completed", result.stdout)
+
     def test_python_quickstart(self):
         path = self.write_module("quickstart", quickstart_block("python"))
         result = subprocess.run([sys.executable, path], cwd=self.dir, capture_output=True, text=True,
