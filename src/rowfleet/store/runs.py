@@ -248,12 +248,14 @@ class WorkflowStore:
                 raise NotFound(f"run {run_id} has no node {node_id!r}") from None
             if node.kind != dag.INPUT:
                 raise Conflict(f"node {node_id!r} of run {run_id} is a task node, not an input node")
-            if run["state"] in dag.RUN_TERMINAL:
-                raise Conflict(f"run {run_id} is {run['state']}; it takes no more input")
-            if tx.one("run_node_submit", run_id=run_id, node_id=node_id, result=encoded) is None:
+            ended = run["state"] in dag.RUN_TERMINAL
+            if ended or tx.one("run_node_submit", run_id=run_id, node_id=node_id, result=encoded) is None:
                 state = {row["node_id"]: row["state"] for row in tx.all("run_nodes_of", run_id=run_id)}[node_id]
-                why = "a value was already submitted" if state == dag.COMPLETED else "it is not awaiting input"
-                raise Conflict(f"node {node_id!r} of run {run_id} is {state}: {why}")
+                if state == dag.COMPLETED:
+                    raise Conflict(f"node {node_id!r} of run {run_id} is completed: a value was already submitted")
+                if ended:
+                    raise Conflict(f"run {run_id} is {run['state']}; it takes no more input")
+                raise Conflict(f"node {node_id!r} of run {run_id} is {state}: it is not awaiting input")
             self._advance(tx, run)
         return self.get_run(run_id, project)
 
