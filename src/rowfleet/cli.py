@@ -336,9 +336,10 @@ def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
     if args.json:
         _print_json(data)
         return exitcodes.OK
-    for key in ("id", "task", "queue", "project", "state", "priority", "run_next", "attempts",
-                "max_attempts", "args", "result", "error", "claimed_by", "lease_token", "run_at",
-                "created_at", "started_at", "finished_at"):
+    keys = ["id", "task", "queue", "project", "state", "priority", "run_next", "attempts", "max_attempts", "args",
+            "result", "error", "claimed_by", "lease_token", "run_at", "created_at", "started_at", "finished_at"]
+    keys += [key for key in ("run_id", "node_id", "node_item", "timeout", "required_model") if data[key] is not None]
+    for key in keys:
         value = data[key]
         print(f"{key:>13}: {json.dumps(value) if key in ('args', 'result') else value}")
     if data["traceback"]:
