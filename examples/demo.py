@@ -382,8 +382,14 @@ def run_workflow_through_a_crash() -> tuple[subprocess.Popen, int]:
            f"run {run_id} started with nodes {node_states(run_id)}")
     say("started: fetch is queued; summarise and publish wait for the nodes they depend on")
 
-    orchestrator = spawn(*ORCHESTRATOR, log="orchestrator.log")
     worker = spawn(*DOOMED_WORKER, log="dag-worker.log")
+    fetch_job = rowfleet.get_run(run_id).node("fetch").jobs[0]
+    wait_for(lambda: in_state(fetch_job, "completed") and checked_in(worker.pid),
+             f"the worker to run fetch (job {fetch_job}) and send its first heartbeat")
+    expect(node_states(run_id)["summarise"] == "pending", f"run {run_id} has nodes {node_states(run_id)}")
+    say(f"the worker ran fetch (job {fetch_job}), but summarise stays pending: moving a run on is the "
+        f"orchestrator's job")
+    orchestrator = spawn(*ORCHESTRATOR, log="orchestrator.log")
     wait_for(lambda: worker.poll() is not None, f"the worker (pid {worker.pid}) to die in publish")
     expect(worker.returncode == 137 and Path("publish.crashed").exists(),
            f"the worker exited {worker.returncode}, expected 137 from publish's first attempt")
@@ -391,8 +397,9 @@ def run_workflow_through_a_crash() -> tuple[subprocess.Popen, int]:
     show(Path("dag-worker.log").read_text(), indent="     | ")
     job_id = rowfleet.get_run(run_id).node("publish").jobs[0]
     wait_for(lambda: in_state(job_id, "queued"), f"the orchestrator to reclaim publish's job {job_id}")
-    wait_for(lambda: all(text in Path("orchestrator.log").read_text() for text in ("lapsed", "flagged")),
-             "the orchestrator to log the reclaim and the silent worker")
+    wait_for(lambda: logged("orchestrator.log", f":{worker.pid} lapsed; reclaimed")
+             and logged("orchestrator.log", f":{worker.pid}:", "missed its heartbeats; flagged"),
+             f"the orchestrator to log the reclaim of job {job_id} and the silent worker")
     print("     (its 1 s lease lapsed, unrenewed: the orchestrator in the background re-queued the job\n"
           "      and flagged the silent worker; its log so far:)")
     show(Path("orchestrator.log").read_text(), indent="     | ")
@@ -409,14 +416,15 @@ def run_workflow_through_a_crash() -> tuple[subprocess.Popen, int]:
     done = wait_for(lambda: ended(run_id), f"run {run_id} to end")
     run("runs", str(run_id))
     expect(done.state == "completed", f"run {run_id} ended {done.state}: {done.error}")
-    unfinished = {node: state for node, state in node_states(run_id).items() if state not in ("completed", "skipped")}
+    unfinished = {node.id: node.state for node in done.nodes if node.state not in ("completed", "skipped")}
     expect(not unfinished, f"run {run_id} completed with nodes {unfinished}")
     published = done.node("publish")
     expect(published.attempts == 2, f"publish completed after {published.attempts} attempt(s), expected 2")
     expect(published.result["articles"] == articles == 5, f"publish result {published.result}, "
                                                           f"from {articles} summaries; the feeds hold 5 articles")
     digest = Path("digest.md").read_text()
-    expect(digest.count("\n- [") == articles, f"digest.md lists {digest.count(chr(10) + '- [')} articles")
+    listed = digest.count("\n- [")
+    expect(listed == articles, f"digest.md lists {listed} articles, not {articles}")
     print("     $ cat digest.md")
     show(digest)
     say(f"run {run_id} completed: publish took 2 attempts (the first died with its worker), "
@@ -443,6 +451,16 @@ def skip_publishing(orchestrator: subprocess.Popen) -> None:
     code = stop(orchestrator, signal.SIGTERM)
     expect(code == 0, f"the orchestrator exited {code} after SIGTERM, expected 0")
     say("the orchestrator stopped cleanly (exit 0)")
+
+
+def logged(path: str, *texts: str) -> bool:
+    """Whether one line of the log at ``path`` contains every one of ``texts``."""
+    return any(all(text in line for text in texts) for line in Path(path).read_text().splitlines())
+
+
+def checked_in(pid: int) -> bool:
+    """Whether the worker with this pid has sent a heartbeat (so the orchestrator can miss it)."""
+    return any(worker["pid"] == pid for worker in run_json("status")["workers"])
 
 
 def node_states(run_id: int) -> dict[str, str]:
