@@ -230,6 +230,8 @@ class WorkflowCommandsTest(CliTestCase):
                 self.assert_refused("run", self.write_flow(definition), "--app", "flowapp", says=says)
         self.assert_refused("run", "missing.json", says="neither a workflow file")
         self.assert_refused("run", "doubler", "--app", "flowapp", "--args", "{bad", says="--args")
+        self.assert_refused("run", "doubler", "--app", "flowapp", says="cannot start: node 'one' failed: "
+                            'unresolvable reference "$args.n": cannot take "n" of null')
         self.assert_no_runs()
 
     def test_refused_run_commands(self):

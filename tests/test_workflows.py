@@ -154,6 +154,12 @@ class WorkflowContract:
         self.assertEqual(run.node("shout").items, 4)
         self.assertEqual(len(run.node("shout").jobs), 4)
 
+    def test_a_map_node_without_args_hands_each_item_over_whole(self):
+        items = [{"a": 1}, [1, 2], None, 5]
+        run_id = self.start([node("src", args=[items]), node("each", "workflow.emit", "src", map=ref("src"))])
+        run = self.settle(run_id)
+        self.assertEqual(run.node("each").result, items)
+
     def test_map_over_an_empty_list_completes_at_once(self):
         run_id = self.start([node("fetch", args=[]), node("each", "workflow.shout", "fetch", map=ref("fetch")),
                              node("after", "workflow.emit", "each", args=ref("each"))])

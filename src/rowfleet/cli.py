@@ -432,7 +432,7 @@ def _show_run(run: Any, as_json: bool, headline: str | None = None) -> int:
     print(f"run {run.id} {run.name}: {run.state}" + (f" ({run.error})" if run.error else ""))
     rows = [[n.id, n.state, n.attempts, _short(json.dumps(n.result)) if n.result is not None else "-",
              _short(n.error or n.prompt or "")] for n in run.nodes]
-    print(_table(["node", "state", "attempts", "result", "error / prompt"], rows))
+    print(_table(["node", "state", "attempts", "result", "error, skip reason or prompt"], rows))
     return exitcodes.OK
 
 

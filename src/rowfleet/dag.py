@@ -10,6 +10,7 @@ The store persists what these decide, under a lock on the run.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from typing import Any, Iterable, Mapping
@@ -369,6 +370,17 @@ def _is_int(value: Any) -> bool:
 
 
 def _kind(value: Any) -> str:
+    """How JSON would name a value's type, for messages.
+
+    >>> _kind(None), _kind(True), _kind(1.5), _kind([])
+    ('null', 'a boolean', 'a number', 'a list')
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
     return {dict: "an object", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
 
 
@@ -399,7 +411,7 @@ def lookup(path: str, roots: Mapping[str, Any]) -> Any:
                 raise UnresolvedReference(f'"{path}": "{part}" is not an index into a list of {len(value)}')
             value = value[int(part)]
         else:
-            raise UnresolvedReference(f'"{path}": cannot take "{part}" of {_kind(value)} value')
+            raise UnresolvedReference(f'"{path}": cannot take "{part}" of {_kind(value)}')
     return value
 
 
@@ -516,14 +528,14 @@ def _start(node: Node, current: Mapping[str, NodeState], run_args: Any) -> Enque
         if not items:
             return SetState(node.id, COMPLETED, result=[])
         if node.args is None:  # no args given: each job gets its item as its one argument
-            return Enqueue(node.id, items=tuple(items))
+            return Enqueue(node.id, items=tuple([item] for item in items))
         return Enqueue(node.id, items=tuple(resolve(node.args, {**roots, ITEM: item}) for item in items))
     except UnresolvedReference as exc:
         return SetState(node.id, FAILED, error=f"unresolvable reference {exc}")
 
 
 def _describe(condition: Condition) -> str:
-    return f"{condition.ref} {condition.op} {condition.value!r}"
+    return f"{condition.ref} {condition.op} {json.dumps(condition.value)}"
 
 
 def _run_state(flow: Workflow, current: Mapping[str, NodeState]) -> tuple[str, str | None]:

@@ -77,6 +77,7 @@ class Worker:
             return 0
         self.waiter = self.store.waiter(self.queue)
         self.keeper = Keeper(self)
+        self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
         log.info("worker %s serving queue %r of project %r", self.holder, self.queue, self.config.project)
         try:
@@ -269,7 +270,7 @@ class Keeper(threading.Thread):
                 store = store or self._open()
                 if store is not None:
                     if time.monotonic() >= next_beat:
-                        self._beat(store)
+                        self.beat(store)
                         next_beat = time.monotonic() + self.config.heartbeat
                     self._renew(store)
                 self._halt.wait(tick)
@@ -285,7 +286,8 @@ class Keeper(threading.Thread):
             log.error("keeper cannot reach the database, so leases are not renewed yet: %s", exc)
             return None
 
-    def _beat(self, store: Store) -> None:
+    def beat(self, store: Store) -> None:
+        """Upsert the worker's heartbeat row, naming the job in hand; never raises."""
         job = self.held()
         try:
             store.beat(self.worker.worker_id, self.config.project, self.config.host, self.worker.queue,

@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from rowfleet import dag
-from rowfleet.errors import Conflict, DatabaseBusy, DatabaseUnreachable, NotFound, SchemaMissing
+from rowfleet.errors import ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, NotFound, SchemaMissing
 from rowfleet.job import Job, JobSpec, decode_json, encode_json, iso
 
 log = logging.getLogger("rowfleet.runs")
@@ -27,7 +27,7 @@ POISON_AFTER = 10  # failed drains of one event before it is set aside and its r
 @dataclasses.dataclass(frozen=True)
 class RunNode:
     """A node of a run as an operator sees it. ``state`` shows ``running`` for a queued node
-    one of whose jobs is running; ``attempts`` counts its current jobs' attempts."""
+    one of whose jobs is running; ``attempts`` is its job's (a map node's most tried item's)."""
 
     id: str
     kind: str
@@ -91,7 +91,9 @@ class WorkflowStore:
                      args=encoded_args)
         for node in flow.nodes:
             tx.run("run_node_insert", run_id=run["id"], node_id=node.id)
-        self._advance(tx, run)
+        failed = self._advance(tx, run)
+        if failed:  # a first node's reference does not resolve: bad input, so nothing is written
+            raise ConfigError(f"the run cannot start: {failed}")
         return run["id"]
 
     def get_run(self, run_id: int, project: str) -> Run:
@@ -125,21 +127,23 @@ class WorkflowStore:
             state = stored["state"]
             if state == dag.QUEUED and any(job["state"] == "running" for job in current):
                 state = "running"
-            nodes.append(RunNode(node.id, node.kind, node.task, state, sum(job["attempts"] for job in current),
-                                 decode_json(stored["result"]), stored["error"], stored["items"],
-                                 tuple(job["id"] for job in current), node.prompt))
+            # A map node's attempts are its most tried item's, so a retry shows as on one job.
+            attempts = max((job["attempts"] for job in current), default=0)
+            nodes.append(RunNode(node.id, node.kind, node.task, state, attempts, decode_json(stored["result"]),
+                                 stored["error"], stored["items"], tuple(job["id"] for job in current), node.prompt))
         return dataclasses.replace(_run(row), nodes=tuple(nodes))
 
     # --- the walk ----------------------------------------------------------------------
 
-    def _advance(self, tx: Any, run: Any) -> None:
+    def _advance(self, tx: Any, run: Any) -> str | None:
         """Bring a locked run up to date: settle nodes whose jobs finished, then, unless the
-        run has ended, walk it and apply what the walk decides."""
+        run has ended, walk it and apply what the walk decides. The error when this walk
+        failed the run, else None."""
         flow = _flow(run)
         nodes = {row["node_id"]: row for row in tx.all("run_nodes_of", run_id=run["id"])}
         states = {node.id: self._settle(tx, run["id"], nodes[node.id]) for node in flow.nodes}
         if run["state"] in dag.RUN_TERMINAL:
-            return
+            return None
         step = dag.advance(flow, states, decode_json(run["args"]))
         for action in step.actions:
             self._apply(tx, run, flow.node(action.node), nodes[action.node], action)
@@ -147,6 +151,7 @@ class WorkflowStore:
             self._end_run(tx, run, step.run_state, step.error)
         elif step.run_state != run["state"]:
             tx.run("run_set_state", id=run["id"], state=step.run_state, error=None)
+        return step.error if step.run_state == dag.FAILED else None
 
     def _settle(self, tx: Any, run_id: int, row: Any) -> dag.NodeState:
         """A node's state from its row; a queued node's is folded from its jobs, and stored
