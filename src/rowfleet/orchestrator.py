@@ -32,6 +32,9 @@ RECONCILE_GRACE = 2.0
 # wakes the orchestrator, most of them a busy worker's; this caps the cheap "anything to
 # drain?" reads at a few hundred a second, for a few milliseconds of dispatch latency.
 DRAIN_SPACING = 0.005
+# After a wake-up, re-checks start this far apart and back off to SETTLE_STEP_MAX.
+SETTLE_STEP = 0.0005
+SETTLE_STEP_MAX = 0.005
 
 
 class Orchestrator:
@@ -77,6 +80,18 @@ class Orchestrator:
         if self._waiter is not None:
             self._waiter.interrupt()
 
+    def _settle(self) -> None:
+        """After a wake-up, drain until something was there or the waiter's settle window
+        passed: on SQLite the file event can come before the commit that raised it is
+        visible, and a drain that looked too early would leave the event for the poll."""
+        give_up = time.monotonic() + self._waiter.settle_window
+        step = SETTLE_STEP
+        while not self._stop.is_set():
+            if self.drain()["applied"] or time.monotonic() >= give_up:
+                return
+            time.sleep(step)
+            step = min(step * 2, SETTLE_STEP_MAX)
+
     def run(self, stop: threading.Event | None = None) -> None:
         """Sweep every ``config.interval`` seconds and drain whenever a dispatch event may
         have been written, until ``request_stop()`` (or ``stop`` is set)."""
@@ -86,6 +101,7 @@ class Orchestrator:
         log.info("orchestrator sweeping every %.1fs, draining project %r as events arrive",
                  self.config.interval, self.config.project)
         next_sweep = 0.0
+        woke = False
         try:
             while not self._stop.is_set():
                 self._waiter.drain()  # before the work: what is written from here on wakes us
@@ -93,12 +109,15 @@ class Orchestrator:
                     if time.monotonic() >= next_sweep:
                         self.run_once()
                         next_sweep = time.monotonic() + self.config.interval
+                    elif woke:
+                        self._settle()
                     else:
                         self.drain()
                 except RowfleetError as exc:
                     log.error("sweep failed (will retry): %s", exc)
                     self._stop.wait(min(self.config.interval, 1.0))
-                if self._waiter.wait(max(0.0, min(next_sweep - time.monotonic(), self.config.poll))):
+                woke = self._waiter.wait(max(0.0, min(next_sweep - time.monotonic(), self.config.poll)))
+                if woke:
                     self._stop.wait(DRAIN_SPACING)
         finally:
             self._waiter.close()

@@ -292,9 +292,12 @@ UPDATE run_nodes SET state = 'completed', result = %(result)s, error = NULL, upd
 WHERE run_id = %(run_id)s AND node_id = %(node_id)s AND state = 'awaiting_input'
 RETURNING node_id;
 
--- name: run_node_jobs
-SELECT node_item, state, result, error FROM jobs
-WHERE run_id = %(run_id)s AND node_id = %(node_id)s AND node_generation = %(generation)s;
+-- name: run_queued_node_jobs
+-- The current jobs of the run's queued nodes (older generations are history).
+SELECT jobs.node_id, jobs.node_item, jobs.state, jobs.result, jobs.error
+FROM jobs JOIN run_nodes ON run_nodes.run_id = jobs.run_id AND run_nodes.node_id = jobs.node_id
+                        AND run_nodes.generation = jobs.node_generation
+WHERE jobs.run_id = %(run_id)s AND run_nodes.state = 'queued';
 
 -- name: run_jobs
 SELECT id, node_id, node_generation, state, attempts FROM jobs WHERE run_id = %(run_id)s ORDER BY id;
@@ -334,8 +337,14 @@ ORDER BY id
 LIMIT 1
 FOR UPDATE SKIP LOCKED;
 
--- name: dispatch_done
-UPDATE dispatch_events SET processed_at = rowfleet_now(%(now)s) WHERE id = %(id)s AND processed_at IS NULL;
+-- name: dispatch_absorb
+-- Every pending event of a run, answered by the one walk that follows. Events another
+-- drainer holds are skipped (waiting for them could deadlock: it waits for our run lock);
+-- it walks the run again after us.
+UPDATE dispatch_events SET processed_at = rowfleet_now(%(now)s)
+WHERE id IN (SELECT id FROM dispatch_events
+             WHERE run_id = %(run_id)s AND processed_at IS NULL AND poisoned_at IS NULL
+             FOR UPDATE SKIP LOCKED);
 
 -- name: dispatch_failed
 UPDATE dispatch_events SET attempts = attempts + 1, last_error = %(error)s

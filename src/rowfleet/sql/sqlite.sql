@@ -216,9 +216,12 @@ UPDATE run_nodes SET state = 'completed', result = :result, error = NULL, update
 WHERE run_id = :run_id AND node_id = :node_id AND state = 'awaiting_input'
 RETURNING node_id;
 
--- name: run_node_jobs
-SELECT node_item, state, result, error FROM jobs
-WHERE run_id = :run_id AND node_id = :node_id AND node_generation = :generation;
+-- name: run_queued_node_jobs
+-- The current jobs of the run's queued nodes (older generations are history).
+SELECT jobs.node_id, jobs.node_item, jobs.state, jobs.result, jobs.error
+FROM jobs JOIN run_nodes ON run_nodes.run_id = jobs.run_id AND run_nodes.node_id = jobs.node_id
+                        AND run_nodes.generation = jobs.node_generation
+WHERE jobs.run_id = :run_id AND run_nodes.state = 'queued';
 
 -- name: run_jobs
 SELECT id, node_id, node_generation, state, attempts FROM jobs WHERE run_id = :run_id ORDER BY id;
@@ -257,8 +260,10 @@ WHERE project = :project AND processed_at IS NULL AND poisoned_at IS NULL AND id
 ORDER BY id
 LIMIT 1;
 
--- name: dispatch_done
-UPDATE dispatch_events SET processed_at = :now WHERE id = :id AND processed_at IS NULL;
+-- name: dispatch_absorb
+-- Every pending event of a run, answered by the one walk that follows.
+UPDATE dispatch_events SET processed_at = :now
+WHERE run_id = :run_id AND processed_at IS NULL AND poisoned_at IS NULL;
 
 -- name: dispatch_failed
 UPDATE dispatch_events SET attempts = attempts + 1, last_error = :error

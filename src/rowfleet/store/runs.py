@@ -12,8 +12,9 @@ dispatch event with its terminal state, which the orchestrator drains.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from typing import Any
+from typing import Any, Iterable
 
 from rowfleet import dag
 from rowfleet.errors import ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, NotFound, SchemaMissing
@@ -139,11 +140,11 @@ class WorkflowStore:
         """Bring a locked run up to date: settle nodes whose jobs finished, then, unless the
         run has ended, walk it and apply what the walk decides. The error when this walk
         failed the run, else None."""
-        flow = _flow(run)
         nodes = {row["node_id"]: row for row in tx.all("run_nodes_of", run_id=run["id"])}
-        states = {node.id: self._settle(tx, run["id"], nodes[node.id]) for node in flow.nodes}
+        states = self._settle(tx, run["id"], nodes.values())
         if run["state"] in dag.RUN_TERMINAL:
             return None
+        flow = _flow(run)
         step = dag.advance(flow, states, decode_json(run["args"]))
         for action in step.actions:
             self._apply(tx, run, flow.node(action.node), nodes[action.node], action)
@@ -153,20 +154,26 @@ class WorkflowStore:
             tx.run("run_set_state", id=run["id"], state=step.run_state, error=None)
         return step.error if step.run_state == dag.FAILED else None
 
-    def _settle(self, tx: Any, run_id: int, row: Any) -> dag.NodeState:
-        """A node's state from its row; a queued node's is folded from its jobs, and stored
-        once they have ended. Needs no definition: a run whose definition is unreadable can
-        still be ended."""
-        if row["state"] != dag.QUEUED:
-            return dag.NodeState(row["state"], decode_json(row["result"]), row["error"])
-        node_id = row["node_id"]
-        jobs = [dag.JobView(job["node_item"], job["state"], decode_json(job["result"]), job["error"])
-                for job in tx.all("run_node_jobs", run_id=run_id, node_id=node_id, generation=row["generation"])]
-        state = dag.fold(jobs, row["items"])
-        if state.state != dag.QUEUED:
-            tx.run("run_node_set", run_id=run_id, node_id=node_id, state=state.state, items=row["items"],
-                   result=encode_json(state.result) if state.state == dag.COMPLETED else None, error=state.error)
-        return state
+    def _settle(self, tx: Any, run_id: int, rows: Iterable[Any]) -> dict[str, dag.NodeState]:
+        """Every node's state from its row; a queued node's is folded from its current jobs
+        (read in one query for the whole run) and stored once they have ended. Needs no
+        definition: a run whose definition is unreadable can still be ended."""
+        jobs: dict[str, list[dag.JobView]] = {}
+        for job in tx.all("run_queued_node_jobs", run_id=run_id):
+            jobs.setdefault(job["node_id"], []).append(
+                dag.JobView(job["node_item"], job["state"], decode_json(job["result"]), job["error"]))
+        states = {}
+        for row in rows:
+            node_id = row["node_id"]
+            if row["state"] != dag.QUEUED:
+                states[node_id] = dag.NodeState(row["state"], decode_json(row["result"]), row["error"])
+                continue
+            state = states[node_id] = dag.fold(jobs.get(node_id, []), row["items"])
+            if state.state != dag.QUEUED:
+                result = encode_json(state.result) if state.state == dag.COMPLETED else None
+                tx.run("run_node_set", run_id=run_id, node_id=node_id, state=state.state, items=row["items"],
+                       result=result, error=state.error)
+        return states
 
     def _apply(self, tx: Any, run: Any, node: dag.Node, row: Any,
                action: dag.Enqueue | dag.SetState) -> None:
@@ -196,12 +203,12 @@ class WorkflowStore:
         reason = f"run {run['id']} {state}"
         for job in tx.all("run_jobs_cancel", run_id=run["id"], reason=reason):
             tx.run("event_insert", job_id=job["id"], kind="cancelled", detail=encode_json({"reason": reason}))
-        for row in tx.all("run_nodes_of", run_id=run["id"]):
+        rows = tx.all("run_nodes_of", run_id=run["id"])
+        for row in rows:
             if row["state"] in (dag.PENDING, dag.AWAITING_INPUT):
                 tx.run("run_node_set", run_id=run["id"], node_id=row["node_id"], state=dag.CANCELLED,
                        items=row["items"], result=None, error=reason)
-            elif row["state"] == dag.QUEUED:
-                self._settle(tx, run["id"], row)
+        self._settle(tx, run["id"], [row for row in rows if row["state"] == dag.QUEUED])
 
     def _lock_run(self, tx: Any, run_id: int, project: str) -> Any:
         run = tx.one("run_lock", id=run_id)
@@ -232,10 +239,8 @@ class WorkflowStore:
             running = tx.one("run_jobs_running", run_id=run_id)["n"]
             if running:
                 raise Conflict(f"run {run_id} still has {running} running job(s); restart it once they finish")
-            flow = _flow(run)
-            nodes = {row["node_id"]: row for row in tx.all("run_nodes_of", run_id=run_id)}
-            states = {node.id: self._settle(tx, run_id, nodes[node.id]) for node in flow.nodes}
-            for node_id in dag.restart_nodes(flow, states):
+            states = self._settle(tx, run_id, tx.all("run_nodes_of", run_id=run_id))
+            for node_id in dag.restart_nodes(_flow(run), states):
                 tx.run("run_node_reset", run_id=run_id, node_id=node_id)
             tx.run("run_set_state", id=run_id, state=dag.RUNNING, error=None)
             self._advance(tx, {**dict(run), "state": dag.RUNNING})
@@ -294,10 +299,12 @@ class WorkflowStore:
                         break
                     after = event["id"]
                     run = tx.one("run_lock", id=event["run_id"])
+                    # One walk answers every pending event of the run, so they are all marked
+                    # done first (then the walk reads every state they were written with).
+                    absorbed = tx.run("dispatch_absorb", run_id=event["run_id"])
                     if run is not None:  # else the run was pruned: nothing left to do
                         self._advance(tx, run)
-                    tx.run("dispatch_done", id=event["id"])
-                applied += 1
+                applied += absorbed
             except (DatabaseUnreachable, DatabaseBusy, SchemaMissing):
                 raise  # the database's trouble, not this event's: retried whole on the next sweep
             except Exception as exc:  # a bug or bad data in one run must not stop the others
@@ -339,7 +346,14 @@ class WorkflowStore:
 
 
 def _flow(run: Any) -> dag.Workflow:
-    return dag.parse_workflow(decode_json(run["definition"]))
+    return _parse_definition(run["definition"])
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_definition(text: str) -> dag.Workflow:
+    """A run's definition never changes, and a wide one takes milliseconds to validate:
+    parsed once per text, not once per event drained."""
+    return dag.parse_workflow(decode_json(text))
 
 
 def _run(row: Any) -> Run:
