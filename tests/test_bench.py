@@ -4,6 +4,7 @@ starts (a renamed import, a moved query) must fail the suite, not the next relea
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -24,6 +25,22 @@ class BenchSmokeTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(result.stdout.startswith("benchmark"), result.stdout)
         self.assertIn("batch enqueue", result.stdout)
+
+    def test_the_dag_section_prints_its_rows_with_numbers(self):
+        result = run(BENCH, "--quick", "--only", "dag")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in result.stdout.splitlines()}
+        for label in ("dag fan-out, 2 workers (nodes/s)", "dag map, 2 workers (nodes/s)"):
+            with self.subTest(label):
+                self.assertIn(label, rows, result.stdout)
+                _, durability, ours, baseline, ratio, note = rows[label]
+                self.assertEqual(durability, "FULL")
+                self.assertRegex(ours, r"^[0-9][0-9,]*$")
+                self.assertRegex(baseline, r"^[0-9][0-9,]*$")
+                self.assertRegex(ratio, r"^[0-9]+\.[0-9]{2}x$")
+                self.assertIn("N=100", note)
+                self.assertRegex(note, r"orchestrator CPU us/node [0-9][0-9,]*")
+        self.assertIn("pg dag fan-out", result.stdout)  # not run with --quick, but named
 
     def test_the_postgres_rows_import(self):
         code = f"import sys; sys.path.insert(0, {os.path.join(ROOT, 'tools')!r}); import bench_pg"

@@ -12,9 +12,13 @@ the same run, on the same schema, with the same pragmas:
 * idle wake latency (an enqueue's commit in another process -> its handler starting) and an
   idle worker's CPU use: the push path vs the same worker forced onto its polling fallback;
 * claim latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim UPDATE;
+* ``dag``: workflow nodes/s through a wide fan-out (root -> N nodes -> fan-in, and a map
+  over N items) run by two worker processes and an orchestrator process, vs N + 2 plain
+  jobs drained by two such workers; the fan-out again on a throwaway PostgreSQL server
+  (tools/bench_dag.py);
 * ``postgres``: round trips, idle wake and claim latency on a throwaway PostgreSQL server, vs
-  bare psycopg loops (tools/bench_pg.py, the only place psycopg is loaded; without psycopg or
-  a server it prints one row saying why).
+  bare psycopg loops (tools/bench_pg.py, the only tool that imports psycopg; without psycopg
+  or a server it prints one row saying why).
 
 Measurements are bounded by time as well as by count, so a slow disk (an fsync costs 70 us
 here when the machine is quiet, 4 ms when it is loaded) stretches nothing past its budget;
@@ -61,12 +65,14 @@ from rowfleet.queries import queries  # noqa: E402
 from rowfleet.store.sqlite import SQLiteStore  # noqa: E402
 from rowfleet.worker import Worker  # noqa: E402
 
-SECTIONS = ("enqueue", "batch", "roundtrip", "wake", "claim", "postgres")
+SECTIONS = ("enqueue", "batch", "roundtrip", "wake", "claim", "dag", "postgres")
 QUEUE = "bench"
 PROJECT = ""
 TASK_MODULE = "rowfleet_bench_tasks"
 NOOP = f"{TASK_MODULE}:noop"
 STAMP = f"{TASK_MODULE}:stamp"
+NUMBERS = f"{TASK_MODULE}:numbers"
+EACH = f"{TASK_MODULE}:each"
 TASK_SOURCE = textwrap.dedent('''\
     """Handlers for rowfleet's benchmark (written by tools/bench.py)."""
     import time
@@ -82,6 +88,16 @@ TASK_SOURCE = textwrap.dedent('''\
     @rowfleet.task
     def stamp():
         return time.time()  # when the handler started: the wake benchmark reads it back
+
+
+    @rowfleet.task
+    def numbers(n):
+        return list(range(n))  # the list a workflow's map node fans out over
+
+
+    @rowfleet.task
+    def each(item):
+        return None  # a no-op that takes one map item
 ''')
 
 # The baselines: the smallest SQL that does the same work on rowfleet's own schema.
@@ -134,6 +150,9 @@ class Sizes:
     pg_roundtrip_jobs: int = 20_000   # queued in the template each round-trip run copies
     pg_roundtrip_window: float = 1.0  # seconds each round-trip run is timed over
     pg_load_batch: int = 100_000      # jobs per enqueue_many call when filling the claim queue
+    dag_nodes: int = 1000             # N: root -> N nodes -> fan-in, and a map over N items
+    dag_rounds: int = 3               # alternating rounds, the median counts
+    pg_dag_nodes: int = 1000          # N of the fan-out on PostgreSQL (0: not measured)
 
 
 STARTUP_ALLOWANCE = 0.3  # seconds a round-trip run may take to make its first claim
@@ -141,7 +160,8 @@ STARTUP_ALLOWANCE = 0.3  # seconds a round-trip run may take to make its first c
 QUICK = Sizes(enqueue_jobs=300, enqueue_seconds=0.3, rounds=1, batch_jobs=10_000, roundtrip_jobs=10_000,
               roundtrip_window=0.5, roundtrip_rounds=1, wake_samples=40, polling_samples=20,
               idle_seconds=1.0, claim_rows=(10_000, 100_000), claims=300, claim_seconds=0.5,
-              delayed_rows=10_000, pg_roundtrip_jobs=10_000, pg_roundtrip_window=0.5)
+              delayed_rows=10_000, pg_roundtrip_jobs=10_000, pg_roundtrip_window=0.5,
+              dag_nodes=100, dag_rounds=1, pg_dag_nodes=0)
 
 
 @dataclasses.dataclass
@@ -743,7 +763,15 @@ class Bench:
         finally:
             conn.close()
 
-    # 7. PostgreSQL: round trips, idle wake, claim latency (tools/bench_pg.py)
+    # 7. workflows: DAG nodes/s through a wide fan-out (tools/bench_dag.py)
+
+    def dag(self) -> None:
+        sys.modules.setdefault("bench", sys.modules[__name__])  # as in postgres(), below
+        import bench_dag
+
+        bench_dag.DagBench(self).run()
+
+    # 8. PostgreSQL: round trips, idle wake, claim latency (tools/bench_pg.py)
 
     def postgres(self) -> None:
         # Here, not at the top: bench_pg imports this file's helpers as ``bench``, and this
@@ -784,6 +812,21 @@ legend:
               of 25 calls, so both meet the same disk and the same neighbours.
   shares      each worker process's share of the jobs completed in the window (claimed_by
               host:pid), largest first, mean over the rounds.
+  dag rows    workflow throughput, each measurement on a fresh database with two worker
+              processes and one orchestrator process (default settings: 1 s poll, 5 s
+              sweeps), all idle before the clock starts at Store.start_run; it stops at the
+              run's finished_at. Fan-out: root -> N no-op nodes -> fan-in; map: the root
+              returns N items -> a map node, one job per item -> fan-in. nodes/s = (N + 2)
+              / seconds. Baseline: N + 2 plain no-op jobs enqueued in one transaction and
+              drained by two such workers with no orchestrator (jobs/s); "s" is the time of
+              each, rowfleet/baseline. "Orchestrator CPU us/node": its user+system CPU until
+              every dispatch event of the run was drained, per node; "outbox empty" = how
+              long after the run ended that was (an event drained after the end finds the
+              run ended, but each drain still reads the whole run). "Workers' CPU us/job":
+              rowfleet/baseline. "Root's event drained after": from the root job's finish
+              to the drain that enqueues the fan-out; about 1 s means the orchestrator
+              missed the wake-up and waited for its poll. pg dag: the same fan-out on the
+              pg rows' server, N = Sizes.pg_dag_nodes (not with --quick).
   pg rows     one throwaway PostgreSQL server (tests/pg_harness.py, or ROWFLEET_TEST_PG),
               over TCP (127.0.0.1 for the harness's own). Their durability is read from the
               server: "pg fsync=off" means fsync, full_page_writes and synchronous_commit
@@ -876,7 +919,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
     parser.add_argument("--claim-rows", type=parse_rows, metavar="N,N,...",
                         help="queue depths for the claim latency (default 10000,100000,1000000)")
-    parser.add_argument("--rounds", type=positive_int, metavar="N", help="rounds per comparison (default 3)")
+    parser.add_argument("--rounds", type=positive_int, metavar="N",
+                        help="rounds per comparison (default 3; the dag section's: 1)")
     parser.add_argument("--jobs", type=positive_int, metavar="N",
                         help="jobs queued before each round-trip run (default 40000)")
     parser.add_argument("--samples", type=positive_int, metavar="N", help="wake-latency samples (default 200)")
@@ -896,7 +940,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.claim_rows:
         changes["claim_rows"] = args.claim_rows
     if args.rounds:
-        changes.update(rounds=args.rounds, roundtrip_rounds=args.rounds)
+        changes.update(rounds=args.rounds, roundtrip_rounds=args.rounds, dag_rounds=args.rounds)
     if args.jobs:
         changes["roundtrip_jobs"] = args.jobs
     if args.samples:
@@ -905,7 +949,7 @@ def main(argv: list[str] | None = None) -> int:
     lab = Lab(args.dir)
     bench = Bench(lab, sizes)
     steps = {"enqueue": bench.enqueue_single, "batch": bench.enqueue_batch, "roundtrip": bench.roundtrip,
-             "wake": bench.wake, "claim": bench.claim, "postgres": bench.postgres}
+             "wake": bench.wake, "claim": bench.claim, "dag": bench.dag, "postgres": bench.postgres}
     started = time.monotonic()
     load_before, fsync_before = os.getloadavg()[0], fsync_micros(lab.root)
     progress(f"working in {lab.root}; fsync {fsync_before:,.0f} us, load average {load_before:.2f}")
