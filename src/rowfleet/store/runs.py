@@ -283,10 +283,11 @@ class WorkflowStore:
         return row["state"] if row is not None and row["state"] in dag.RUN_TERMINAL else None
 
     def drain(self, project: str, limit: int = 500) -> dict[str, int]:
-        """Apply pending dispatch events of ``project``, oldest first, each in its own
-        transaction with the walk it triggers. An event whose drain raises is left for the
-        next call with the error recorded; after ``POISON_AFTER`` failures it is set aside
-        and its run failed, naming the event. Safe with several drainers at once."""
+        """Apply pending dispatch events of ``project``, oldest first: the oldest event's run
+        is walked in one transaction that absorbs all of that run's pending events; then
+        the next. An event whose drain raises is left for the next call with the error
+        recorded; after ``POISON_AFTER`` failures it is set aside and its run failed, naming
+        the event. Safe with several drainers at once. Counts events applied and failed."""
         after, applied, failed = 0, 0, 0
         if self.reader().one("dispatch_waiting", project=project) is None:
             return {"applied": 0, "failed": 0}  # the common case, found without the write lock
