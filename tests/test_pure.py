@@ -10,12 +10,12 @@ import struct
 import unittest
 from types import SimpleNamespace
 
-from rowfleet import config, dag, job, queries, store, supervisor, wake
+from rowfleet import config, dag, exitcodes, job, liveness, queries, store, supervisor, wake
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, Cancel, JobSpec, Retry, backoff, decide_outcome
 from rowfleet.store import sqlite as sqlite_store
 
-DOCTESTED = (config, dag, job, queries, store, sqlite_store, supervisor, wake)
+DOCTESTED = (config, dag, exitcodes, job, liveness, queries, store, sqlite_store, supervisor, wake)
 
 
 def load_tests(loader, tests, pattern):
@@ -111,7 +111,10 @@ class SqlFilesTest(unittest.TestCase):
         from rowfleet.store import base, runs
 
         source = inspect.getsource(base) + inspect.getsource(runs)
+        # Queries are named by string literals: tx.one("name", ...) or passed on as recover's
+        # requeue="name"; every literal the store uses as a name must exist, and every query must be used.
         named = set(re.findall(r'\.(?:one|all|run)\("([a-z_]+)"', source))
+        named |= set(re.findall(r'(?:requeue|fail)="([a-z_]+)"', source))
         defined = set(queries.queries("sqlite"))
         self.assertEqual(named - defined, set())
         self.assertEqual(defined - named - {"migrations_table"}, set(), "unused queries")

@@ -22,7 +22,7 @@ from rowfleet.errors import (ConfigError, Conflict, DatabaseBusy, DatabaseUnreac
                              RowfleetError, SchemaMissing, StoreUnavailable, UnknownTask)
 from rowfleet.job import Cancel, Job, Retry
 from rowfleet.tasks import task
-from rowfleet.worker import current_job
+from rowfleet.worker import current_job, progress
 
 __version__ = "0.1.0"
 
@@ -30,5 +30,5 @@ __all__ = [
     "Cancel", "Config", "ConfigError", "Conflict", "DatabaseBusy", "DatabaseUnreachable", "DefinitionError", "Job", "LeaseLost",
     "MigrationError", "NotFound", "Retry", "RowfleetError", "SchemaMissing", "StoreUnavailable", "UnknownTask",
     "Workflow", "__version__", "cancel_run", "configure", "current_job", "enqueue", "enqueue_many", "get_job",
-    "get_run", "init", "load_workflow", "restart_run", "start_run", "submit", "task", "work", "workflow",
+    "get_run", "init", "load_workflow", "progress", "restart_run", "start_run", "submit", "task", "work", "workflow",
 ]

@@ -57,6 +57,7 @@ positive_float = number(float, "a number of seconds", lambda v: v > 0, "a positi
 non_negative_float = number(float, "a number of seconds", lambda v: v >= 0,
                             "a non-negative number of seconds")
 positive_int = number(int, "a whole number", lambda v: v >= 1, "a whole number of at least 1")
+non_negative_int = number(int, "a whole number", lambda v: v >= 0, "a whole number of at least 0")
 
 
 # Every Config knob as a flag; None means "not given", so the environment and defaults apply.
@@ -72,6 +73,17 @@ KNOBS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("--synchronous", str.upper, "SQLite durability: FULL (default) or NORMAL"),
     ("--busy-timeout", positive_float, "seconds to wait for the SQLite write lock (default 30)"),
     ("--host", str, "this machine's label in holders and heartbeats (default: hostname)"),
+    ("--budget", positive_float, "wall clock a job may run unless it or its task sets one (default 3600)"),
+    ("--stall-window", positive_float, "seconds without a progress beat before a stall is suspected (default 300)"),
+    ("--stall-samples", positive_int, "readings that confirm a stall (default 3)"),
+    ("--stall-spacing", positive_float, "seconds between those readings (default 1)"),
+    ("--idle-gpu", positive_float, "GPU utilisation %% under which a GPU is idle (default 5)"),
+    ("--memory-delta-mb", positive_float, "memory moving less than this (MiB) is static (default 5120)"),
+    ("--gpu-first-window", positive_float, "GPU jobs: idle window before the first beat (default 1200)"),
+    ("--gpu-window", positive_float, "GPU jobs: idle window after the first beat (default 300)"),
+    ("--gpu-sample", positive_float, "GPU jobs: seconds between GPU readings (default 10)"),
+    ("--watchdog-retries", non_negative_int, "watchdog trips a job may take before it fails (default 3)"),
+    ("--nvidia-smi", str, "the nvidia-smi command for GPU readings (default nvidia-smi)"),
 )
 
 

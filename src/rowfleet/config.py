@@ -37,6 +37,18 @@ class Config:
     retention: float = 7 * 24 * 3600.0
     synchronous: str = "FULL"
     busy_timeout: float = 30.0
+    # Watchdogs (see the README's liveness section).
+    budget: float = 3600.0            # wall clock a job may take unless it or its task sets its own
+    stall_window: float = 300.0       # no progress beat this long, once a job has beaten: suspect a stall
+    stall_samples: int = 3            # readings that must all look hung before a stall trips ...
+    stall_spacing: float = 1.0        # ... this many seconds apart
+    idle_gpu: float = 5.0             # GPU utilisation (%) under this is idle
+    memory_delta_mb: float = 5120.0   # memory moving less than this across a window is static
+    gpu_first_window: float = 1200.0  # GPU jobs: idle window before the first beat (model load)
+    gpu_window: float = 300.0         # GPU jobs: idle window once the job has beaten
+    gpu_sample: float = 10.0          # GPU jobs: seconds between GPU readings
+    watchdog_retries: int = 3         # watchdog trips a job may take; the next one fails it
+    nvidia_smi: str = "nvidia-smi"    # the command the GPU readings run
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -45,12 +57,19 @@ class Config:
             raise ConfigError("db must be a non-empty path or URL")
         if not isinstance(self.project, str):
             raise ConfigError("project must be a string")
-        for name in ("lease", "renew", "heartbeat", "poll", "interval", "backoff_base",
-                     "backoff_max", "retention", "busy_timeout"):
+        for name in ("lease", "renew", "heartbeat", "poll", "interval", "backoff_base", "backoff_max",
+                     "retention", "busy_timeout", "budget", "stall_window", "stall_spacing", "idle_gpu",
+                     "memory_delta_mb", "gpu_first_window", "gpu_window", "gpu_sample"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
             object.__setattr__(self, name, float(value))
+        for name, least in (("stall_samples", 1), ("watchdog_retries", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"{name} must be a whole number of at least {least}, got {value!r}")
+        if not isinstance(self.nvidia_smi, str) or not self.nvidia_smi.strip():
+            raise ConfigError("nvidia_smi must name a command")
         if self.renew >= self.lease:
             raise ConfigError(f"renew ({self.renew:g}s) must be shorter than lease ({self.lease:g}s)")
         synchronous = str(self.synchronous).upper()
@@ -102,6 +121,11 @@ def _parse(name: str, field: dataclasses.Field, raw: str) -> Any:
             return float(raw)
         except ValueError:
             raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a number, got {raw!r}") from None
+    if field.type in ("int", int):
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a whole number, got {raw!r}") from None
     return raw
 
 

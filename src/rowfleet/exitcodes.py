@@ -1,9 +1,42 @@
-"""Process exit codes, defined once. The README's exit-code table is this module.
+"""Process exit codes, defined once. The README's exit-code tables are this module.
 
-A leaf: imports nothing.
+The 75-79 band is a worker's own way out of a job it should not go on running; the
+supervisor reads it back with ``meaning()``. A leaf: imports nothing.
 """
 
 OK = 0
 REFUSED = 1       # the command ran and the answer is no: no such job, or not in a state that allows it
 USAGE = 2         # bad flags, bad JSON, bad configuration, a database that cannot be used
 INTERRUPTED = 130  # stopped by Ctrl-C before it finished
+
+# Watchdog exits: os._exit, because a wedged native call ignores cooperative cancels and
+# only the death of the process frees its memory and VRAM.
+BUDGET = 75         # the job ran past its wall-clock budget                      (a fault)
+STALLED = 76        # no progress beat for the stall window, confirmed hung      (a fault)
+REASSIGNED = 77     # the job's row was taken by another holder: exit, write nothing (not a fault)
+GPU_IDLE = 78       # GPU idle and memory static for a whole window on a GPU job   (a fault)
+OPERATOR_STOP = 79  # an operator turned this worker off, hard                     (not a fault)
+
+WATCHDOG_FAULTS = (BUDGET, STALLED, GPU_IDLE)
+
+_MEANINGS = {
+    OK: "done",
+    REFUSED: "refused",
+    USAGE: "bad input or configuration",
+    BUDGET: "wall-clock budget exceeded",
+    STALLED: "stalled: no progress, confirmed",
+    REASSIGNED: "its job was reassigned to another worker",
+    GPU_IDLE: "GPU idle and memory static past the window",
+    OPERATOR_STOP: "stopped by an operator",
+    INTERRUPTED: "interrupted",
+    137: "killed (SIGKILL, or out of memory)",
+}
+
+
+def meaning(code: int) -> str:
+    """What a worker's exit code says, for logs.
+
+    >>> meaning(75), meaning(3)
+    ('wall-clock budget exceeded', 'exit code 3')
+    """
+    return _MEANINGS.get(code, f"exit code {code}")

@@ -139,6 +139,10 @@ class Job:
     node_generation: int | None = None
     timeout: float | None = None  # seconds of wall clock the job may take
     required_model: str | None = None
+    watchdog_retries: int = 0  # times a watchdog stopped it
+    progress: float | None = None  # 0..1, as its handler last reported
+    progress_message: str | None = None
+    progress_at: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":
@@ -154,7 +158,8 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: times as ISO-8601 UTC strings."""
         data = dataclasses.asdict(self)
-        for name in ("run_at", "lease_expires_at", "created_at", "updated_at", "started_at", "finished_at"):
+        for name in ("run_at", "lease_expires_at", "created_at", "updated_at", "started_at", "finished_at",
+                     "progress_at"):
             data[name] = iso(data[name])
         return data
 

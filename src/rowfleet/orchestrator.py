@@ -56,8 +56,11 @@ class Orchestrator:
             log.warning("job %d: lease of %s lapsed; %s", item["id"], item["holder"], item["action"])
         flagged = self.store.flag_stale_workers(self.config.stale_after)
         for worker in flagged:
-            log.warning("worker %s (project %r, queue %r) missed its heartbeats; flagged",
+            log.warning("worker %s (project %r, queue %r) missed its heartbeats; flagged dead",
                         worker["worker_id"], worker["project"], worker["queue"])
+            for item in worker["jobs"]:
+                if item["action"] != "none":
+                    log.warning("job %d of silent worker %s: %s", item["id"], worker["worker_id"], item["action"])
         stranded = self.store.reconcile_runs(self.config.project, RECONCILE_GRACE)
         for run_id in stranded:
             log.warning("run %d had nothing left that would move it on; walking it again", run_id)
@@ -69,8 +72,9 @@ class Orchestrator:
             self._next_prune = now + PRUNE_EVERY
             if pruned:
                 log.info("pruned %d finished job(s) and run(s) older than %.0fs", pruned, self.config.retention)
-        return {"reclaimed": len([i for i in reclaimed if i["action"] == "reclaimed"]),
-                "failed": len([i for i in reclaimed if i["action"] == "failed"]),
+        recovered = reclaimed + [item for worker in flagged for item in worker["jobs"]]
+        return {"reclaimed": len([i for i in recovered if i["action"] == "reclaimed"]),
+                "failed": len([i for i in recovered if i["action"] == "failed"]),
                 "flagged_workers": len(flagged), "reconciled_runs": len(stranded),
                 "dispatched": drained["applied"], "dispatch_failures": drained["failed"], "pruned": pruned}
 

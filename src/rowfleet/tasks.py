@@ -27,10 +27,11 @@ _lock = threading.Lock()
 class Task:
     """A registered handler. Calling it runs the function directly, in this process."""
 
-    def __init__(self, fn: Callable[..., Any], name: str, queue: str) -> None:
+    def __init__(self, fn: Callable[..., Any], name: str, queue: str, timeout: float | None = None) -> None:
         self.fn = fn
         self.name = name
         self.queue = queue
+        self.timeout = timeout  # wall-clock budget of its jobs, unless a job sets its own
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -47,16 +48,21 @@ class Task:
         return f"<rowfleet task {self.name!r} on queue {self.queue!r}>"
 
 
-def task(fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default") -> Any:
+def task(fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
+         timeout: float | None = None) -> Any:
     """Register a handler. Usable bare (``@task``) or with options (``@task(queue="gpu")``).
 
     The default name is ``module:qualname``, which any worker can also import by name.
+    ``timeout`` is the wall-clock budget (seconds) of its jobs, unless a job sets its own.
     """
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ConfigError(f"a task's timeout must be a positive number of seconds, got {timeout!r}")
+
     def register(function: Callable[..., Any]) -> Task:
         task_name = name or f"{function.__module__}:{function.__qualname__}"
         if not task_name or any(c.isspace() for c in task_name):
             raise ConfigError(f"task name must be a non-empty word without spaces, got {task_name!r}")
-        registered = Task(function, task_name, queue)
+        registered = Task(function, task_name, queue, timeout)
         with _lock:
             _registry[task_name] = registered
         return registered
@@ -106,6 +112,13 @@ def resolve(name: str) -> Callable[..., Any]:
     if not callable(target):
         raise UnknownTask(f"task {name!r} names {type(target).__name__}, not a function")
     return target
+
+
+def timeout_of(name: str) -> float | None:
+    """The timeout its ``@task`` registration gave a task name, if any (never imports)."""
+    with _lock:
+        registered = _registry.get(name)
+    return registered.timeout if registered is not None else None
 
 
 def _put_first_on_path(folder: str) -> None:

@@ -3,9 +3,13 @@
 The main thread claims a job, runs its handler, and writes the outcome together with the
 claim of the next job in one transaction (one commit per job while busy). A ``Keeper``
 thread, with its own connection, renews the lease of the job in hand and upserts the
-worker's heartbeat row. When idle the worker sleeps on the store's ``Waiter`` and
+worker's heartbeat row; a ``Watchdog`` thread stops a job gone wrong (see
+``rowfleet.watchdog``). When idle the worker sleeps on the store's ``Waiter`` and
 re-checks cheaply before taking the write lock; a missed wake-up costs at most
 ``config.poll`` seconds.
+
+A worker that finds its job taken (its token is stale: the job was reclaimed or handed to
+another worker) exits at once with code 77 and writes nothing more.
 
 Writes no SQL: everything goes through the store.
 """
@@ -19,11 +23,12 @@ import threading
 import time
 from typing import Any, Callable
 
-from rowfleet import tasks
+from rowfleet import exitcodes, tasks
 from rowfleet.config import Config
-from rowfleet.errors import DatabaseUnreachable, LeaseLost, RowfleetError, SchemaMissing, StoreUnavailable
+from rowfleet.errors import ConfigError, DatabaseUnreachable, LeaseLost, RowfleetError, SchemaMissing, StoreUnavailable
 from rowfleet.job import Job, Outcome, decide_outcome
 from rowfleet.store import Store, open_store
+from rowfleet.watchdog import Watchdog
 
 log = logging.getLogger("rowfleet.worker")
 
@@ -32,7 +37,12 @@ log = logging.getLogger("rowfleet.worker")
 SETTLE_STEP = 0.0002
 SETTLE_STEP_MAX = 0.005
 
+# Progress beats reach the database at most this often; the watchdog hears every one.
+PROGRESS_WRITE_EVERY = 1.0
+
 _current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("rowfleet_job", default=None)
+_reporter: contextvars.ContextVar[Callable[[float | None, str | None], None] | None] = \
+    contextvars.ContextVar("rowfleet_progress", default=None)
 
 
 def current_job() -> Job | None:
@@ -40,15 +50,33 @@ def current_job() -> Job | None:
     return _current_job.get()
 
 
+def progress(fraction: float | None = None, message: str | None = None) -> None:
+    """Report progress from inside a handler: ``fraction`` done (0 to 1) and a message,
+    shown by ``rowfleet job``. It is also the handler's heartbeat: once a job has reported
+    progress, going quiet for the stall window makes the watchdog look at it. Outside a
+    worker (a handler called directly) it does nothing."""
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+                                 or not 0 <= fraction <= 1):
+        raise ConfigError(f"progress must be a fraction from 0 to 1, got {fraction!r}")
+    if message is not None and not isinstance(message, str):
+        raise ConfigError(f"a progress message must be a string, got {type(message).__name__}")
+    report = _reporter.get()
+    if report is not None:
+        report(None if fraction is None else float(fraction), message)
+
+
 class Worker:
     """Claims and runs jobs of one (project, queue) until stopped (or, in burst mode, idle)."""
 
-    def __init__(self, config: Config, queue: str, *, burst: bool = False,
-                 store_factory: Callable[[Config], Store] = open_store) -> None:
+    def __init__(self, config: Config, queue: str, *, burst: bool = False, gpu: bool = False,
+                 store_factory: Callable[[Config], Store] = open_store,
+                 exit: Callable[[int], None] = os._exit) -> None:
         self.config = config
         self.queue = queue
         self.burst = burst
+        self.gpu = gpu  # its jobs use a GPU: the GPU health watchdog (78) watches them
         self.store_factory = store_factory
+        self.exit = exit  # how a watchdog or a stale token ends the process (os._exit)
         self.pid = os.getpid()
         self.holder = f"{config.host}:{self.pid}"
         self.worker_id = f"{config.host}:{self.pid}:{int(time.time() * 1000)}"
@@ -56,7 +84,9 @@ class Worker:
         self.store: Store | None = None
         self.waiter: Any = None
         self.keeper: Keeper | None = None
+        self.watchdog: Watchdog | None = None
         self.jobs_run = 0
+        self._progress_written = 0.0
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -79,10 +109,13 @@ class Worker:
         self.keeper = Keeper(self)
         self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
+        self.watchdog = Watchdog(self.config, self.store_factory, gpu_jobs=self.gpu, exit=self.exit)
+        self.watchdog.start()
         log.info("worker %s serving queue %r of project %r", self.holder, self.queue, self.config.project)
         try:
             self._serve()
         finally:
+            self.watchdog.stop()
             self.keeper.stop()
             self._say_goodbye()
             self.waiter.close()
@@ -154,14 +187,17 @@ class Worker:
     def run_job(self, job: Job) -> Job | None:
         """Run a claimed job and write its outcome; the next job when one was claimed with it."""
         self.keeper.hold(job)
+        self.watchdog.watch(job)
         started = time.monotonic()
         outcome = self.execute(job)
+        self.watchdog.release()
         self.keeper.release()
         self.jobs_run += 1
         try:
             following = self._finish(job, outcome)
         except LeaseLost as exc:
-            log.warning("job %d: %s; its outcome (%s) was discarded", job.id, exc, outcome.state)
+            log.error("job %d: %s; its outcome (%s) was discarded; exiting", job.id, exc, outcome.state)
+            self.exit(exitcodes.REASSIGNED)
             return None
         _log_outcome(job, outcome, time.monotonic() - started)
         return following
@@ -187,6 +223,7 @@ class Worker:
     def execute(self, job: Job) -> Outcome:
         """Run the handler; never raises for the handler's sake."""
         token = _current_job.set(job)
+        reporter = _reporter.set(lambda fraction, message: self._report(job, fraction, message))
         try:
             handler = tasks.resolve(job.task)
             result = _call(handler, job.args)
@@ -194,8 +231,24 @@ class Worker:
             return decide_outcome(job, raised=exc, backoff_base=self.config.backoff_base,
                                   backoff_max=self.config.backoff_max)
         finally:
+            _reporter.reset(reporter)
             _current_job.reset(token)
         return decide_outcome(job, result=result)
+
+    def _report(self, job: Job, fraction: float | None, message: str | None) -> None:
+        """A progress beat: the watchdog hears each; the job row gets one a second at most."""
+        self.watchdog.beat()
+        now = time.monotonic()
+        if now - self._progress_written < PROGRESS_WRITE_EVERY and fraction != 1.0:
+            return
+        self._progress_written = now
+        try:
+            self.store.progress(job, fraction, message)
+        except LeaseLost as exc:
+            log.error("job %d: %s; exiting", job.id, exc)
+            self.exit(exitcodes.REASSIGNED)
+        except RowfleetError as exc:
+            log.warning("job %d: progress not recorded: %s", job.id, exc)
 
     # --- idling ------------------------------------------------------------------------
 
@@ -303,7 +356,8 @@ class Keeper(threading.Thread):
             store.renew(job, self.config.lease)
         except LeaseLost as exc:
             if self.held() is job:  # not merely finished between our read and the renew
-                log.error("job %d: %s; another worker may be running it", job.id, exc)
+                log.error("job %d: %s; it was given to another worker: exiting", job.id, exc)
+                self.worker.exit(exitcodes.REASSIGNED)
         except RowfleetError as exc:
             log.warning("lease renewal of job %d failed (will retry): %s", job.id, exc)
 

@@ -376,3 +376,42 @@ WHERE id IN (SELECT id FROM runs WHERE finished_at < rowfleet_now(%(now)s) - %(r
 -- name: listen_dispatch
 -- Orchestrators wait on this channel; the dispatch_notify trigger sends the project.
 LISTEN rowfleet_dispatch;
+
+-- name: job_progress
+UPDATE jobs SET progress = %(progress)s, progress_message = %(message)s, progress_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
+
+-- name: job_watchdog_mark
+-- A watchdog fault spends a watchdog retry; an operator stop gives back the attempt.
+UPDATE jobs SET watchdog_retries = watchdog_retries + %(spent)s, attempts = attempts - %(refund)s, updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
+
+-- name: job_hand_back
+-- Back to the queue at once, keeping its run_at: it goes ahead of fresh work again.
+UPDATE jobs
+SET state = 'queued', error = %(error)s, lease_expires_at = NULL, updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
+
+-- name: jobs_of_silent_worker
+-- The running jobs a worker claimed before its last heartbeat: a later claim under the same
+-- host:pid may be a new process's (pids are reused), and is left to its lease.
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id FROM jobs
+WHERE state = 'running' AND claimed_by = %(holder)s AND started_at <= %(last_seen)s;
+
+-- name: job_orphan_fail
+UPDATE jobs
+SET state = 'failed', error = %(error)s, lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
+
+-- name: worker_exited
+UPDATE workers SET exit_code = %(code)s, stopped_at = coalesce(stopped_at, rowfleet_now(%(now)s)), current_job = NULL
+WHERE worker_id = (SELECT worker_id FROM workers WHERE host = %(host)s AND pid = %(pid)s
+                   ORDER BY started_at DESC LIMIT 1);
+
+-- name: workers_flagged_on_host
+SELECT pid FROM workers
+WHERE host = %(host)s AND flagged_dead_at IS NOT NULL AND stopped_at IS NULL;

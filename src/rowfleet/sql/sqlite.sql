@@ -291,3 +291,42 @@ WHERE run_id IN (SELECT id FROM runs WHERE finished_at < :now - :retention ORDER
 DELETE FROM runs
 WHERE id IN (SELECT id FROM runs WHERE finished_at < :now - :retention ORDER BY finished_at LIMIT :limit)
   AND NOT EXISTS (SELECT 1 FROM run_nodes WHERE run_nodes.run_id = runs.id);
+
+-- name: job_progress
+UPDATE jobs SET progress = :progress, progress_message = :message, progress_at = :now, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;
+
+-- name: job_watchdog_mark
+-- A watchdog fault spends a watchdog retry; an operator stop gives back the attempt.
+UPDATE jobs SET watchdog_retries = watchdog_retries + :spent, attempts = attempts - :refund, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;
+
+-- name: job_hand_back
+-- Back to the queue at once, keeping its run_at: it goes ahead of fresh work again.
+UPDATE jobs
+SET state = 'queued', error = :error, lease_expires_at = NULL, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;
+
+-- name: jobs_of_silent_worker
+-- The running jobs a worker claimed before its last heartbeat: a later claim under the same
+-- host:pid may be a new process's (pids are reused), and is left to its lease.
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id FROM jobs
+WHERE state = 'running' AND claimed_by = :holder AND started_at <= :last_seen;
+
+-- name: job_orphan_fail
+UPDATE jobs
+SET state = 'failed', error = :error, lease_expires_at = NULL, finished_at = :now, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;
+
+-- name: worker_exited
+UPDATE workers SET exit_code = :code, stopped_at = coalesce(stopped_at, :now), current_job = NULL
+WHERE worker_id = (SELECT worker_id FROM workers WHERE host = :host AND pid = :pid
+                   ORDER BY started_at DESC LIMIT 1);
+
+-- name: workers_flagged_on_host
+SELECT pid FROM workers
+WHERE host = :host AND flagged_dead_at IS NOT NULL AND stopped_at IS NULL;

@@ -263,28 +263,33 @@ class Store(WorkflowStore, abc.ABC):
         """Re-queue running jobs whose lease lapsed (or fail them on their last attempt, or
         when they belong to a workflow run that has ended).
 
-        A reclaimed job keeps its id, so it sorts ahead of fresh work of its priority.
+        A reclaimed job keeps its id and run_at, so it sorts ahead of fresh work of its priority.
         """
-        done = []
         with self.transaction() as tx:
-            for row in tx.all("jobs_lapsed", limit=limit):
-                guard = {"id": row["id"], "token": row["lease_token"]}
-                detail = {"token": row["lease_token"], "holder": row["claimed_by"], "attempt": row["attempts"]}
-                lost = f"worker {row['claimed_by']} was lost (lease lapsed)"
-                ended = row["run_id"] is not None and self._run_ended(tx, row["run_id"])
-                if row["attempts"] < row["max_attempts"] and not ended:
-                    if tx.one("job_reclaim", error=f"{lost}; re-queued", **guard):
-                        _event(tx, row["id"], "reclaimed", **detail)
-                        done.append({"id": row["id"], "action": "reclaimed", **detail})
-                    continue
-                error = f"{lost} after its run {row['run_id']} {ended}" if ended else \
-                    f"{lost} on the last attempt ({row['attempts']} of {row['max_attempts']})"
-                if tx.one("job_fail_lapsed", error=error, **guard):
-                    _event(tx, row["id"], "failed", error=error, **detail)
-                    done.append({"id": row["id"], "action": "failed", **detail})
-                    if row["run_id"] is not None:
-                        self._dispatch(tx, self._get(tx, row["id"], row["project"]))
-        return done
+            done = [self._recover(tx, row, f"worker {row['claimed_by']} was lost (lease lapsed)", "reclaimed",
+                                  requeue="job_reclaim", fail="job_fail_lapsed")
+                    for row in tx.all("jobs_lapsed", limit=limit)]
+        return [item for item in done if item["action"] != "none"]
+
+    def _recover(self, tx: Tx, row: Any, lost: str, kind: str, requeue: str, fail: str) -> dict[str, Any]:
+        """Put an orphaned running job back in the queue with ``requeue``, or end it with
+        ``fail`` when that was its last attempt or its workflow run has ended. What it did."""
+        guard = {"id": row["id"], "token": row["lease_token"]}
+        detail = {"token": row["lease_token"], "holder": row["claimed_by"], "attempt": row["attempts"]}
+        ended = row["run_id"] is not None and self._run_ended(tx, row["run_id"])
+        if row["attempts"] < row["max_attempts"] and not ended:
+            if tx.one(requeue, error=f"{lost}; re-queued", **guard):
+                _event(tx, row["id"], kind, **detail)
+                return {"id": row["id"], "action": "reclaimed", **detail}
+            return {"id": row["id"], "action": "none", **detail}
+        error = f"{lost} after its run {row['run_id']} {ended}" if ended else \
+            f"{lost} on the last attempt ({row['attempts']} of {row['max_attempts']})"
+        if tx.one(fail, error=error, **guard):
+            _event(tx, row["id"], "failed", error=error, **detail)
+            if row["run_id"] is not None:
+                self._dispatch(tx, self._get(tx, row["id"], row["project"]))
+            return {"id": row["id"], "action": "failed", **detail}
+        return {"id": row["id"], "action": "none", **detail}
 
     def cancel(self, job_id: int, project: str, reason: str = "cancelled by an operator") -> Job:
         """Cancel a queued job. Cancelling a cancelled job is a no-op; others conflict."""
@@ -328,9 +333,60 @@ class Store(WorkflowStore, abc.ABC):
             tx.run("worker_stop", worker_id=worker_id)
 
     def flag_stale_workers(self, stale_after: float) -> list[dict[str, Any]]:
-        """Mark workers whose heartbeat is older than ``stale_after``; the rows flagged."""
+        """Flag workers whose heartbeat is older than ``stale_after`` as dead, and put the jobs
+        they hold back in the queue at once (ahead of fresh work) rather than waiting for
+        their leases. The rows flagged, each with ``jobs``: what was done with its jobs.
+
+        A frozen worker that wakes up finds its jobs' tokens taken and exits without writing.
+        """
         with self.transaction() as tx:
-            return [dict(row) for row in tx.all("workers_flag_stale", stale_after=stale_after)]
+            flagged = [dict(row) for row in tx.all("workers_flag_stale", stale_after=stale_after)]
+            for worker in flagged:
+                holder = f"{worker['host']}:{worker['pid']}"
+                silent = worker["flagged_dead_at"] - worker["last_seen"]
+                lost = f"worker {holder} stopped beating ({silent:.0f}s since its last heartbeat)"
+                worker["jobs"] = [self._recover(tx, row, lost, "worker_dead", requeue="job_hand_back",
+                                                fail="job_orphan_fail")
+                                  for row in tx.all("jobs_of_silent_worker", holder=holder,
+                                                    last_seen=worker["last_seen"])]
+            return flagged
+
+    def record_event(self, job_id: int, kind: str, **detail: Any) -> None:
+        """Append a forensic event to a job's log."""
+        with self.transaction() as tx:
+            _event(tx, job_id, kind, **detail)
+
+    def worker_exited(self, host: str, pid: int, code: int) -> None:
+        """Record how a worker process ended (its supervisor saw the exit code)."""
+        with self.transaction() as tx:
+            tx.run("worker_exited", host=host, pid=pid, code=code)
+
+    def flagged_workers(self, host: str) -> set[int]:
+        """Pids of this host's workers that the dead-worker sweep flagged and that have not stopped."""
+        return {row["pid"] for row in self.reader().all("workers_flagged_on_host", host=host)}
+
+    # --- what a running job reports, and how a watchdog stops it ------------------------
+
+    def progress(self, job: Job, fraction: float | None, message: str | None) -> None:
+        """Record a progress beat of a job still held with ``job.lease_token``."""
+        with self.transaction(durable=False) as tx:
+            if tx.one("job_progress", id=job.id, token=job.lease_token, progress=fraction, message=message) is None:
+                raise self._stale(tx, job)
+
+    def watchdog_trip(self, job: Job, detail: dict[str, Any], outcome: Outcome, spent: int, refund: int) -> None:
+        """Write what a watchdog decided for the job in hand, in one transaction: the retry
+        spent (or the attempt given back), the forensic ``watchdog_trip`` event, and the
+        outcome (re-queued, or failed through the outbox like any failure). ``LeaseLost``
+        (writing nothing) when the job is no longer this holder's."""
+        with self.transaction() as tx:
+            if tx.one("job_watchdog_mark", id=job.id, token=job.lease_token, spent=spent, refund=refund) is None:
+                raise self._stale(tx, job)
+            _event(tx, job.id, "watchdog_trip", **detail)
+            if refund:  # not a fault: back at once, ahead of fresh work
+                tx.one("job_hand_back", id=job.id, token=job.lease_token, error=outcome.error)
+                _event(tx, job.id, outcome.event or "operator_stop", token=job.lease_token)
+            else:
+                self._write_outcome(tx, job, outcome)
 
     def prune(self, retention: float, batch: int = 1000) -> int:
         """Delete finished jobs (and their events) older than ``retention``; how many jobs."""

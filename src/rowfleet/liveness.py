@@ -1,0 +1,173 @@
+"""When a running job is hung, and what a watchdog's trip does to it. Pure.
+
+The worker's watchdog thread (``rowfleet.watchdog``) samples the clock, the job's
+progress beats, the GPUs and the process's memory, and asks the functions here what those
+readings mean; the store writes what ``trip_outcome`` decides. No I/O, no clock: every
+function takes ``now`` and the readings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any, Callable, Sequence
+
+from rowfleet import exitcodes
+from rowfleet.job import FAILED, QUEUED, Outcome, backoff
+
+GIB = 2 ** 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The watchdogs' settings (``Config`` holds the configured ones)."""
+
+    stall_window: float = 300.0       # seconds without a progress beat, once a job has beaten
+    stall_samples: int = 3            # readings that must all look hung before a stall trips ...
+    stall_spacing: float = 1.0        # ... taken this many seconds apart
+    idle_gpu_percent: float = 5.0     # GPU utilisation under this is idle
+    memory_delta: float = 5 * GIB     # memory that moves less than this (bytes) across a window is static
+    gpu_first_window: float = 1200.0  # GPU jobs: the window before the first beat (model load)
+    gpu_window: float = 300.0         # GPU jobs: the window once the job has beaten
+    watchdog_retries: int = 3         # trips a job may take; the next one fails it
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """One sample of what a job's process is doing. ``None`` is unknown."""
+
+    at: float
+    gpu_percent: float | None = None  # the busiest GPU's utilisation
+    gpu_memory_mib: float | None = None  # memory used across the GPUs
+    memory: float | None = None       # bytes: the job's cgroup, or its process tree's RSS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": round(self.at, 3), "gpu_percent": self.gpu_percent, "gpu_memory_mib": self.gpu_memory_mib,
+                "memory_mib": None if self.memory is None else round(self.memory / 2 ** 20, 1)}
+
+
+def budget_exceeded(started: float, now: float, budget: float | None) -> bool:
+    """Has a job that started at ``started`` run past ``budget`` seconds (None: no budget)?
+
+    >>> budget_exceeded(100.0, 160.0, 60.0), budget_exceeded(100.0, 159.0, 60.0), budget_exceeded(0, 1e9, None)
+    (True, False, False)
+    """
+    return budget is not None and now - started >= budget
+
+
+def stall_suspected(first_beat: float | None, last_beat: float | None, now: float, limits: Limits) -> bool:
+    """A job that has beaten at least once and then not for the stall window. A job that
+    never beats is watched by its budget (and, on a GPU, by the GPU window) instead.
+
+    >>> limits = Limits(stall_window=30)
+    >>> stall_suspected(None, None, 1000, limits), stall_suspected(10, 50, 79, limits), stall_suspected(10, 50, 80, limits)
+    (False, False, True)
+    """
+    return first_beat is not None and last_beat is not None and now - last_beat >= limits.stall_window
+
+
+def looks_hung(readings: Sequence[Reading], limits: Limits) -> bool:
+    """Do these readings show a process doing nothing: every GPU reading idle, and memory
+    (the process's and the GPUs') moving less than ``memory_delta`` across them?
+
+    An unknown GPU (no GPU, no driver) counts as idle, since nothing shows it busy; unknown
+    memory counts as static. A model load moves memory while the GPU sits idle: not hung.
+
+    >>> idle = [Reading(t, 0.0, 1000, 4 * GIB) for t in range(3)]
+    >>> looks_hung(idle, Limits()), looks_hung([Reading(0, 80.0)] + idle[1:], Limits())
+    (True, False)
+    >>> loading = [Reading(t, 0.0, 1000, (4 + 3 * t) * GIB) for t in range(3)]
+    >>> looks_hung(loading, Limits()), looks_hung([], Limits())
+    (False, False)
+    """
+    if not readings:
+        return False
+    if any(r.gpu_percent is not None and r.gpu_percent >= limits.idle_gpu_percent for r in readings):
+        return False
+    return _static([r.memory for r in readings], limits.memory_delta) and \
+        _static([None if r.gpu_memory_mib is None else r.gpu_memory_mib * 2 ** 20 for r in readings],
+                limits.memory_delta)
+
+
+def _static(values: Sequence[float | None], delta: float) -> bool:
+    known = [value for value in values if value is not None]
+    return not known or max(known) - min(known) < delta
+
+
+def gpu_window(first_beat: float | None, limits: Limits) -> float:
+    """The GPU health window: long until the job's first progress beat (a model may be
+    loading), the normal one after.
+
+    >>> gpu_window(None, Limits()), gpu_window(5.0, Limits())
+    (1200.0, 300.0)
+    """
+    return limits.gpu_first_window if first_beat is None else limits.gpu_window
+
+
+def gpu_idle_for_window(readings: Sequence[Reading], now: float, window: float, limits: Limits) -> bool:
+    """Did the GPU stay idle, and memory static, for the whole of the last ``window``
+    seconds? The readings must reach back that far: elapsed time alone never trips.
+
+    >>> limits = Limits(gpu_first_window=60, gpu_window=20)
+    >>> flat = [Reading(t, 1.0, 500, GIB) for t in range(0, 70, 10)]
+    >>> gpu_idle_for_window(flat, 60, 60, limits), gpu_idle_for_window(flat[2:], 60, 60, limits)
+    (True, False)
+    >>> gpu_idle_for_window(flat[:-1] + [Reading(60, 90.0, 500, GIB)], 60, 60, limits)
+    False
+    """
+    start = now - window
+    covered = [r for r in readings if r.at >= start]
+    if not readings or readings[0].at > start or not covered:
+        return False
+    before = [r for r in readings if r.at < start]
+    return looks_hung(before[-1:] + covered, limits)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trip:
+    """A watchdog's verdict: the exit code, which watchdog, and what it saw."""
+
+    code: int
+    watchdog: str
+    reason: str
+    readings: tuple[Reading, ...] = ()
+
+    def detail(self, attempt: int, watchdog_retries: int) -> dict[str, Any]:
+        """The forensic event's detail."""
+        return {"code": self.code, "watchdog": self.watchdog, "reason": self.reason, "attempt": attempt,
+                "watchdog_retries": watchdog_retries, "readings": [r.to_dict() for r in self.readings]}
+
+
+def trip_outcome(job: Any, trip: Trip, limits: Limits, *, backoff_base: float = 2.0, backoff_max: float = 3600.0,
+                 rng: Callable[[], float] = random.random) -> tuple[Outcome, int, int]:
+    """The one policy for a job a watchdog stopped: ``(outcome, watchdog retries spent,
+    attempts refunded)``.
+
+    A fault (75, 76, 78) spends a watchdog retry and the attempt it happened in: the job
+    is re-queued after a backoff, or fails once the retries (``limits.watchdog_retries``)
+    or its attempts are used up. An operator stop (79) is not a fault: the job is
+    re-queued at once and the attempt is given back.
+
+    >>> from types import SimpleNamespace as J
+    >>> job = J(attempts=1, max_attempts=5, watchdog_retries=0)
+    >>> trip_outcome(job, Trip(75, "budget", "ran 61s of 60s"), Limits(), rng=lambda: 0.0)[0].state
+    'queued'
+    >>> spent = J(attempts=2, max_attempts=5, watchdog_retries=3)
+    >>> outcome, retries, refund = trip_outcome(spent, Trip(76, "stall", "no beat"), Limits())
+    >>> outcome.state, retries, refund
+    ('failed', 1, 0)
+    >>> trip_outcome(spent, Trip(79, "operator", "turned off"), Limits())[0:3:2]
+    (Outcome(state='queued', result=None, error='stopped by an operator: turned off', traceback=None, delay=0.0, event='operator_stop', result_json=None), 1)
+    """
+    if trip.code == exitcodes.OPERATOR_STOP:
+        return Outcome(QUEUED, error=f"stopped by an operator: {trip.reason}", event="operator_stop"), 0, 1
+    error = f"watchdog {trip.watchdog} (exit {trip.code}, {exitcodes.meaning(trip.code)}): {trip.reason}"
+    if job.watchdog_retries + 1 > limits.watchdog_retries:
+        return Outcome(FAILED, error=f"{error}; watchdog retries used up ({job.watchdog_retries} of "
+                       f"{limits.watchdog_retries})", event="failed"), 1, 0
+    if job.attempts >= job.max_attempts:
+        return Outcome(FAILED, error=f"{error}; on the last attempt ({job.attempts} of {job.max_attempts})",
+                       event="failed"), 1, 0
+    delay = backoff(job.attempts, backoff_base, backoff_max, rng)
+    return Outcome(QUEUED, error=error, delay=delay, event="retried"), 1, 0
+

@@ -1,0 +1,210 @@
+"""The in-process watchdog: a thread of each worker process that stops a job gone wrong.
+
+It watches the job in hand for three faults, each decided by ``rowfleet.liveness``:
+
+* 75, the wall-clock budget: the job's own timeout, else its task's, else ``config.budget``;
+* 76, a stall: a job that reported progress (``rowfleet.progress``) and then went quiet
+  for ``stall_window``, confirmed by ``stall_samples`` readings ``stall_spacing`` apart that
+  all show an idle GPU and static memory; otherwise a ``stall_suspected`` event, and it
+  watches again;
+* 78, GPU health (workers started with ``--gpu``): GPU idle and memory static for a whole
+  window, the long ``gpu_first_window`` until the first progress beat, then ``gpu_window``.
+
+A trip writes the policy's outcome (``liveness.trip_outcome``: re-queue or fail, a
+watchdog retry spent, a forensic ``watchdog_trip`` event) on the watchdog's own
+connection, then ends the process with ``os._exit(code)``: a wedged native call ignores
+any cooperative cancel, and only the death of the process frees its memory and VRAM.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from rowfleet import exitcodes, liveness, tasks
+from rowfleet.config import Config
+from rowfleet.errors import LeaseLost, RowfleetError
+from rowfleet.job import Job
+from rowfleet.liveness import Reading, Trip
+from rowfleet.telemetry import gpu, memory
+
+log = logging.getLogger("rowfleet.watchdog")
+
+TICK = 0.1  # seconds between checks; a check is a few comparisons unless a reading is due
+
+
+def limits_of(config: Config) -> liveness.Limits:
+    return liveness.Limits(stall_window=config.stall_window, stall_samples=config.stall_samples,
+                           stall_spacing=config.stall_spacing, idle_gpu_percent=config.idle_gpu,
+                           memory_delta=config.memory_delta_mb * 2 ** 20, gpu_first_window=config.gpu_first_window,
+                           gpu_window=config.gpu_window, watchdog_retries=config.watchdog_retries)
+
+
+def budget_of(job: Job, config: Config) -> float:
+    """The job's wall-clock budget: its own, else its task's, else the worker's."""
+    return job.timeout or tasks.timeout_of(job.task) or config.budget
+
+
+class Watchdog(threading.Thread):
+    """Watches the job a worker holds; see the module docstring."""
+
+    def __init__(self, config: Config, store_factory: Callable[[Config], Any], *, gpu_jobs: bool = False,
+                 exit: Callable[[int], None] = os._exit) -> None:
+        super().__init__(name=f"rowfleet-watchdog-{os.getpid()}", daemon=True)
+        self.config = config
+        self.limits = limits_of(config)
+        self.store_factory = store_factory
+        self.gpu_jobs = gpu_jobs
+        self.exit = exit
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self._job: Job | None = None
+        self._store: Any = None
+        self._reset(None)
+
+    # --- called by the worker's main thread ---------------------------------------------
+
+    def watch(self, job: Job) -> None:
+        with self._lock:
+            self._reset(job)
+
+    def release(self) -> None:
+        with self._lock:
+            self._reset(None)
+
+    def beat(self) -> None:
+        """The job reported progress."""
+        now = time.monotonic()
+        with self._lock:
+            self._last_beat = now
+            if self._first_beat is None:
+                self._first_beat = now
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+    def _reset(self, job: Job | None) -> None:
+        self._job = job
+        self._since = time.monotonic()
+        self._budget = budget_of(job, self.config) if job is not None else None
+        self._first_beat: float | None = None
+        self._last_beat: float | None = None
+        self._readings: collections.deque[Reading] = collections.deque()
+        self._next_reading = self._since
+
+    def held(self) -> Job | None:
+        with self._lock:
+            return self._job
+
+    # --- the thread ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            while not self._halt.wait(TICK):
+                trip = self._check()
+                if trip is not None:
+                    self._trip(*trip)
+        finally:
+            if self._store is not None:
+                self._store.close()
+
+    def _check(self) -> tuple[Job, Trip] | None:
+        with self._lock:
+            job, started, budget = self._job, self._since, self._budget
+            first_beat, last_beat = self._first_beat, self._last_beat
+        if job is None:
+            return None
+        now = time.monotonic()
+        if liveness.budget_exceeded(started, now, budget):
+            return job, Trip(exitcodes.BUDGET, "budget", f"ran {now - started:.1f}s of its {budget:g}s budget")
+        if liveness.stall_suspected(first_beat, last_beat, now, self.limits):
+            return self._confirm_stall(job, now - last_beat)
+        if self.gpu_jobs:
+            return self._check_gpu(job, first_beat, now)
+        return None
+
+    def _confirm_stall(self, job: Job, quiet: float) -> tuple[Job, Trip] | None:
+        readings = []
+        for index in range(self.limits.stall_samples):
+            if index and self._halt.wait(self.limits.stall_spacing):
+                return None
+            readings.append(self._reading())
+        with self._lock:
+            if self._job is not job or (self._last_beat or 0) > time.monotonic() - quiet:
+                return None  # it finished, or beat, while we looked
+            if not liveness.looks_hung(readings, self.limits):
+                self._last_beat = time.monotonic()  # alive after all: watch a whole window again
+                suspected = True
+            else:
+                suspected = False
+        reason = f"no progress beat for {quiet:.1f}s (stall window {self.limits.stall_window:g}s)"
+        if suspected:
+            log.warning("job %d: %s, but the GPU or memory is busy; watching on", job.id, reason)
+            self._record(job, "stall_suspected", reason=reason, readings=[r.to_dict() for r in readings])
+            return None
+        return job, Trip(exitcodes.STALLED, "stall", f"{reason}; idle GPU and static memory confirmed",
+                         tuple(readings))
+
+    def _check_gpu(self, job: Job, first_beat: float | None, now: float) -> tuple[Job, Trip] | None:
+        window = liveness.gpu_window(first_beat, self.limits)
+        with self._lock:
+            due = now >= self._next_reading
+        if not due:
+            return None
+        reading = self._reading()
+        with self._lock:
+            if self._job is not job:
+                return None
+            self._readings.append(reading)
+            self._next_reading = now + self.config.gpu_sample
+            longest = max(self.limits.gpu_first_window, self.limits.gpu_window)
+            while len(self._readings) > 2 and self._readings[1].at < now - longest:
+                self._readings.popleft()  # keep one reading from before the longest window
+            readings = list(self._readings)
+        if not liveness.gpu_idle_for_window(readings, now, window, self.limits):
+            return None
+        return job, Trip(exitcodes.GPU_IDLE, "gpu", f"GPU idle and memory static for {window:g}s",
+                         tuple(r for r in readings if r.at >= now - window))
+
+    def _reading(self) -> Reading:
+        sample = gpu.sample_gpus(command=self.config.nvidia_smi, timeout=max(5.0, self.limits.stall_spacing))
+        used = memory.memory_of(os.getpid())
+        return Reading(time.monotonic(), gpu.max_utilization(sample.readings) if sample.readings else None,
+                       gpu.total_memory_used_mib(sample.readings) if sample.readings else None,
+                       used.bytes if used.source != memory.GONE else None)
+
+    # --- tripping -----------------------------------------------------------------------
+
+    def _trip(self, job: Job, trip: Trip) -> None:
+        outcome, spent, refund = liveness.trip_outcome(job, trip, self.limits, backoff_base=self.config.backoff_base,
+                                                      backoff_max=self.config.backoff_max)
+        log.error("job %d: watchdog %s trips (exit %d, %s): %s; the job is %s", job.id, trip.watchdog, trip.code,
+                  exitcodes.meaning(trip.code), trip.reason, outcome.state)
+        try:
+            self._connection().watchdog_trip(job, trip.detail(job.attempts, job.watchdog_retries + spent),
+                                             outcome, spent, refund)
+        except LeaseLost as exc:
+            if self.held() is not job:
+                return  # it finished just now: nothing to stop
+            log.error("job %d: %s; exiting without writing", job.id, exc)
+            self.exit(exitcodes.REASSIGNED)
+            return
+        except RowfleetError as exc:  # the lease lapses and the job is reclaimed: still recovered
+            log.error("job %d: could not record the trip (%s); its lease will lapse", job.id, exc)
+        self.exit(trip.code)
+
+    def _record(self, job: Job, kind: str, **detail: Any) -> None:
+        try:
+            self._connection().record_event(job.id, kind, **detail)
+        except RowfleetError as exc:
+            log.warning("job %d: could not record %s: %s", job.id, kind, exc)
+
+    def _connection(self) -> Any:
+        if self._store is None:
+            self._store = self.store_factory(self.config)
+        return self._store
