@@ -55,7 +55,7 @@ def work(queue: str = "default", *, burst: bool = False) -> int:
 def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: int = 0,
             run_next: bool = False, delay: float = 0.0, run_at: float | None = None,
             key: str | None = None, max_attempts: int = 5, project: str | None = None,
-            conn: Any = None) -> Job:
+            timeout: float | None = None, conn: Any = None) -> Job:
     """Enqueue one job and return it (``job.id``); see the README for each option.
 
     ``task`` is a task name or a ``@rowfleet.task`` function. With ``key``, a second
@@ -63,7 +63,7 @@ def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: 
     (your own ``sqlite3`` connection to the same database) the job is inserted in your
     transaction: it commits with your domain write, or not at all.
     """
-    spec = _spec(task, args, queue, priority, run_next, delay, run_at, key, max_attempts, project)
+    spec = _spec(task, args, queue, priority, run_next, delay, run_at, key, max_attempts, project, timeout)
     return default_store().enqueue(spec, conn=conn)
 
 
@@ -163,12 +163,13 @@ def _node_dict(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def _spec(task: Any, args: Any, queue: str | None, priority: int, run_next: bool, delay: float,
-          run_at: float | None, key: str | None, max_attempts: int, project: str | None) -> JobSpec:
+          run_at: float | None, key: str | None, max_attempts: int, project: str | None,
+          timeout: float | None = None) -> JobSpec:
     name = getattr(task, "name", task)
     default_queue = getattr(task, "queue", "default")
     return JobSpec(task=name, args=args, queue=queue or default_queue, project=_project(project),
                    priority=priority, run_next=run_next, delay=delay, run_at=run_at, key=key,
-                   max_attempts=max_attempts)
+                   max_attempts=max_attempts, timeout=timeout)
 
 
 def _project(project: str | None) -> str:

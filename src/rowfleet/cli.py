@@ -125,13 +125,19 @@ def build_parser() -> Parser:
     sub.add_argument("--delay", type=non_negative_float, default=0.0, help="seconds before it may run")
     sub.add_argument("--key", default=None, help="idempotency key: one job per key and project")
     sub.add_argument("--max-attempts", type=positive_int, default=5)
+    sub.add_argument("--timeout", type=positive_float, default=None,
+                     help="seconds of wall clock this job may run (default: its task's, else the worker's --budget)")
     sub.add_argument("--json", action="store_true", help="print the whole job")
 
     sub = command("worker", cmd_worker, "claim and run jobs of one queue")
     sub.add_argument("--queue", default="default")
     sub.add_argument("--app", action="append", default=[], metavar="MODULE",
                      help="import this module so its @rowfleet.task handlers register (repeatable)")
-    sub.add_argument("--procs", type=positive_int, default=1, help="worker processes under one parent")
+    sub.add_argument("--procs", type=positive_int, default=None,
+                     help="worker processes under a supervising parent that restarts them (1 for one "
+                          "supervised worker; without it the worker runs in this process)")
+    sub.add_argument("--gpu", action="store_true",
+                     help="its jobs use a GPU: watch them with the GPU health watchdog (exit 78)")
     sub.add_argument("--burst", action="store_true", help="drain what is due, then exit")
 
     sub = command("orchestrator", cmd_orchestrator, "migrate, then reclaim lapsed leases, flag "
@@ -264,7 +270,7 @@ def cmd_init(args: argparse.Namespace, config: configuration.Config) -> int:
 def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
     spec = JobSpec(task=args.task, args=_json_flag("--args", args.args), queue=args.queue, project=config.project,
                    priority=args.priority, run_next=args.run_next, delay=args.delay, key=args.key,
-                   max_attempts=args.max_attempts)
+                   max_attempts=args.max_attempts, timeout=args.timeout)
     with open_store(config) as store:
         job = store.enqueue(spec)
         if args.json:
@@ -280,16 +286,26 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
         raise ConfigError(f"--queue must be a non-empty word, got {args.queue!r}")
 
     def one_worker() -> int:
-        worker = Worker(config, args.queue, burst=args.burst)
+        worker = Worker(config, args.queue, burst=args.burst, gpu=args.gpu)
         _on_stop_signals(lambda *_: worker.request_stop())
         try:
             return worker.run()
         except RowfleetError as exc:  # in a forked child main() is not there to catch it
             return report(exc)
 
-    if args.procs == 1:
+    if args.procs is None:
         return one_worker()
-    supervisor = Supervisor(args.procs, one_worker, fatal_codes={exitcodes.USAGE})
+
+    def record_exit(pid: int, code: int) -> None:
+        with open_store(config) as store:  # opened and closed here: no connection may cross a fork
+            store.worker_exited(config.host, pid, code)
+
+    def flagged() -> set[int]:
+        with open_store(config) as store:
+            return store.flagged_workers(config.host)
+
+    supervisor = Supervisor(args.procs, one_worker, fatal_codes={exitcodes.USAGE}, on_exit=record_exit,
+                            flagged=flagged, check_every=config.heartbeat)
     _on_stop_signals(supervisor.request_stop)
     return supervisor.run()
 
@@ -350,7 +366,9 @@ def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
         return exitcodes.OK
     keys = ["id", "task", "queue", "project", "state", "priority", "run_next", "attempts", "max_attempts", "args",
             "result", "error", "claimed_by", "lease_token", "run_at", "created_at", "started_at", "finished_at"]
-    keys += [key for key in ("run_id", "node_id", "node_item", "timeout", "required_model") if data[key] is not None]
+    keys += [key for key in ("run_id", "node_id", "node_item", "timeout", "required_model", "progress",
+                             "progress_message", "progress_at") if data[key] is not None]
+    keys += ["watchdog_retries"] if data["watchdog_retries"] else []
     for key in keys:
         value = data[key]
         print(f"{key:>13}: {json.dumps(value) if key in ('args', 'result') else value}")

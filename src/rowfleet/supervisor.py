@@ -3,12 +3,16 @@
 Each child is forked from the parent after the user's app modules are imported, runs one
 ``Worker`` and so holds one job at a time; a hard exit of a child frees exactly that
 job's memory. A child that exits 0 is done (burst drained, or stopped); any other exit is
-restarted after a delay that doubles while the child keeps dying young, so a crash loop
-cannot become a restart storm; a child exiting with a fatal code (bad configuration)
-stops them all. SIGTERM/SIGINT are passed to the children, which finish
-their job in hand; the parent returns once all have exited.
+logged with its meaning (``exitcodes.meaning``), reported to ``on_exit`` and restarted
+after a delay that doubles while the child keeps dying young, so a crash loop cannot
+become a restart storm; a child exiting with a fatal code (bad configuration) stops them
+all. Every ``check_every`` seconds the parent asks ``flagged()`` for the pids the
+dead-worker sweep flagged, and kills those of its children with SIGKILL: a frozen child
+(a hang holding the GIL) answers nothing else. SIGTERM/SIGINT are passed to the
+children, which finish their job in hand; the parent returns once all have exited.
 
-Holds no database connection: a forked child must not inherit one.
+Holds no database connection: a forked child must not inherit one, so ``on_exit`` and
+``flagged`` open their own and close it before returning.
 """
 
 from __future__ import annotations
@@ -20,33 +24,46 @@ import threading
 import time
 from typing import Callable
 
+from rowfleet import exitcodes
+
 log = logging.getLogger("rowfleet.supervisor")
 
 FIRST_RESTART_DELAY = 0.5
 MAX_RESTART_DELAY = 30.0
 HEALTHY_AFTER = 60.0  # a child that lived this long resets the restart delay
+REAP_EVERY = 0.1      # seconds between looks for exited children while waiting
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
-def restart_delay(previous: float, lived: float) -> float:
+def restart_delay(previous: float, lived: float, first: float = FIRST_RESTART_DELAY,
+                  most: float = MAX_RESTART_DELAY) -> float:
     """How long to wait before restarting a child that died after ``lived`` seconds.
 
     >>> restart_delay(0.0, 1.0), restart_delay(0.5, 1.0), restart_delay(16.0, 2.0), restart_delay(8.0, 90.0)
     (0.5, 1.0, 30.0, 0.5)
     """
     if lived >= HEALTHY_AFTER or previous <= 0:
-        return FIRST_RESTART_DELAY
-    return min(MAX_RESTART_DELAY, previous * 2)
+        return first
+    return min(most, previous * 2)
 
 
 class Supervisor:
-    def __init__(self, procs: int, child_main: Callable[[], int], fatal_codes: set[int] = frozenset()) -> None:
+    def __init__(self, procs: int, child_main: Callable[[], int], fatal_codes: set[int] = frozenset(), *,
+                 on_exit: Callable[[int, int], None] = lambda pid, code: None,
+                 flagged: Callable[[], set[int]] = set, check_every: float = 10.0,
+                 first_delay: float = FIRST_RESTART_DELAY, max_delay: float = MAX_RESTART_DELAY) -> None:
         self.procs = procs
         self.child_main = child_main
         self.fatal_codes = fatal_codes  # a child exiting so was misconfigured: restarting cannot help
+        self.on_exit = on_exit
+        self.flagged = flagged
+        self.check_every = check_every
+        self.first_delay, self.max_delay = first_delay, max_delay
         self.stop = threading.Event()
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (slot, started)
+        self.restarts: dict[int, float] = {}  # slot -> when to start it again
         self.delays = [0.0] * procs
+        self.crashes = [0] * procs  # quick deaths in a row, per slot
         self.exit_code = 0
 
     def request_stop(self, signum: int = signal.SIGTERM, _frame: object = None) -> None:
@@ -60,28 +77,59 @@ class Supervisor:
     def run(self) -> int:
         for slot in range(self.procs):
             self._spawn(slot)
-        while self.children:
-            pid, status = _wait_any()
-            if pid == 0:  # no children left to wait for
-                break
-            if pid not in self.children:
-                continue
-            slot, started = self.children.pop(pid)
-            code = os.waitstatus_to_exitcode(status)
-            lived = time.monotonic() - started
-            if code == 0 or self.stop.is_set():
-                continue
-            if code in self.fatal_codes:
-                log.error("worker child %d exited with %s; stopping the others", pid, _describe(code))
-                self.request_stop()
-                self.exit_code = code
-                continue
-            self.delays[slot] = restart_delay(self.delays[slot], lived)
-            log.warning("worker child %d exited with %s after %.1fs; restarting in %.1fs",
-                        pid, _describe(code), lived, self.delays[slot])
-            if not self.stop.wait(self.delays[slot]):
-                self._spawn(slot)
+        next_check = time.monotonic() + self.check_every
+        while self.children or (self.restarts and not self.stop.is_set()):
+            for pid, status in _reap():
+                if pid in self.children:
+                    self._exited(pid, os.waitstatus_to_exitcode(status))
+            now = time.monotonic()
+            for slot, due in list(self.restarts.items()):
+                if now >= due and not self.stop.is_set():
+                    del self.restarts[slot]
+                    self._spawn(slot)
+            if now >= next_check:
+                self._kill_flagged()
+                next_check = now + self.check_every
+            time.sleep(REAP_EVERY)  # a signal handler may run meanwhile: stops are seen next turn
         return self.exit_code
+
+    def _exited(self, pid: int, code: int) -> None:
+        slot, started = self.children.pop(pid)
+        lived = time.monotonic() - started
+        if code != 0:
+            self._report(pid, code)
+        if code == 0 or self.stop.is_set():
+            return
+        if code in self.fatal_codes:
+            log.error("worker child %d exited with %s; stopping the others", pid, _describe(code))
+            self.request_stop()
+            self.exit_code = code
+            return
+        self.delays[slot] = restart_delay(self.delays[slot], lived, self.first_delay, self.max_delay)
+        self.crashes[slot] = self.crashes[slot] + 1 if lived < HEALTHY_AFTER else 1
+        in_a_row = f"; {self.crashes[slot]} quick exits in a row" if self.crashes[slot] > 1 else ""
+        log.warning("worker child %d exited with %s after %.1fs%s; restarting in %.1fs",
+                    pid, _describe(code), lived, in_a_row, self.delays[slot])
+        self.restarts[slot] = time.monotonic() + self.delays[slot]
+
+    def _report(self, pid: int, code: int) -> None:
+        try:
+            self.on_exit(pid, code)
+        except Exception as exc:  # the record is a courtesy: never let it stop the restarts
+            log.warning("could not record the exit of worker child %d: %s", pid, exc)
+
+    def _kill_flagged(self) -> None:
+        try:
+            frozen = self.flagged() & set(self.children)
+        except Exception as exc:  # the database may be away; the next check tries again
+            log.warning("could not read which workers are flagged dead: %s", exc)
+            return
+        for pid in frozen:
+            log.error("worker child %d was flagged dead (no heartbeat); killing it (SIGKILL)", pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def _spawn(self, slot: int) -> None:
         # Stop signals wait while we fork: the parent's handler then runs only once the
@@ -108,20 +156,29 @@ class Supervisor:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def _wait_any() -> tuple[int, int]:
+def _reap() -> list[tuple[int, int]]:
+    """Every child that has exited since the last look, without waiting."""
+    reaped = []
     while True:
         try:
-            return os.waitpid(-1, 0)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return 0, 0
+            return reaped
         except InterruptedError:
             continue
+        if pid == 0:
+            return reaped
+        reaped.append((pid, status))
 
 
 def _describe(code: int) -> str:
+    """
+    >>> _describe(-9), _describe(75)
+    ('signal SIGKILL', 'code 75 (wall-clock budget exceeded)')
+    """
     if code < 0:
         try:
             return f"signal {signal.Signals(-code).name}"
         except ValueError:
             return f"signal {-code}"
-    return f"code {code}"
+    return f"code {code} ({exitcodes.meaning(code)})"
