@@ -84,6 +84,8 @@ KNOBS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("--gpu-sample", positive_float, "GPU jobs: seconds between GPU readings (default 10)"),
     ("--watchdog-retries", non_negative_int, "watchdog trips a job may take before it fails (default 3)"),
     ("--nvidia-smi", str, "the nvidia-smi command for GPU readings (default nvidia-smi)"),
+    ("--restart-delay", positive_float, "supervisor: first wait before restarting a dead child (default 0.5)"),
+    ("--restart-delay-max", positive_float, "supervisor: longest wait, doubling from the first (default 30)"),
 )
 
 
@@ -305,7 +307,8 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
             return store.flagged_workers(config.host)
 
     supervisor = Supervisor(args.procs, one_worker, fatal_codes={exitcodes.USAGE}, on_exit=record_exit,
-                            flagged=flagged, check_every=config.heartbeat)
+                            flagged=flagged, check_every=config.heartbeat, first_delay=config.restart_delay,
+                            max_delay=config.restart_delay_max)
     _on_stop_signals(supervisor.request_stop)
     return supervisor.run()
 

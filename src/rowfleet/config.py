@@ -49,6 +49,8 @@ class Config:
     gpu_sample: float = 10.0          # GPU jobs: seconds between GPU readings
     watchdog_retries: int = 3         # watchdog trips a job may take; the next one fails it
     nvidia_smi: str = "nvidia-smi"    # the command the GPU readings run
+    restart_delay: float = 0.5        # a supervisor's first wait before restarting a child that died ...
+    restart_delay_max: float = 30.0   # ... doubling to this while children keep dying young
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -59,7 +61,8 @@ class Config:
             raise ConfigError("project must be a string")
         for name in ("lease", "renew", "heartbeat", "poll", "interval", "backoff_base", "backoff_max",
                      "retention", "busy_timeout", "budget", "stall_window", "stall_spacing", "idle_gpu",
-                     "memory_delta_mb", "gpu_first_window", "gpu_window", "gpu_sample"):
+                     "memory_delta_mb", "gpu_first_window", "gpu_window", "gpu_sample", "restart_delay",
+                     "restart_delay_max"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
