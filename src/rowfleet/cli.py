@@ -343,10 +343,17 @@ def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
                  [[c["project"] or "''", c["queue"], c["state"], c["n"]] for c in counts]) or "no jobs")
     print()
     rows = [[w["project"] or "''", w["host"], w["queue"], w["pid"], w["current_job"] or "-",
-             f"{w['age']:.1f}s ago", "stopped" if w["stopped_at"] else ("SILENT" if w["flagged_dead_at"] else "alive")]
-            for w in workers]
+             f"{w['age']:.1f}s ago", _worker_state(w)] for w in workers]
     print(_table(["project", "host", "queue", "pid", "job", "last seen", "state"], rows) or "no workers")
     return exitcodes.OK
+
+
+def _worker_state(worker: dict[str, Any]) -> str:
+    if worker["exit_code"] is not None:
+        return f"exited {worker['exit_code']} ({exitcodes.meaning(worker['exit_code'])})"
+    if worker["stopped_at"]:
+        return "stopped"
+    return "SILENT" if worker["flagged_dead_at"] else "alive"
 
 
 def cmd_jobs(args: argparse.Namespace, config: configuration.Config) -> int:
