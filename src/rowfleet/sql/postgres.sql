@@ -154,8 +154,13 @@ WHERE stopped_at IS NULL OR stopped_at >= %(since)s
 ORDER BY project, host, queue, pid;
 
 -- name: workers_flag_stale
+-- A row locked by a heartbeat that froze before its commit is skipped, not waited for:
+-- one frozen process must not hold up the whole sweep. The next sweep sees it.
 UPDATE workers SET flagged_dead_at = rowfleet_now(%(now)s)
-WHERE stopped_at IS NULL AND flagged_dead_at IS NULL AND last_seen < rowfleet_now(%(now)s) - %(stale_after)s
+WHERE worker_id IN (SELECT worker_id FROM workers
+                    WHERE stopped_at IS NULL AND flagged_dead_at IS NULL
+                      AND last_seen < rowfleet_now(%(now)s) - %(stale_after)s
+                    FOR UPDATE SKIP LOCKED)
 RETURNING *;
 
 -- name: prune_events
@@ -396,10 +401,15 @@ WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
 -- name: jobs_of_silent_worker
--- The running jobs a worker claimed before its last heartbeat: a later claim under the same
--- host:pid may be a new process's (pids are reused), and is left to its lease.
+-- The running jobs a worker claimed in its lifetime: since its row was made (its first
+-- heartbeat comes before its first claim), and before a newer worker with the same
+-- host:pid appeared (pids are reused). Rows locked by a frozen renewal are left to their lease.
 SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id FROM jobs
-WHERE state = 'running' AND claimed_by = %(holder)s AND started_at <= %(last_seen)s;
+WHERE state = 'running' AND claimed_by = %(holder)s AND started_at >= %(since)s
+  AND NOT EXISTS (SELECT 1 FROM workers AS newer
+                  WHERE newer.host = %(host)s AND newer.pid = %(pid)s AND newer.started_at > %(since)s
+                    AND newer.started_at <= jobs.started_at)
+FOR UPDATE SKIP LOCKED;
 
 -- name: job_orphan_fail
 UPDATE jobs

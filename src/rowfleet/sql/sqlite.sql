@@ -149,7 +149,8 @@ ORDER BY project, host, queue, pid;
 
 -- name: workers_flag_stale
 UPDATE workers SET flagged_dead_at = :now
-WHERE stopped_at IS NULL AND flagged_dead_at IS NULL AND last_seen < :now - :stale_after
+WHERE worker_id IN (SELECT worker_id FROM workers
+                    WHERE stopped_at IS NULL AND flagged_dead_at IS NULL AND last_seen < :now - :stale_after)
 RETURNING *;
 
 -- name: prune_events
@@ -311,10 +312,14 @@ WHERE id = :id AND state = 'running' AND lease_token = :token
 RETURNING id;
 
 -- name: jobs_of_silent_worker
--- The running jobs a worker claimed before its last heartbeat: a later claim under the same
--- host:pid may be a new process's (pids are reused), and is left to its lease.
+-- The running jobs a worker claimed in its lifetime: since its row was made (its first
+-- heartbeat comes before its first claim), and before a newer worker with the same
+-- host:pid appeared (pids are reused).
 SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id FROM jobs
-WHERE state = 'running' AND claimed_by = :holder AND started_at <= :last_seen;
+WHERE state = 'running' AND claimed_by = :holder AND started_at >= :since
+  AND NOT EXISTS (SELECT 1 FROM workers AS newer
+                  WHERE newer.host = :host AND newer.pid = :pid AND newer.started_at > :since
+                    AND newer.started_at <= jobs.started_at);
 
 -- name: job_orphan_fail
 UPDATE jobs

@@ -347,8 +347,8 @@ class Store(WorkflowStore, abc.ABC):
                 lost = f"worker {holder} stopped beating ({silent:.0f}s since its last heartbeat)"
                 worker["jobs"] = [self._recover(tx, row, lost, "worker_dead", requeue="job_hand_back",
                                                 fail="job_orphan_fail")
-                                  for row in tx.all("jobs_of_silent_worker", holder=holder,
-                                                    last_seen=worker["last_seen"])]
+                                  for row in tx.all("jobs_of_silent_worker", holder=holder, host=worker["host"],
+                                                    pid=worker["pid"], since=worker["started_at"])]
             return flagged
 
     def record_event(self, job_id: int, kind: str, **detail: Any) -> None:
