@@ -137,6 +137,18 @@ class CommandLineTest(CliTestCase):
         self.assertEqual(status["counts"], [{"project": "", "queue": "a", "state": "queued", "n": 1}])
         self.assertEqual(status["workers"], [])
 
+    def test_status_shows_what_a_busy_workers_job_last_reported(self):
+        store = self.open_store(migrate=False)
+        job_id = int(self.cli("enqueue", "mod:fn").stdout)
+        store.beat("box:7:0", "", "box", "default", 7, None)
+        job = store.claim("", "default", "box:7", 600.0)
+        store.beat("box:7:0", "", "box", "default", 7, job_id)
+        store.progress(job, 0.5, "half way")
+        [worker] = self.cli_json("status")["workers"]
+        self.assertEqual((worker["current_job"], worker["progress"]["fraction"], worker["progress"]["message"]),
+                         (job_id, 0.5, "half way"))
+        self.assertIn("50% half way", self.cli("status").stdout)
+
     def test_sqlite_use_never_imports_psycopg(self):
         code = ("import sys, rowfleet; rowfleet.configure(db=sys.argv[1]); rowfleet.enqueue('m:f');"
                 "rowfleet.get_job(1); print('psycopg' in sys.modules)")

@@ -332,6 +332,10 @@ def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
         counts = store.counts()
         now = store.clock()
         workers = store.workers(since=now - config.stale_after)
+        for worker in workers:  # what each busy worker's job last reported
+            job = _job_or_none(store, worker["current_job"], worker["project"])
+            worker["progress"] = None if job is None or job.progress_at is None else \
+                {"fraction": job.progress, "message": job.progress_message, "at": iso(job.progress_at)}
     for worker in workers:
         worker["age"] = round(now - worker["last_seen"], 3)
         for key in ("started_at", "last_seen", "stopped_at", "flagged_dead_at"):
@@ -343,9 +347,24 @@ def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
                  [[c["project"] or "''", c["queue"], c["state"], c["n"]] for c in counts]) or "no jobs")
     print()
     rows = [[w["project"] or "''", w["host"], w["queue"], w["pid"], w["current_job"] or "-",
-             f"{w['age']:.1f}s ago", _worker_state(w)] for w in workers]
-    print(_table(["project", "host", "queue", "pid", "job", "last seen", "state"], rows) or "no workers")
+             _progress_text(w["progress"]), f"{w['age']:.1f}s ago", _worker_state(w)] for w in workers]
+    print(_table(["project", "host", "queue", "pid", "job", "progress", "last seen", "state"], rows)
+          or "no workers")
     return exitcodes.OK
+
+
+def _job_or_none(store: Store, job_id: int | None, project: str) -> Any:
+    try:
+        return None if job_id is None else store.get_job(job_id, project)
+    except NotFound:  # finished and pruned since the heartbeat named it
+        return None
+
+
+def _progress_text(progress: dict[str, Any] | None) -> str:
+    if progress is None:
+        return "-"
+    share = "" if progress["fraction"] is None else f"{progress['fraction']:.0%}"
+    return _short(" ".join(part for part in (share, progress["message"] or "") if part), 40)
 
 
 def _worker_state(worker: dict[str, Any]) -> str:
