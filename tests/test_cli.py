@@ -31,7 +31,6 @@ class CliTestCase(TempDirTestCase):
 
     def assert_refused(self, *args: str, code: int = 2, says: str = "", env=None):
         """The command fails with one line on stderr and changes nothing in the database."""
-        self.cli("jobs")  # settle the WAL so the digest below compares committed state
         before = self.stored()
         result = self.cli(*args, check=False, env=env)
         self.assertEqual(result.returncode, code, result.stderr)
@@ -43,9 +42,13 @@ class CliTestCase(TempDirTestCase):
         return lines[0]
 
     def stored(self):
-        """Every job and run as the CLI shows them."""
-        runs = [self.cli_json("runs", str(run["id"])) for run in self.cli_json("runs", "--limit", "1000")]
-        return self.cli_json("jobs", "--limit", "1000"), runs
+        """Every job (with its events) and every run (with its nodes), read in this process."""
+        from rowfleet.store import open_store
+
+        with open_store(self.config()) as store:
+            jobs = [(job, store.events(job.id)) for job in store.list_jobs("", limit=10_000)]
+            runs = [store.get_run(run.id, "") for run in store.list_runs("", limit=10_000)]
+        return jobs, runs
 
 
 class CommandLineTest(CliTestCase):
