@@ -13,7 +13,8 @@ because ``pg_ctl`` puts the postmaster in a session of its own, so nothing else 
 
 Imports only the stdlib when loaded: psycopg is imported inside the functions that talk
 to the server (tools/check_deps.py allows that only in files named ``*pg*``), so a
-machine without it gets skips, not import errors. Imports nothing from rowfleet: it
+machine without it gets skips, not import errors. Imports nothing from rowfleet at load
+(the TestCase mixins import it when a test asks them for a Config or a connection): it
 serves every backend's tests and must not depend on the code under test.
 """
 
@@ -577,6 +578,40 @@ def require_pg(testcase_or_none: unittest.TestCase | None = None) -> PgServer:
     if testcase is not None:
         testcase.skipTest(reason)
     raise unittest.SkipTest(reason)
+
+
+class PostgresServerCase:
+    """A TestCase mixin: the harness's server as ``self.pg`` (skipped loudly without one),
+    and ``empty_database()``, a fresh ``*_test`` database's URL, dropped at cleanup."""
+
+    def setUp(self) -> None:
+        self.pg = require_pg(self)
+        super().setUp()
+
+    def empty_database(self) -> str:
+        url = self.pg.create_database()
+        self.addCleanup(self.pg.drop_database, url)
+        return url
+
+
+class PostgresDatabaseCase(PostgresServerCase):
+    """Also a database made before the test (``self.url``), with ``config()`` naming it and
+    ``caller_connection()``, a psycopg connection of the application's own to it."""
+
+    def setUp(self) -> None:
+        self.pg = require_pg(self)
+        self.url = self.empty_database()
+        super().setUp()
+
+    def config(self, **settings: object):
+        from rowfleet.config import Config  # rowfleet only when a test asks for it
+
+        return Config(db=self.url, **settings)
+
+    def caller_connection(self):
+        from rowfleet.store.postgres import driver
+
+        return driver().connect(self.url)
 
 
 def _announce_skip(reason: str) -> None:

@@ -35,6 +35,7 @@ import unittest
 from typing import NamedTuple
 
 from rowfleet.job import JobSpec
+from pg_harness import PostgresServerCase
 from support import DEADLINE, TempDirTestCase, child_env, wait_until
 
 SLOW = True
@@ -468,19 +469,8 @@ class SQLiteCrashPointTest(CrashPointContract, TempDirTestCase):
         self.sweep_step("in_claim_commit")
 
 
-class PostgresCrashPointTest(CrashPointContract, TempDirTestCase):
+class PostgresCrashPointTest(PostgresServerCase, CrashPointContract, TempDirTestCase):
     """The same sweep on a throwaway PostgreSQL database: ``self.db`` is its URL."""
-
-    def setUp(self) -> None:
-        import pg_harness
-
-        self.pg = pg_harness.require_pg(self)
-        super().setUp()
-
-    def empty_database(self) -> str:
-        url = self.pg.create_database()
-        self.addCleanup(self.pg.drop_database, url)
-        return url
 
     def create_orders(self) -> None:
         self.pg.psql(self.db, "CREATE TABLE orders (id serial PRIMARY KEY, item text NOT NULL)")

@@ -16,6 +16,7 @@ from rowfleet.errors import ConfigError, Conflict, LeaseLost, NotFound, SchemaMi
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, Cancel, JobSpec, Outcome, Retry, \
     decide_outcome
 from rowfleet.worker import Worker
+from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 
 HOLDER = "testhost:1"
@@ -403,26 +404,8 @@ class SQLiteLifecycleTest(LifecycleContract, TempDirTestCase):
 
 
 
-class PostgresLifecycleTest(LifecycleContract, TempDirTestCase):
+class PostgresLifecycleTest(PostgresDatabaseCase, LifecycleContract, TempDirTestCase):
     """The same contract on a throwaway PostgreSQL database (skipped loudly without one)."""
-
-    def setUp(self):
-        import pg_harness
-
-        self.pg = pg_harness.require_pg(self)
-        self.url = self.pg.create_database()
-        self.addCleanup(self.pg.drop_database, self.url)
-        super().setUp()
-
-    def config(self, **settings):
-        from rowfleet.config import Config
-
-        return Config(db=self.url, **settings)
-
-    def caller_connection(self):
-        from rowfleet.store.postgres import driver
-
-        return driver().connect(self.url)
 
     def test_reaches_the_same_logical_schema_as_sqlite(self):
         from rowfleet.store import open_store

@@ -33,6 +33,7 @@ import unittest
 from typing import Any, Callable
 
 from rowfleet.job import JobSpec
+from pg_harness import PostgresServerCase
 from support import DEADLINE, ROOT, TempDirTestCase, child_env, wait_until
 
 SLOW = True
@@ -692,19 +693,8 @@ class SQLiteWatchdogTest(WatchdogContract, TempDirTestCase):
             return False
 
 
-class PostgresWatchdogTest(WatchdogContract, TempDirTestCase):
+class PostgresWatchdogTest(PostgresServerCase, WatchdogContract, TempDirTestCase):
     """The same contract on a throwaway PostgreSQL database: ``self.db`` is its URL."""
-
-    def setUp(self) -> None:
-        import pg_harness
-
-        self.pg = pg_harness.require_pg(self)
-        super().setUp()
-
-    def empty_database(self) -> str:
-        url = self.pg.create_database()
-        self.addCleanup(self.pg.drop_database, url)
-        return url
 
     def database_activity(self) -> str:
         rows = self.pg.psql(self.db, "SELECT pid, client_port, state, wait_event_type, wait_event, "

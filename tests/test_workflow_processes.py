@@ -28,6 +28,7 @@ import unittest
 from typing import Any
 
 from rowfleet.orchestrator import RECONCILE_GRACE
+from pg_harness import PostgresServerCase
 from support import DEADLINE, TempDirTestCase, child_env, wait_until
 
 SLOW = True
@@ -559,19 +560,8 @@ class SQLiteWorkflowProcessTest(WorkflowProcessContract, TempDirTestCase):
         pass  # a dead process's locks went with it, and an uncommitted WAL tail is never read
 
 
-class PostgresWorkflowProcessTest(WorkflowProcessContract, TempDirTestCase):
+class PostgresWorkflowProcessTest(PostgresServerCase, WorkflowProcessContract, TempDirTestCase):
     """The same contract on a throwaway PostgreSQL database: ``self.db`` is its URL."""
-
-    def setUp(self) -> None:
-        import pg_harness
-
-        self.pg = pg_harness.require_pg(self)
-        super().setUp()
-
-    def empty_database(self) -> str:
-        url = self.pg.create_database()
-        self.addCleanup(self.pg.drop_database, url)
-        return url
 
     def settle(self) -> None:
         # The server rolls a dead client's transaction back when it sees the connection

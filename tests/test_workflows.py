@@ -19,6 +19,7 @@ from rowfleet.job import COMPLETED, Outcome, Retry, decide_outcome
 from rowfleet.orchestrator import Orchestrator
 from rowfleet.store.runs import POISON_AFTER
 from rowfleet.worker import Worker
+from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase
 
 FLAKY_MARKER = "WORKFLOW_TEST_FLAKY"  # while this file exists, workflow.flaky fails
@@ -390,26 +391,8 @@ class SQLiteWorkflowTest(WorkflowContract, TempDirTestCase):
             self.assertEqual(store.get_job(job.id, "").state, COMPLETED)
 
 
-class PostgresWorkflowTest(WorkflowContract, TempDirTestCase):
+class PostgresWorkflowTest(PostgresDatabaseCase, WorkflowContract, TempDirTestCase):
     """The same contract on a throwaway PostgreSQL database (skipped loudly without one)."""
-
-    def setUp(self):
-        import pg_harness
-
-        self.pg = pg_harness.require_pg(self)
-        self.url = self.pg.create_database()
-        self.addCleanup(self.pg.drop_database, self.url)
-        super().setUp()
-
-    def config(self, **settings):
-        from rowfleet.config import Config
-
-        return Config(db=self.url, **settings)
-
-    def caller_connection(self):
-        from rowfleet.store.postgres import driver
-
-        return driver().connect(self.url)
 
     def _execute(self, sql, params):
         with self.caller_connection() as conn:
