@@ -47,7 +47,7 @@ KEY_RESULTS = (
     (7, "but summarise stays pending: moving a run on is the orchestrator's job"),
     (7, "exited 137 in the middle of publish"),
     (7, "missed its heartbeats; flagged"),
-    (7, "lapsed; reclaimed"),
+    (7, "reclaimed"),
     (7, "=> fetch and the 5 summaries keep their results; publish is queued again after 1 attempt"),
     (7, "run 1 digest: completed"),
     (7, "publish    completed  2"),
