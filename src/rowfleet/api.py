@@ -46,7 +46,8 @@ def init() -> int:
 def work(queue: str = "default", *, burst: bool = False) -> int:
     """Run a worker in this process on the configured database until stopped, or, with
     ``burst``, until nothing is due; returns how many jobs it ran. Handlers must be
-    registered (imported) first."""
+    registered (imported) first. Its watchdogs end this process (``os._exit``, codes
+    75-78) if a job runs past its budget or hangs, and a stale token ends it with 77."""
     worker = Worker(_config.current(), queue, burst=burst)
     worker.run()
     return worker.jobs_run
