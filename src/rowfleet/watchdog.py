@@ -123,19 +123,19 @@ class Watchdog(threading.Thread):
         if liveness.budget_exceeded(started, now, budget):
             return job, Trip(exitcodes.BUDGET, "budget", f"ran {now - started:.1f}s of its {budget:g}s budget")
         if liveness.stall_suspected(first_beat, last_beat, now, self.limits):
-            return self._confirm_stall(job, now - last_beat)
+            return self._confirm_stall(job, last_beat, now - last_beat)
         if self.gpu_jobs:
             return self._check_gpu(job, first_beat, now)
         return None
 
-    def _confirm_stall(self, job: Job, quiet: float) -> tuple[Job, Trip] | None:
+    def _confirm_stall(self, job: Job, last_beat: float, quiet: float) -> tuple[Job, Trip] | None:
         readings = []
         for index in range(self.limits.stall_samples):
             if index and self._halt.wait(self.limits.stall_spacing):
                 return None
             readings.append(self._reading())
         with self._lock:
-            if self._job is not job or (self._last_beat or 0) > time.monotonic() - quiet:
+            if self._job is not job or self._last_beat != last_beat:
                 return None  # it finished, or beat, while we looked
             if not liveness.looks_hung(readings, self.limits):
                 self._last_beat = time.monotonic()  # alive after all: watch a whole window again
