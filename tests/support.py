@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,37 @@ class TempDirTestCase(unittest.TestCase):
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(_reap, process)
         return process
+
+
+    def launch_logged(self, label: str, *args: str, db: str | None = None,
+                      env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start ``python -m rowfleet --db DB ARGS`` in its own process group, its output in a
+        log file (``process.log_path``, read with ``output``). At cleanup the whole group is
+        killed, so a supervisor's children go too."""
+        self._launched = getattr(self, "_launched", 0) + 1
+        log_path = os.path.join(self.dir, f"process-{self._launched}-{label}.log")
+        with open(log_path, "w") as log:
+            process = subprocess.Popen([sys.executable, "-m", "rowfleet", "--db", db or self.db, *args],
+                                       cwd=self.dir, env=env or child_env(), stdin=subprocess.DEVNULL,
+                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process.log_path = log_path
+        self.addCleanup(kill_group, process)
+        return process
+
+    def output(self, process: subprocess.Popen) -> str:
+        with open(process.log_path) as log:
+            return log.read()
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL a process started by ``launch_logged`` and its group (stopped ones too), and reap it."""
+    if process.poll() is None:  # not reaped, so its pid (the group id) is still ours
+        try:
+            os.killpg(process.pid, signal.SIGCONT)  # a stopped process dies of SIGKILL anyway; this is plainer
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait(DEADLINE)
 
 
 def _reap(process: subprocess.Popen) -> None:

@@ -20,7 +20,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import unittest
@@ -28,7 +27,7 @@ import urllib.parse
 
 from rowfleet.job import JobSpec
 from support import DEADLINE, TempDirTestCase, child_env, wait_until
-from test_processes import _blocked_in, _can_see, _kill_group
+from test_processes import _blocked_in, _can_see
 
 SLOW = True
 
@@ -108,29 +107,17 @@ class PostgresFleetTest(TempDirTestCase):
             self.skipTest("these tests need the server over TCP")
         self.write_module(APP, APP_SOURCE)
         self.store = self.open_store()
-        self._launched = 0
 
     # --- helpers -------------------------------------------------------------------------
 
     def launch(self, name: str, *args: str, db: str | None = None) -> subprocess.Popen:
         """Start ``rowfleet --db DB ARGS`` in its own process group as application ``name``."""
-        self._launched += 1
-        log_path = os.path.join(self.dir, f"process-{self._launched}-{name}.log")
-        with open(log_path, "w") as log:
-            process = subprocess.Popen([sys.executable, "-m", "rowfleet", "--db", db or self.db, *args],
-                                       cwd=self.dir, env=child_env(PGAPPNAME=name), stdin=subprocess.DEVNULL,
-                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        process.log_path = log_path
+        process = self.launch_logged(name, *args, db=db, env=child_env(PGAPPNAME=name))
         process.name = name
-        self.addCleanup(_kill_group, process)
         return process
 
     def worker(self, name: str, *args: str, db: str | None = None) -> subprocess.Popen:
         return self.launch(name, "worker", "--app", APP, "--host", name, *args, db=db)
-
-    def output(self, process: subprocess.Popen) -> str:
-        with open(process.log_path) as log:
-            return log.read()
 
     def stop(self, process: subprocess.Popen) -> None:
         """SIGTERM; it must exit 0."""

@@ -25,7 +25,7 @@ import urllib.parse
 from rowfleet.errors import LeaseLost, StoreUnavailable
 from rowfleet.job import JobSpec, Outcome
 from rowfleet.store import open_store
-from support import DEADLINE, TempDirTestCase, child_env, wait_until
+from support import DEADLINE, TempDirTestCase, wait_until
 
 SLOW = True
 
@@ -127,7 +127,6 @@ class ProcessContract:
         super().setUp()
         self.write_module(APP, APP_SOURCE)
         self._store = None
-        self._launched = 0
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -138,23 +137,7 @@ class ProcessContract:
         return self._store
 
     def launch(self, *args: str) -> subprocess.Popen:
-        """Start ``rowfleet --db self.db ARGS`` in its own process group, output to a file.
-
-        At cleanup the whole group is killed, so the children of a supervisor go too.
-        """
-        self._launched += 1
-        log_path = os.path.join(self.dir, f"process-{self._launched}-{args[0]}.log")
-        with open(log_path, "w") as log:
-            process = subprocess.Popen([sys.executable, "-m", "rowfleet", "--db", self.db, *args],
-                                       cwd=self.dir, env=child_env(), stdin=subprocess.DEVNULL,
-                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        process.log_path = log_path
-        self.addCleanup(_kill_group, process)
-        return process
-
-    def output(self, process: subprocess.Popen) -> str:
-        with open(process.log_path) as log:
-            return log.read()
+        return self.launch_logged(args[0], *args)
 
     def assert_exits(self, process: subprocess.Popen, code: int = 0, timeout: float = DEADLINE) -> None:
         try:
@@ -499,15 +482,6 @@ class PostgresProcessTest(ProcessContract, TempDirTestCase):
 
 
 # --- processes, seen through /proc --------------------------------------------------------
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    if process.poll() is None:  # not reaped, so its pid (the group id) is still ours
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.wait(DEADLINE)
 
 
 def _count(store, state: str) -> int:

@@ -173,7 +173,6 @@ class WatchdogContract:
         self.db = self.empty_database()
         self.write_module(APP, APP_SOURCE)
         self.store = self.open_store()  # the schema, and this test's own connection
-        self._launched = 0
         self._processes: list[subprocess.Popen] = []
 
     def empty_database(self) -> str:
@@ -193,23 +192,12 @@ class WatchdogContract:
     def launch(self, *args: str, smi: str = "idle") -> subprocess.Popen:
         """Start ``rowfleet --db self.db ARGS`` in its own process group, output to a file,
         with ``FAKE_NVIDIA_SMI=smi``; the whole group is killed at cleanup."""
-        self._launched += 1
-        log_path = os.path.join(self.dir, f"process-{self._launched}-{args[0]}.log")
-        with open(log_path, "w") as log:
-            process = subprocess.Popen([sys.executable, "-m", "rowfleet", "--db", self.db, *args],
-                                       cwd=self.dir, env=child_env(FAKE_NVIDIA_SMI=smi), stdin=subprocess.DEVNULL,
-                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        process.log_path = log_path
-        self.addCleanup(_kill_group, process)
+        process = self.launch_logged(args[0], *args, env=child_env(FAKE_NVIDIA_SMI=smi))
         self._processes.append(process)
         return process
 
     def worker(self, *flags: str, smi: str = "idle", nvidia_smi: str = FAKE_SMI) -> subprocess.Popen:
         return self.launch("worker", "--app", APP, "--poll", "0.2", "--nvidia-smi", nvidia_smi, *flags, smi=smi)
-
-    def output(self, process: subprocess.Popen) -> str:
-        with open(process.log_path) as log:
-            return log.read()
 
     def logs(self) -> str:
         """Every process this test started, with its log, and what the database is doing."""
@@ -744,16 +732,6 @@ class PostgresWatchdogTest(PostgresServerCase, WatchdogContract, TempDirTestCase
 
 
 # --- processes, seen through /proc --------------------------------------------------------
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    if process.poll() is None:  # not reaped, so its pid (the group id) is still ours
-        try:
-            os.killpg(process.pid, signal.SIGCONT)  # a stopped process dies of SIGKILL too, but be plain
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.wait(DEADLINE)
 
 
 def _continue_pid(pid: int) -> None:

@@ -245,7 +245,6 @@ class WorkflowProcessContract:
         self.write_module(APP, APP_SOURCE)
         self.driver = self.write_module("wfdriver", DRIVER_SOURCE)
         self.store = self.open_store()  # the schema, and this test's own connection
-        self._launched = 0
 
     def empty_database(self) -> str:
         """What ``--db`` names for this test: a database with no rowfleet schema yet."""
@@ -258,21 +257,7 @@ class WorkflowProcessContract:
     # --- processes -----------------------------------------------------------------------
 
     def launch(self, *args: str) -> subprocess.Popen:
-        """Start ``rowfleet --db self.db ARGS`` in its own process group, output to a file;
-        the whole group is killed at cleanup (a supervisor's children too)."""
-        self._launched += 1
-        log_path = os.path.join(self.dir, f"process-{self._launched}-{args[0]}.log")
-        with open(log_path, "w") as log:
-            process = subprocess.Popen([sys.executable, "-m", "rowfleet", "--db", self.db, *args],
-                                       cwd=self.dir, env=child_env(), stdin=subprocess.DEVNULL,
-                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        process.log_path = log_path
-        self.addCleanup(_kill_group, process)
-        return process
-
-    def output(self, process: subprocess.Popen) -> str:
-        with open(process.log_path) as log:
-            return log.read()
+        return self.launch_logged(args[0], *args)
 
     def logs(self, processes: list[subprocess.Popen]) -> str:
         return "\n".join(f"--- {' '.join(p.args[4:])} (pid {p.pid}):\n{self.output(p)}" for p in processes)
@@ -570,15 +555,6 @@ class PostgresWorkflowProcessTest(PostgresServerCase, WorkflowProcessContract, T
             self.db, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                      "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"),
             message="the server to roll back the dead client's transaction")
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    if process.poll() is None:  # not reaped, so its pid (the group id) is still ours
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.wait(DEADLINE)
 
 
 if __name__ == "__main__":
