@@ -392,10 +392,8 @@ def roundtrip_bare(path: str, synchronous: str, task_dir: str, barrier: Any) -> 
 
 
 def idle_worker(path: str, task_dir: str, polling: bool, control: Any) -> None:
-    """A long-running worker (safety poll 1 s). A thread answers ``control``: "cpu" with this
-    process's CPU seconds so far (getrusage counts microseconds; /proc counts 10 ms ticks),
-    anything else, or the pipe closing, with a stop. With ``polling`` the push path is
-    switched off, as on a system without inotify."""
+    """A long-running worker (safety poll 1 s) that answers ``control`` (``answer_cpu_requests``).
+    With ``polling`` the push path is switched off, as on a system without inotify."""
     _import_tasks(task_dir)
     if polling:
         from rowfleet import wake
@@ -404,7 +402,14 @@ def idle_worker(path: str, task_dir: str, polling: bool, control: Any) -> None:
             raise RuntimeError("rowfleet.wake._watch is gone: update the bench's polling switch")
         wake._watch = lambda folder: None
     worker = Worker(Config(db=path, project=PROJECT, poll=1.0), QUEUE)
+    answer_cpu_requests(control, worker.request_stop)
+    worker.run()
 
+
+def answer_cpu_requests(control: Any, stop: Callable[[], None]) -> None:
+    """A thread that answers ``control``: "cpu" with this process's CPU seconds so far
+    (getrusage counts microseconds; /proc counts 10 ms ticks), anything else, or the pipe
+    closing, with ``stop()``."""
     def answer() -> None:
         while True:
             try:
@@ -412,13 +417,12 @@ def idle_worker(path: str, task_dir: str, polling: bool, control: Any) -> None:
             except EOFError:
                 request = "stop"
             if request != "cpu":
-                worker.request_stop()
+                stop()
                 return
             usage = resource.getrusage(resource.RUSAGE_SELF)
             control.send(usage.ru_utime + usage.ru_stime)
 
     threading.Thread(target=answer, name="bench-control", daemon=True).start()
-    worker.run()
 
 
 # --- the sections ------------------------------------------------------------------------

@@ -52,10 +52,8 @@ psycopg itself, which only rowfleet's Postgres store and pg_harness load.
 from __future__ import annotations
 
 import dataclasses
-import resource
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -134,21 +132,8 @@ def orchestrator_child(db: str, control: Any) -> None:
     store.require_schema()
     orchestrator = Orchestrator(store, config)
     orchestrator.run_once()
-
-    def answer() -> None:
-        while True:
-            try:
-                request = control.recv()
-            except EOFError:
-                request = "stop"
-            if request != "cpu":
-                orchestrator.request_stop()
-                return
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            control.send(usage.ru_utime + usage.ru_stime)
-
     control.send("ready")
-    threading.Thread(target=answer, name="bench-control", daemon=True).start()
+    bench.answer_cpu_requests(control, orchestrator.request_stop)
     try:
         orchestrator.run()
     finally:
