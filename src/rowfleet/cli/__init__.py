@@ -1,0 +1,88 @@
+"""The ``rowfleet`` command line: parse, call the library, print.
+
+``main(argv=None) -> int``. A user error (bad flag, bad JSON, unknown job, a file that is
+not a database) is one line on stderr and a non-zero exit, never a traceback; a bug is a
+traceback. The environment is read here and in ``config`` only.
+
+Each module of this package adds one family of commands with ``add_commands(command)``:
+``jobs`` (schema and single jobs), ``processes`` (worker, orchestrator), ``workflows``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Callable, Sequence
+
+import rowfleet
+from rowfleet import config as configuration
+from rowfleet import exitcodes
+from rowfleet.cli import jobs, processes, workflows
+from rowfleet.cli.arguments import GLOBALS, KNOBS, Parser, UsageError, knob_names, positive_int
+from rowfleet.cli.output import report
+from rowfleet.errors import ConfigError, RowfleetError
+
+__all__ = ["Parser", "UsageError", "build_parser", "main", "positive_int", "report"]
+
+COMMAND_FAMILIES = (jobs, processes, workflows)
+
+
+def build_parser() -> Parser:
+    knobs = Parser(add_help=False)
+    for flag, text in GLOBALS:  # accepted after the command too; SUPPRESS keeps an earlier value
+        knobs.add_argument(flag, default=argparse.SUPPRESS, help=text)
+    group = knobs.add_argument_group("settings (also ROWFLEET_<NAME> in the environment)")
+    for flag, kind, text in KNOBS:
+        group.add_argument(flag, type=kind, default=None, help=text)
+
+    parser = Parser(prog="rowfleet", description="A self-healing job fleet on the database you already run.")
+    parser.add_argument("--version", action="version", version=f"rowfleet {rowfleet.__version__}")
+    for flag, text in GLOBALS:
+        parser.add_argument(flag, default=None, help=text)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    def command(name: str, handler: Callable[..., int], help_text: str) -> Parser:
+        sub = commands.add_parser(name, help=help_text, description=help_text, parents=[knobs])
+        sub.set_defaults(handler=handler)
+        return sub
+
+    for family in COMMAND_FAMILIES:
+        family.add_commands(command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return exitcodes.USAGE
+    if args.command is None:
+        build_parser().print_help()
+        return exitcodes.USAGE
+    try:
+        _setup_logging(args.log_level)
+        config = configuration.from_env(os.environ, db=args.db, project=args.project,
+                                        **{name: getattr(args, name) for name in knob_names()})
+        return args.handler(args, config)
+    except RowfleetError as exc:
+        return report(exc)
+    except KeyboardInterrupt:
+        return exitcodes.INTERRUPTED
+
+
+
+def _setup_logging(level_name: str | None) -> None:
+    name = (level_name or os.environ.get("ROWFLEET_LOG_LEVEL") or "INFO").upper()
+    level = logging.getLevelName(name)
+    if not isinstance(level, int):
+        raise ConfigError(f"--log-level must be DEBUG, INFO, WARNING or ERROR, got {level_name!r}")
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Commands for the schema and for single jobs: init, enqueue, status, jobs, job, retry,
+cancel."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Callable
+
+from rowfleet import config as configuration
+from rowfleet import exitcodes
+from rowfleet.cli.arguments import Parser, json_flag, non_negative_float, positive_float, positive_int
+from rowfleet.cli.output import print_json, short, table
+from rowfleet.errors import NotFound
+from rowfleet.job import STATES, JobSpec, iso
+from rowfleet.store import Store, open_store
+
+
+def add_commands(command: Callable[..., Parser]) -> None:
+    sub = command("init", cmd_init, "create or upgrade the schema (idempotent); print its version")
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("enqueue", cmd_enqueue, "enqueue one job; print its id")
+    sub.add_argument("task", help="a registered task name, or module:function")
+    sub.add_argument("--args", default="null", help="JSON: an object (keyword args), a list, or a value")
+    sub.add_argument("--queue", default="default")
+    sub.add_argument("--priority", type=int, default=0, help="lower runs sooner; negatives allowed")
+    sub.add_argument("--run-next", action="store_true", help="run before every priority")
+    sub.add_argument("--delay", type=non_negative_float, default=0.0, help="seconds before it may run")
+    sub.add_argument("--key", default=None, help="idempotency key: one job per key and project")
+    sub.add_argument("--max-attempts", type=positive_int, default=5)
+    sub.add_argument("--timeout", type=positive_float, default=None,
+                     help="seconds of wall clock this job may run (default: its task's, else the worker's --budget)")
+    sub.add_argument("--json", action="store_true", help="print the whole job")
+
+    sub = command("status", cmd_status, "job counts per project/queue/state, and workers")
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("jobs", cmd_jobs, "list jobs, newest first")
+    sub.add_argument("--state", choices=STATES)
+    sub.add_argument("--queue")
+    sub.add_argument("--limit", type=positive_int, default=50)
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("job", cmd_job, "one job with its events")
+    sub.add_argument("id", type=int)
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("retry", cmd_retry, "re-queue a failed or cancelled job")
+    sub.add_argument("id", type=int)
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("cancel", cmd_cancel, "cancel a queued job")
+    sub.add_argument("id", type=int)
+    sub.add_argument("--json", action="store_true")
+
+
+def _job_dict(store: Store, job: Any, with_events: bool = False) -> dict[str, Any]:
+    data = job.to_dict()
+    if with_events:
+        data["events"] = [event.to_dict() for event in store.events(job.id)]
+    return data
+
+
+
+def cmd_init(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config, create=True) as store:
+        version = store.migrate()
+    if args.json:
+        print_json({"db": config.db_shown, "schema_version": version})
+    else:
+        print(version)
+    return exitcodes.OK
+
+
+def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
+    spec = JobSpec(task=args.task, args=json_flag("--args", args.args), queue=args.queue, project=config.project,
+                   priority=args.priority, run_next=args.run_next, delay=args.delay, key=args.key,
+                   max_attempts=args.max_attempts, timeout=args.timeout)
+    with open_store(config) as store:
+        job = store.enqueue(spec)
+        if args.json:
+            print_json(_job_dict(store, job))
+        else:
+            print(job.id)
+    return exitcodes.OK
+
+
+
+def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        store.require_schema()
+        counts = store.counts()
+        now = store.clock()
+        workers = store.workers(since=now - config.stale_after)
+        for worker in workers:  # what each busy worker's job last reported
+            job = _job_or_none(store, worker["current_job"], worker["project"])
+            worker["progress"] = None if job is None or job.progress_at is None else \
+                {"fraction": job.progress, "message": job.progress_message, "at": iso(job.progress_at)}
+    for worker in workers:
+        worker["age"] = round(now - worker["last_seen"], 3)
+        for key in ("started_at", "last_seen", "stopped_at", "flagged_dead_at"):
+            worker[key] = iso(worker[key])
+    if args.json:
+        print_json({"counts": counts, "workers": workers})
+        return exitcodes.OK
+    print(table(["project", "queue", "state", "jobs"],
+                 [[c["project"] or "''", c["queue"], c["state"], c["n"]] for c in counts]) or "no jobs")
+    print()
+    rows = [[w["project"] or "''", w["host"], w["queue"], w["pid"], w["current_job"] or "-",
+             _progress_text(w["progress"]), f"{w['age']:.1f}s ago", _worker_state(w)] for w in workers]
+    print(table(["project", "host", "queue", "pid", "job", "progress", "last seen", "state"], rows)
+          or "no workers")
+    return exitcodes.OK
+
+
+def _job_or_none(store: Store, job_id: int | None, project: str) -> Any:
+    try:
+        return None if job_id is None else store.get_job(job_id, project)
+    except NotFound:  # finished and pruned since the heartbeat named it
+        return None
+
+
+def _progress_text(progress: dict[str, Any] | None) -> str:
+    if progress is None:
+        return "-"
+    share = "" if progress["fraction"] is None else f"{progress['fraction']:.0%}"
+    return short(" ".join(part for part in (share, progress["message"] or "") if part), 40)
+
+
+def _worker_state(worker: dict[str, Any]) -> str:
+    if worker["exit_code"] is not None:
+        return f"exited {worker['exit_code']} ({exitcodes.meaning(worker['exit_code'])})"
+    if worker["stopped_at"]:
+        return "stopped"
+    return "SILENT" if worker["flagged_dead_at"] else "alive"
+
+
+def cmd_jobs(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        found = store.list_jobs(config.project, state=args.state, queue=args.queue, limit=args.limit)
+    if args.json:
+        print_json([job.to_dict() for job in found])
+        return exitcodes.OK
+    rows = [[j.id, j.state, j.queue, j.task, ("next " if j.run_next else "") + str(j.priority),
+             f"{j.attempts}/{j.max_attempts}", iso(j.created_at)] for j in found]
+    print(table(["id", "state", "queue", "task", "priority", "attempts", "created"], rows) or "no jobs")
+    return exitcodes.OK
+
+
+def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        data = _job_dict(store, store.get_job(args.id, config.project), with_events=True)
+    if args.json:
+        print_json(data)
+        return exitcodes.OK
+    keys = ["id", "task", "queue", "project", "state", "priority", "run_next", "attempts", "max_attempts", "args",
+            "result", "error", "claimed_by", "lease_token", "run_at", "created_at", "started_at", "finished_at"]
+    keys += [key for key in ("run_id", "node_id", "node_item", "timeout", "required_model", "progress",
+                             "progress_message", "progress_at") if data[key] is not None]
+    keys += ["watchdog_retries"] if data["watchdog_retries"] else []
+    for key in keys:
+        value = data[key]
+        print(f"{key:>13}: {json.dumps(value) if key in ('args', 'result') else value}")
+    if data["traceback"]:
+        print("    traceback:\n" + data["traceback"].rstrip())
+    print("       events:")
+    for event in data["events"]:
+        print(f"  {event['at']}  {event['kind']:<10} {json.dumps(event['detail'])}")
+    return exitcodes.OK
+
+
+def cmd_retry(args: argparse.Namespace, config: configuration.Config) -> int:
+    return _change(args, config, lambda store: store.retry(args.id, config.project), "re-queued")
+
+
+def cmd_cancel(args: argparse.Namespace, config: configuration.Config) -> int:
+    return _change(args, config, lambda store: store.cancel(args.id, config.project), "cancelled")
+
+
+def _change(args: argparse.Namespace, config: configuration.Config,
+            action: Callable[[Store], Any], verb: str) -> int:
+    with open_store(config) as store:
+        job = action(store)
+        if args.json:
+            print_json(_job_dict(store, job))
+        else:
+            print(f"job {job.id} {verb}")
+    return exitcodes.OK

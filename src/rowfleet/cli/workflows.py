@@ -1,0 +1,112 @@
+"""Workflow commands: run, runs, cancel-run, restart, submit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any, Callable
+
+from rowfleet import api, dag, exitcodes, tasks
+from rowfleet import config as configuration
+from rowfleet.cli.arguments import Parser, json_flag, positive_int
+from rowfleet.cli.output import print_json, short, table
+from rowfleet.errors import ConfigError
+from rowfleet.job import iso
+from rowfleet.store import open_store
+
+
+def add_commands(command: Callable[..., Parser]) -> None:
+    sub = command("run", cmd_run, "start a workflow run; print its id")
+    sub.add_argument("workflow", help="a workflow JSON file, or the name of a workflow an --app module registers")
+    sub.add_argument("--args", default="null", help="JSON: the run's arguments, read by {\"$from\": \"$args...\"}")
+    sub.add_argument("--app", action="append", default=[], metavar="MODULE",
+                     help="import this module first, for its @rowfleet.task handlers and workflows (repeatable)")
+    sub.add_argument("--no-task-check", action="store_true",
+                     help="do not resolve the nodes' tasks here (for a host without their dependencies)")
+    sub.add_argument("--json", action="store_true", help="print the whole run")
+
+    sub = command("runs", cmd_runs, "list workflow runs, newest first; or one run with its nodes")
+    sub.add_argument("id", nargs="?", type=int, help="show this run and its nodes")
+    sub.add_argument("--state", choices=dag.RUN_STATES)
+    sub.add_argument("--limit", type=positive_int, default=50)
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("cancel-run", cmd_cancel_run, "cancel a workflow run and its queued nodes")
+    sub.add_argument("id", type=int)
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("restart", cmd_restart, "re-run a failed or cancelled run's failed and cancelled nodes "
+                  "and what follows them, keeping completed results")
+    sub.add_argument("id", type=int)
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("submit", cmd_submit, "answer an input node of a run that awaits input")
+    sub.add_argument("id", type=int)
+    sub.add_argument("node", help="the input node's id")
+    sub.add_argument("--value", required=True, help="JSON: the node's result")
+    sub.add_argument("--json", action="store_true")
+
+
+def cmd_run(args: argparse.Namespace, config: configuration.Config) -> int:
+    run_args = json_flag("--args", args.args)
+    tasks.import_apps(args.app)
+    flow = tasks.workflow_named(args.workflow)
+    if flow is None:
+        if not os.path.isfile(args.workflow):
+            raise ConfigError(f"{args.workflow!r} is neither a workflow file nor a workflow registered by "
+                              f"an --app module")
+        flow = api.load_workflow(args.workflow)
+    if not args.no_task_check:
+        api.check_tasks(flow)
+    with open_store(config) as store:
+        run_id = store.start_run(flow, run_args, config.project)
+        if args.json:
+            print_json(store.get_run(run_id, config.project).to_dict())
+        else:
+            print(run_id)
+    return exitcodes.OK
+
+
+def cmd_runs(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        if args.id is not None:
+            return _show_run(store.get_run(args.id, config.project), args.json)
+        found = store.list_runs(config.project, state=args.state, limit=args.limit)
+    if args.json:
+        print_json([run.to_dict() for run in found])
+        return exitcodes.OK
+    rows = [[r.id, r.name, r.state, iso(r.created_at), iso(r.finished_at) or "-", r.error or ""] for r in found]
+    print(table(["id", "name", "state", "created", "finished", "error"], rows) or "no runs")
+    return exitcodes.OK
+
+
+def cmd_cancel_run(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        return _show_run(store.cancel_run(args.id, config.project), args.json, f"run {args.id} cancelled")
+
+
+def cmd_restart(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        return _show_run(store.restart_run(args.id, config.project), args.json, f"run {args.id} restarted")
+
+
+def cmd_submit(args: argparse.Namespace, config: configuration.Config) -> int:
+    value = json_flag("--value", args.value)
+    with open_store(config) as store:
+        run = store.submit_input(args.id, args.node, value, config.project)
+    return _show_run(run, args.json, f"run {args.id}: {args.node} answered; the run is {run.state}")
+
+
+def _show_run(run: Any, as_json: bool, headline: str | None = None) -> int:
+    if as_json:
+        print_json(run.to_dict())
+        return exitcodes.OK
+    if headline:
+        print(headline)
+        return exitcodes.OK
+    print(f"run {run.id} {run.name}: {run.state}" + (f" ({run.error})" if run.error else ""))
+    rows = [[n.id, n.state, n.attempts, short(json.dumps(n.result)) if n.result is not None else "-",
+             short(n.error or n.prompt or "")] for n in run.nodes]
+    print(table(["node", "state", "attempts", "result", "error, skip reason or prompt"], rows))
+    return exitcodes.OK
