@@ -19,6 +19,7 @@ from rowfleet.errors import ConfigError, Conflict, LeaseLost, MigrationError, No
 from rowfleet.job import Event, Job, JobSpec, Outcome
 from rowfleet.queries import latest_version, migrations, queries
 from rowfleet.store.runs import WorkflowStore
+from rowfleet.store.schedules import ScheduleStore
 from rowfleet.wake import Waiter
 
 
@@ -48,7 +49,7 @@ class Tx(abc.ABC):
         """Run a multi-statement script (a migration) inside this transaction."""
 
 
-class Store(WorkflowStore, abc.ABC):
+class Store(WorkflowStore, ScheduleStore, abc.ABC):
     """One database connection and everything rowfleet does with it. Not thread-safe:
     each thread opens its own. Workflow runs are in ``WorkflowStore``."""
 
