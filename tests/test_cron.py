@@ -15,7 +15,8 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from rowfleet import cron
-from rowfleet.cron import MACROS, Cron, Every, Fields, ScheduleError, every, in_window, parse, slots_between
+from rowfleet.cron import (MACROS, Cron, Every, Fields, ScheduleError, every, in_window, latest_at_or_before, parse,
+                          slots_between)
 from rowfleet.errors import ConfigError
 
 ALL_MINUTES = tuple(range(60))
@@ -743,6 +744,46 @@ class SlotsBetweenTest(unittest.TestCase):
             slots_between(hourly, datetime(2025, 6, 1), utc(2025, 6, 2), 5)
         with self.assertRaisesRegex(ValueError, "end must be a timezone-aware"):
             slots_between(hourly, utc(2025, 6, 1), datetime(2025, 6, 2), 5)
+
+
+class LatestAtOrBeforeTest(unittest.TestCase):
+    def test_table(self):
+        noon = utc(2025, 6, 1, 12)
+        cases = [  # schedule, moment -> the slot due then
+            (Cron("@hourly"), utc(2025, 6, 1, 12, 59, 59), noon),
+            (Cron("@hourly"), noon, noon),  # at counts
+            (Cron("@hourly"), noon + timedelta(microseconds=1), noon),
+            (Cron("* * * * *"), utc(2025, 6, 1, 12, 0, 30), noon),
+            (Cron("0 9 * * mon"), utc(2025, 6, 8, 23), utc(2025, 6, 2, 9)),  # a Sunday: last Monday's
+            (Cron("0 0 29 2 *"), utc(2031, 6, 1), utc(2028, 2, 29)),  # years back
+            (Cron("0 * * * *", hours=(9, 17)), utc(2025, 6, 1, 20, 30), utc(2025, 6, 1, 16)),  # window closed
+            (Cron("30 2 * * *", "Europe/Berlin"), utc(2025, 3, 30, 1, 30), utc(2025, 3, 30, 1)),  # gap: at 03:00 CEST
+            (Cron("30 2 * * *", "Europe/Berlin"), utc(2025, 3, 30, 0, 59), utc(2025, 3, 29, 1, 30)),
+            (Every(20, noon), noon + seconds(59.9), noon + seconds(40)),
+            (Every(20, noon), noon + seconds(60), noon + seconds(60)),
+            (Every(0.25, noon), noon + seconds(1.3), noon + seconds(1.25)),
+            (Every(20, noon), noon - seconds(1), None),  # before the anchor: nothing yet
+            (Every(3600, utc(2025, 1, 1, 0, 30), hours=(22, 6)), utc(2025, 6, 1, 12), utc(2025, 6, 1, 5, 30)),
+        ]
+        for schedule, moment, expected in cases:
+            with self.subTest(schedule=schedule, moment=moment):
+                self.assertEqual(latest_at_or_before(schedule, moment), expected)
+
+    def test_agrees_with_the_slot_list(self):
+        start = utc(2025, 3, 29, 20)
+        for schedule in (Cron("*/7 * * * *", "Europe/Berlin"), Cron("0,30 * * * *", "America/New_York"),
+                         Cron("10-40/15 0-3 * * *", "Europe/Berlin"),
+                         Every(45, start - timedelta(days=2), hours=(1, 3), zone="Europe/Berlin")):
+            # From a day before, so every moment below has a slot before it in the list.
+            slots = slots_between(schedule, start - timedelta(days=1), start + timedelta(hours=12), limit=10_000)
+            for moment in (start + timedelta(minutes=m, seconds=17) for m in range(0, 720, 11)):
+                with self.subTest(schedule=schedule, moment=moment):
+                    self.assertEqual(latest_at_or_before(schedule, moment),
+                                     [slot for slot in slots if slot <= moment][-1])
+
+    def test_naive_moment_is_a_bug(self):
+        with self.assertRaisesRegex(ValueError, "moment must be a timezone-aware"):
+            latest_at_or_before(Cron("@hourly"), datetime(2025, 6, 1))
 
 
 if __name__ == "__main__":

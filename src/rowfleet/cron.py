@@ -4,9 +4,10 @@ Owns the meaning of a schedule: ``Cron`` parses a standard 5-field expression (m
 hour day-of-month month day-of-week, or a macro such as ``@daily``) read in a time zone's
 wall-clock time, and ``Every`` is a fixed cadence in seconds counted from an anchor. Both
 answer one question, ``next_after(moment)``: the first fire time strictly after
-``moment``. ``slots_between`` lists the fire times a catch-up policy must consider. The
-scheduler (later) persists schedules and fires each slot exactly once; nothing here reads
-the clock, the database or the environment. Imports only the stdlib and
+``moment``. ``slots_between`` lists the fire times a catch-up policy must consider, and
+``latest_at_or_before`` finds the slot due at a moment. The scheduler
+(``rowfleet.scheduler``) persists schedules and fires each slot exactly once; nothing here
+reads the clock, the database or the environment. Imports only the stdlib and
 ``rowfleet.errors``.
 
 Every datetime taken must be timezone-aware (a naive one raises ``ValueError``: a bug, not
@@ -471,3 +472,44 @@ def slots_between(schedule: Schedule, start: datetime, end: datetime, limit: int
             break
         slots.append(fire)
     return slots
+
+
+def latest_at_or_before(schedule: Schedule, moment: datetime) -> datetime | None:
+    """The last fire time at or before ``moment``, in UTC: the slot that is due at
+    ``moment``. None when there is none within the horizon before it.
+
+    Built on ``next_after`` alone, which never goes backwards as its argument grows: look
+    back in doubling steps until a window holds a fire time, then bisect between that fire
+    time and ``moment``. A few dozen calls however dense the schedule, never one per slot.
+
+    >>> hourly = Cron("@hourly")
+    >>> latest_at_or_before(hourly, datetime(2025, 6, 1, 12, 59, 59, tzinfo=timezone.utc)).hour
+    12
+    >>> latest_at_or_before(hourly, datetime(2025, 6, 1, 13, 0, tzinfo=timezone.utc)).hour  # "at" counts
+    13
+    """
+    moment = _aware(moment, "moment").astimezone(_UTC)
+    reach, farthest = timedelta(seconds=1), timedelta(days=366 * (HORIZON_YEARS + 1))
+    while True:
+        try:
+            low = schedule.next_after(moment - reach)
+        except OverflowError:  # looking back past the first datetime Python can hold
+            return None
+        if low <= moment:
+            break
+        if reach >= farthest:
+            return None
+        reach *= 2
+    # ``low`` fires at or before ``moment``; nothing fires in (high, moment].
+    high = moment
+    while True:
+        following = schedule.next_after(low)
+        if following > moment:
+            return low
+        low = following
+        middle = low + (high - low) / 2
+        probe = schedule.next_after(middle)
+        if probe <= moment:
+            low = probe
+        else:
+            high = middle
