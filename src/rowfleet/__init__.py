@@ -21,6 +21,7 @@ from rowfleet.dag import DefinitionError, Workflow
 from rowfleet.errors import (ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, LeaseLost, MigrationError, NotFound,
                              RowfleetError, SchemaMissing, StoreUnavailable, UnknownTask)
 from rowfleet.job import Cancel, Job, Retry
+from rowfleet.scheduler import periodic
 from rowfleet.tasks import task
 from rowfleet.worker import current_job, progress
 
@@ -30,5 +31,5 @@ __all__ = [
     "Cancel", "Config", "ConfigError", "Conflict", "DatabaseBusy", "DatabaseUnreachable", "DefinitionError", "Job", "LeaseLost",
     "MigrationError", "NotFound", "Retry", "RowfleetError", "SchemaMissing", "StoreUnavailable", "UnknownTask",
     "Workflow", "__version__", "cancel_run", "configure", "current_job", "enqueue", "enqueue_many", "get_job",
-    "get_run", "init", "load_workflow", "progress", "restart_run", "start_run", "submit", "task", "work", "workflow",
+    "get_run", "init", "load_workflow", "periodic", "progress", "restart_run", "start_run", "submit", "task", "work", "workflow",
 ]

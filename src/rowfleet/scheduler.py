@@ -1,0 +1,447 @@
+"""Periodic jobs: schedules declared in Python or a JSON file, and the service that fires them.
+
+Owns what a schedule is (``Schedule``, validated when built), the two ways to declare one
+(``@rowfleet.periodic`` on a function, ``load_schedule_file`` for a JSON list), the pure
+decision of which slot is due (``due_slot``), and the ``Scheduler`` service that enqueues
+one job per due slot. When schedules fire is ``rowfleet.cron``'s business; storing a
+fired slot exactly once is the store's (``ScheduleStore.fire_slot``). Writes no SQL and
+holds no driver connection.
+
+When a slot fires. A slot is a fire time of the schedule (epoch seconds). At each tick the
+*due slot* is the latest slot at or before now; at most one slot per schedule fires per
+tick, and only a slot newer than the newest one fired (``last_slot``, kept in the
+database, shared by every scheduler of the project):
+
+* on time: the due slot fires when it is at most ``grace`` seconds old (by default
+  ``max(2 * tick, 60)``), whatever the policy, on a scheduler's first tick too;
+* ``missed="skip"`` (the default): a due slot older than that was missed, because every
+  scheduler was down or stuck; it and the slots before it are skipped, and the schedule
+  waits for its next slot;
+* ``missed="catch_up"``: once a schedule has fired at least once, a missed due slot still
+  fires, however late: one job makes up for the whole gap (the latest missed slot; the
+  ones before it never fire), then the schedule goes on as normal;
+* ``at_boot=True``: on a scheduler's first tick the due slot fires however old it is,
+  unless it has fired already. With no ``last_slot`` (a schedule that never fired) only
+  ``at_boot`` fires a slot that is not on time.
+
+Exactly once: the slot is the key of its record (``schedule_slots``), written in the
+transaction that enqueues its job, and a scheduler that finds the slot (or a later one)
+fired enqueues nothing. Two schedulers deciding alike (they read the same ``last_slot``
+and compute the same slots) therefore make one job between them.
+
+``every`` cadences count from the Unix epoch (an ``every: 900`` fires at :00, :15, :30,
+:45 UTC), so every scheduler computes the same slots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
+
+from rowfleet import tasks
+from rowfleet.config import Config
+from rowfleet.cron import Cron, Every, ScheduleError, latest_at_or_before
+from rowfleet.errors import ConfigError, StoreUnavailable
+from rowfleet.job import JobSpec, encode_json, iso
+from rowfleet.store import Store, open_store
+
+log = logging.getLogger("rowfleet.scheduler")
+
+SKIP = "skip"
+CATCH_UP = "catch_up"
+MISSED_POLICIES = (SKIP, CATCH_UP)
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # where every cadence counts from
+SHORTEST_GRACE = 60.0  # seconds a slot may be late and still be on time, at the least
+BACKOFF_MAX = 10.0  # longest wait after failed ticks: longer would let on-time slots go stale
+SHORTEST_WAIT = 0.005  # a wake-up a hair before a slot (clocks disagree) must not spin
+
+
+class InvalidSchedule(ScheduleError):
+    """A schedule's field is invalid; the message names the schedule and the field."""
+
+    def __init__(self, schedule: Any, field: str, problem: str) -> None:
+        self.schedule, self.field, self.problem = schedule, field, problem
+        super().__init__(f"schedule {schedule!r}: {field}: {problem}")
+
+
+# --- what a schedule is --------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """A periodic job: ``task`` with ``args`` enqueued on ``queue`` at each slot of exactly
+    one of ``cron`` (a 5-field expression or a macro, read in ``zone``) or ``every``
+    (seconds). ``hours=(start, end)`` keeps only slots from local hour ``start`` to
+    ``end`` (excluded; (22, 6) wraps midnight). ``missed`` and ``at_boot``: see the module
+    docstring. ``queue`` defaults to the task's own when it is registered, else "default".
+
+    >>> Schedule("refresh", "app:refresh", cron="*/15 * * * *", hours=[8, 18]).hours
+    (8, 18)
+    >>> Schedule("refresh", "app:refresh", every=0)
+    Traceback (most recent call last):
+    ...
+    rowfleet.scheduler.InvalidSchedule: schedule 'refresh': every: must be a positive number of seconds, got 0
+    """
+
+    name: str
+    task: str
+    cron: str | None = None
+    every: float | None = None
+    args: Any = None
+    queue: str | None = None
+    zone: str = "UTC"
+    hours: tuple[int, int] | None = None
+    missed: str = SKIP
+    at_boot: bool = False
+    priority: int = 0
+    max_attempts: int = 5
+    timeout: float | None = None
+    timing: Cron | Every = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not _is_word(self.name):
+            raise InvalidSchedule(self.name, "name", "must be a non-empty word without spaces")
+        if not _is_word(self.task):
+            raise InvalidSchedule(self.name, "task", f"must be a registered task name or module:function, "
+                                                     f"got {self.task!r}")
+        self._check_options()
+        if self.hours is not None:
+            if not isinstance(self.hours, (list, tuple)) or len(self.hours) != 2:
+                raise InvalidSchedule(self.name, "hours", f"needs [start, end] local hours, e.g. [8, 18], "
+                                                          f"got {self.hours!r}")
+            object.__setattr__(self, "hours", tuple(self.hours))
+        if self.queue is None:
+            object.__setattr__(self, "queue", _registered_queue(self.task) or "default")
+        object.__setattr__(self, "timing", self._timing())
+        try:
+            self.spec("")
+        except ConfigError as exc:  # what JobSpec refuses that the checks above let by
+            raise InvalidSchedule(self.name, "job", str(exc)) from None
+
+    def _check_options(self) -> None:
+        checks = [
+            ("queue", self.queue is None or _is_word(self.queue), "must be a non-empty word without spaces"),
+            ("zone", isinstance(self.zone, str), "must be an IANA time zone name such as 'Europe/Berlin'"),
+            ("missed", self.missed in MISSED_POLICIES, f"must be {' or '.join(map(repr, MISSED_POLICIES))}"),
+            ("at_boot", isinstance(self.at_boot, bool), "must be true or false"),
+            ("priority", _is_int(self.priority), "must be a whole number (lower runs sooner)"),
+            ("max_attempts", _is_int(self.max_attempts) and self.max_attempts >= 1,
+             "must be a whole number of at least 1"),
+            ("timeout", self.timeout is None or _is_positive(self.timeout), "must be a positive number of seconds"),
+            ("args", _is_json(self.args), "must be a JSON value (an object, a list, a string, a number ...)"),
+        ]
+        for field, ok, requirement in checks:
+            if not ok:
+                raise InvalidSchedule(self.name, field, f"{requirement}, got {getattr(self, field)!r}")
+
+    def _timing(self) -> Cron | Every:
+        if (self.cron is None) == (self.every is None):
+            raise InvalidSchedule(self.name, "cron/every", "needs exactly one of cron (an expression such as "
+                                                           "'*/15 * * * *') or every (seconds)")
+        self._built("zone", lambda: Cron("* * * * *", self.zone))
+        self._built("hours", lambda: Cron("* * * * *", hours=self.hours))
+        if self.cron is not None:
+            if not isinstance(self.cron, str):
+                raise InvalidSchedule(self.name, "cron", f"must be a string such as '*/15 * * * *', got {self.cron!r}")
+            return self._built("cron", lambda: Cron(self.cron, self.zone, self.hours))
+        if not _is_positive(self.every):
+            raise InvalidSchedule(self.name, "every", f"must be a positive number of seconds, got {self.every!r}")
+        cadence = self._built("every", lambda: Every(self.every, EPOCH, self.hours, self.zone))
+        if self.hours is not None:  # a cadence can miss a window for ever: find out now, not at a tick
+            self._built("every", lambda: cadence.next_after(EPOCH))
+        return cadence
+
+    def _built(self, field: str, build: Callable[[], Any]) -> Any:
+        try:
+            return build()
+        except ScheduleError as exc:
+            raise InvalidSchedule(self.name, field, str(exc)) from None
+
+    def spec(self, project: str) -> JobSpec:
+        """The job each slot enqueues, in ``project``."""
+        return JobSpec(task=self.task, args=self.args, queue=self.queue, project=project, priority=self.priority,
+                       max_attempts=self.max_attempts, timeout=self.timeout)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a schedule file writes it."""
+        data = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.init}
+        data["hours"] = None if self.hours is None else list(self.hours)
+        return data
+
+
+def _is_word(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and not any(c.isspace() for c in value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        encode_json(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _registered_queue(task: str) -> str | None:
+    """The queue ``@rowfleet.task`` registered ``task`` on, if it is registered here."""
+    with tasks._lock:  # the registry has no public lookup of a task's queue
+        registered = tasks._registry.get(task)
+    return None if registered is None else registered.queue
+
+
+# --- declaring schedules: a JSON file, or @rowfleet.periodic ----------------------------
+
+FILE_KEYS = tuple(field.name for field in dataclasses.fields(Schedule) if field.init)
+REQUIRED_KEYS = ("name", "task")
+
+
+def load_schedule_file(path: str) -> list[Schedule]:
+    """The schedules of a JSON file: a list of objects with ``FILE_KEYS``, e.g.
+    ``[{"name": "refresh", "task": "app:refresh", "cron": "*/15 * * * *"}]``.
+
+    Any problem (unreadable, not JSON, an unknown key, a bad value, a name given twice) is
+    one ``ConfigError`` line naming the file, the entry (counted from 1) and the key.
+    Tasks named in it are looked up for their queue, so import the apps first.
+    """
+    where = f"schedule file {path}"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: is not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(data, list):
+        raise ConfigError(f"{where}: needs a JSON list of schedules, e.g. "
+                          f'[{{"name": "refresh", "task": "app:refresh", "cron": "*/15 * * * *"}}], '
+                          f"not {_json_type(data)}")
+    schedules: list[Schedule] = []
+    first_entry: dict[str, int] = {}
+    for number, entry in enumerate(data, start=1):
+        schedule = _file_entry(where, number, entry)
+        if schedule.name in first_entry:
+            raise ConfigError(f"{where}: entry {number}: name {schedule.name!r} is taken by entry "
+                              f"{first_entry[schedule.name]}; schedule names must be unique")
+        first_entry[schedule.name] = number
+        schedules.append(schedule)
+    return schedules
+
+
+def _file_entry(where: str, number: int, entry: Any) -> Schedule:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: entry {number}: needs an object with a name, a task and a cron or every, "
+                          f"not {_json_type(entry)}")
+    label = f"entry {number}" + (f" ({entry['name']!r})" if isinstance(entry.get("name"), str) else "")
+    unknown = sorted(set(entry) - set(FILE_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: {label}: unknown key {unknown[0]!r}; the keys are {', '.join(FILE_KEYS)}")
+    for key in REQUIRED_KEYS:
+        if key not in entry:
+            raise ConfigError(f"{where}: {label}: missing key {key!r}")
+    try:
+        return Schedule(**entry)
+    except InvalidSchedule as exc:
+        raise ConfigError(f"{where}: {label}: {exc.field}: {exc.problem}") from None
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true or false", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+_schedules: dict[str, Schedule] = {}
+_lock = threading.Lock()
+
+
+def periodic(cron: str | None = None, *, every: float | None = None, name: str | None = None, args: Any = None,
+             queue: str = "default", zone: str = "UTC", hours: Sequence[int] | None = None, missed: str = SKIP,
+             at_boot: bool = False, priority: int = 0, max_attempts: int = 5,
+             timeout: float | None = None) -> Callable[[Callable[..., Any]], tasks.Task]:
+    """Register a function as a task and as a schedule that enqueues it at each slot of
+    ``cron`` or ``every`` seconds. ``name`` names both (default ``module:qualname``); the
+    other options are ``Schedule``'s, ``timeout`` the task's. A scheduler started with
+    ``--app MODULE`` fires the schedules that module declares.
+
+    >>> @periodic("0 3 * * *", name="doc.nightly", args={"full": True}, zone="Europe/Berlin")
+    ... def nightly(full):
+    ...     return full
+    >>> [s.cron for s in registered_schedules() if s.name == "doc.nightly"], nightly(full=False)
+    (['0 3 * * *'], False)
+    """
+    if callable(cron):
+        raise ConfigError("@periodic needs a cron expression or every=SECONDS, e.g. @rowfleet.periodic('*/15 * * * *')")
+
+    def register(function: Callable[..., Any]) -> tasks.Task:
+        registered = tasks.task(function, name=name, queue=queue, timeout=timeout)
+        schedule = Schedule(name=registered.name, task=registered.name, cron=cron, every=every, args=args,
+                            queue=registered.queue, zone=zone, hours=hours,
+                            missed=missed, at_boot=at_boot, priority=priority, max_attempts=max_attempts)
+        with _lock:
+            _schedules[schedule.name] = schedule  # a module imported again registers again, as tasks do
+        return registered
+
+    return register
+
+
+def registered_schedules() -> list[Schedule]:
+    """The schedules ``@periodic`` registered in this process, in registration order."""
+    with _lock:
+        return list(_schedules.values())
+
+
+# --- when a slot fires (pure) -------------------------------------------------------------
+
+
+def due_slot(schedule: Schedule, last_slot: float | None, now: float, grace: float,
+             booting: bool = False) -> float | None:
+    """The slot ``schedule`` should fire at ``now`` (epoch seconds), or None. ``last_slot``
+    is the newest slot fired (None: never), ``grace`` how late a slot may be and still be
+    on time, ``booting`` whether this is a scheduler's first tick. See the module docstring.
+
+    >>> hourly = Schedule("h", "app:h", cron="@hourly")
+    >>> noon = datetime(2025, 6, 1, 12, tzinfo=timezone.utc).timestamp()
+    >>> due_slot(hourly, noon - 3600, noon + 5, grace=60) == noon        # on time
+    True
+    >>> due_slot(hourly, noon, noon + 5, grace=60) is None                # fired already
+    True
+    >>> due_slot(hourly, noon - 7200, noon + 600, grace=60) is None       # missed: skipped
+    True
+    """
+    latest = latest_at_or_before(schedule.timing, datetime.fromtimestamp(now, timezone.utc))
+    if latest is None:
+        return None
+    slot = latest.timestamp()
+    if last_slot is not None and slot <= last_slot:
+        return None
+    if now - slot <= grace:
+        return slot
+    if booting and schedule.at_boot:
+        return slot
+    if schedule.missed == CATCH_UP and last_slot is not None:
+        return slot
+    return None
+
+
+def next_slot(schedules: Iterable[Schedule], now: float) -> float:
+    """The earliest slot of any of ``schedules`` strictly after ``now``: when to look again."""
+    moment = datetime.fromtimestamp(now, timezone.utc)
+    return min(schedule.timing.next_after(moment).timestamp() for schedule in schedules)
+
+
+# --- the service --------------------------------------------------------------------------
+
+
+class Fired(NamedTuple):
+    """A slot this scheduler fired: the schedule, the slot (epoch seconds) and its job."""
+
+    name: str
+    slot: float
+    job_id: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "slot": iso(self.slot), "job_id": self.job_id}
+
+
+class Scheduler:
+    """Fires ``schedules`` for ``config.project``: one job per due slot, exactly once
+    however many schedulers run. ``store`` defaults to one opened (and closed) here;
+    ``clock`` (epoch seconds) to the store's, which on PostgreSQL is the database's, so
+    schedulers on hosts with skewed clocks agree on what is due. ``tick`` is the longest
+    wait between two looks (the loop also wakes at each slot); ``grace`` how late a slot
+    may fire and still be on time (default ``max(2 * tick, 60)``)."""
+
+    def __init__(self, config: Config, schedules: Iterable[Schedule], store: Store | None = None, *,
+                 clock: Callable[[], float] | None = None, tick: float = 1.0, grace: float | None = None,
+                 identity: str | None = None) -> None:
+        self.schedules = _unique(schedules)
+        if not _is_positive(tick):
+            raise ConfigError(f"the scheduler's tick must be a positive number of seconds, got {tick!r}")
+        grace = max(2 * tick, SHORTEST_GRACE) if grace is None else grace
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+            raise ConfigError(f"the scheduler's grace must be a number of seconds, 0 or more, got {grace!r}")
+        self.config, self.tick, self.grace = config, float(tick), float(grace)
+        self._owns_store = store is None
+        self.store = open_store(config) if store is None else store
+        self.clock = self.store.clock if clock is None else clock
+        self.identity = identity or f"{config.host}:{os.getpid()}"
+        self._booting = True
+
+    def run_once(self, now: float | None = None) -> list[Fired]:
+        """Fire every schedule's due slot that nobody fired yet; what this scheduler fired."""
+        now = self.clock() if now is None else now
+        project = self.config.project
+        last = self.store.last_slots(project)
+        fired = []
+        for schedule in self.schedules:
+            slot = due_slot(schedule, last.get(schedule.name), now, self.grace, self._booting)
+            if slot is None:
+                continue
+            job = self.store.fire_slot(project, schedule.name, slot, schedule.spec(project), self.identity)
+            if job is not None:
+                fired.append(Fired(schedule.name, slot, job.id))
+        self._booting = False  # only once a whole tick got through: a failed first tick boots again
+        return fired
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick until ``stop`` is set: at each slot, and at least every ``tick`` seconds."""
+        log.info("scheduler %s: %d schedule(s) of project %r", self.identity, len(self.schedules),
+                 self.config.project)
+        failures = 0
+        while not stop.is_set():
+            try:
+                wait, failures = self._tick(), 0
+            except StoreUnavailable as exc:
+                failures += 1
+                wait = min(self.tick * 2 ** failures, BACKOFF_MAX)
+                log.warning("scheduler tick failed (trying again in %.1fs): %s", wait, exc)
+            stop.wait(wait)
+
+    def _tick(self) -> float:
+        """One look, logged; how long to wait before the next: until the next slot, at most a tick."""
+        now, started = self.clock(), time.monotonic()
+        for fired in self.run_once(now):
+            log.info("schedule %s: slot %s fired as job %d", fired.name, iso(fired.slot), fired.job_id)
+        until_slot = next_slot(self.schedules, now) - now - (time.monotonic() - started)
+        return min(max(until_slot, SHORTEST_WAIT), self.tick)
+
+    def close(self) -> None:
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> "Scheduler":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _unique(schedules: Iterable[Schedule]) -> tuple[Schedule, ...]:
+    found: dict[str, Schedule] = {}
+    for schedule in schedules:
+        if not isinstance(schedule, Schedule):
+            raise TypeError(f"a scheduler takes Schedule objects, got {type(schedule).__name__}")
+        if schedule.name in found and found[schedule.name] != schedule:
+            raise ConfigError(f"two different schedules are named {schedule.name!r}: rename one")
+        found[schedule.name] = schedule
+    if not found:
+        raise ConfigError("the scheduler has no schedules: give it a schedule file or an app that declares "
+                          "@rowfleet.periodic functions")
+    return tuple(found.values())
