@@ -19,14 +19,14 @@ from typing import Callable, Sequence
 import rowfleet
 from rowfleet import config as configuration
 from rowfleet import exitcodes
-from rowfleet.cli import jobs, processes, workflows
+from rowfleet.cli import jobs, processes, schedules, workflows
 from rowfleet.cli.arguments import GLOBALS, KNOBS, Parser, UsageError, knob_names, positive_int
 from rowfleet.cli.output import report
 from rowfleet.errors import ConfigError, RowfleetError
 
 __all__ = ["Parser", "UsageError", "build_parser", "main", "positive_int", "report"]
 
-COMMAND_FAMILIES = (jobs, processes, workflows)
+COMMAND_FAMILIES = (jobs, processes, workflows, schedules)
 
 
 def build_parser() -> Parser:

@@ -1,0 +1,90 @@
+"""Periodic jobs: ``scheduler`` fires the schedules of files and apps, ``schedules`` shows
+what the database knows of them."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from typing import Any, Callable
+
+from rowfleet import config as configuration
+from rowfleet import exitcodes, tasks
+from rowfleet.cli.arguments import Parser, positive_int
+from rowfleet.cli.output import print_json, table
+from rowfleet.cli.processes import on_stop_signals
+from rowfleet.errors import ConfigError
+from rowfleet.job import iso
+from rowfleet.scheduler import Scheduler, load_schedule_file, registered_schedules
+from rowfleet.store import open_store
+
+
+def add_commands(command: Callable[..., Parser]) -> None:
+    sub = command("scheduler", cmd_scheduler, "enqueue one job per due slot of each schedule, exactly once "
+                  "however many schedulers run")
+    sub.add_argument("--schedule", action="append", default=[], metavar="FILE",
+                     help="a JSON file: a list of schedules (repeatable)")
+    sub.add_argument("--app", action="append", default=[], metavar="MODULE",
+                     help="import this module, so its @rowfleet.periodic schedules register (repeatable)")
+    sub.add_argument("--once", action="store_true", help="one tick: fire what is due, print it, exit")
+    sub.add_argument("--json", action="store_true", help="with --once, print what fired as JSON")
+
+    sub = command("schedules", cmd_schedules, "each schedule the database knows: its newest slot and the "
+                  "slots fired lately, with their jobs")
+    sub.add_argument("--limit", type=positive_int, default=5, help="slots shown per schedule (default 5)")
+    sub.add_argument("--json", action="store_true")
+
+
+def cmd_scheduler(args: argparse.Namespace, config: configuration.Config) -> int:
+    tasks.import_apps(args.app)  # first: a file's schedules take their task's queue from the registry
+    schedules = [schedule for path in args.schedule for schedule in load_schedule_file(path)]
+    schedules += registered_schedules()
+    if not schedules:
+        raise ConfigError("no schedules to run: give --schedule FILE (a JSON list of schedules) or --app MODULE "
+                          "(a module with @rowfleet.periodic functions)")
+    with open_store(config) as store:
+        store.require_schema()
+        scheduler = Scheduler(config, schedules, store)
+        if args.once:
+            _show_fired([fired.to_dict() for fired in scheduler.run_once()], args.json)
+            return exitcodes.OK
+        stop = threading.Event()
+        on_stop_signals(lambda *_: stop.set())
+        scheduler.run(stop)
+    return exitcodes.OK
+
+
+def _show_fired(fired: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print_json(fired)
+    elif fired:
+        print(table(["SCHEDULE", "SLOT", "JOB"], [[f["name"], f["slot"], f["job_id"]] for f in fired]))
+    else:
+        print("nothing was due")
+
+
+def cmd_schedules(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        store.require_schema()
+        shown = [{"name": name, "last_slot": iso(last_slot),
+                  "recent": [_slot_dict(row) for row in store.fired_slots(config.project, name, args.limit)]}
+                 for name, last_slot in store.last_slots(config.project).items()]
+    if args.json:
+        print_json(shown)
+    elif not shown:
+        print("no schedule has fired yet")
+    else:
+        print(table(["SCHEDULE", "SLOT", "JOB", "FIRED BY"], _rows(shown)))
+    return exitcodes.OK
+
+
+def _rows(shown: list[dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for each in shown:
+        pruned = [{"slot": each["last_slot"], "job_id": "-", "fired_by": "-"}]  # its records are gone
+        rows += [[each["name"], slot["slot"], slot["job_id"], slot["fired_by"]] for slot in each["recent"] or pruned]
+    return rows
+
+
+def _slot_dict(row: dict[str, Any]) -> dict[str, Any]:
+    return {"slot": iso(row["slot"]), "job_id": row["job_id"], "fired_at": iso(row["fired_at"]),
+            "fired_by": row["fired_by"]}
