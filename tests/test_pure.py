@@ -10,12 +10,12 @@ import struct
 import unittest
 from types import SimpleNamespace
 
-from rowfleet import config, dag, exitcodes, job, liveness, queries, store, supervisor, wake
+from rowfleet import config, control, dag, exitcodes, job, liveness, queries, store, supervisor, wake
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, Cancel, JobSpec, Retry, backoff, decide_outcome
 from rowfleet.store import sqlite as sqlite_store
 
-DOCTESTED = (config, dag, exitcodes, job, liveness, queries, store, sqlite_store, supervisor, wake)
+DOCTESTED = (config, control, dag, exitcodes, job, liveness, queries, store, sqlite_store, supervisor, wake)
 
 
 def load_tests(loader, tests, pattern):

@@ -59,6 +59,9 @@ class Config:
             raise ConfigError("db must be a non-empty path or URL")
         if not isinstance(self.project, str):
             raise ConfigError("project must be a string")
+        for name in ("project", "host"):  # "*" means every one in a worker switch
+            if getattr(self, name) == "*":
+                raise ConfigError(f"{name} cannot be '*', which worker switches use for every {name}")
         for name in ("lease", "renew", "heartbeat", "poll", "interval", "backoff_base", "backoff_max",
                      "retention", "busy_timeout", "budget", "stall_window", "stall_spacing", "idle_gpu",
                      "memory_delta_mb", "gpu_first_window", "gpu_window", "gpu_sample", "restart_delay",

@@ -5,7 +5,8 @@ Each child is forked from the parent after the user's app modules are imported, 
 job's memory. A child that exits 0 is done (burst drained, or stopped); any other exit is
 logged with its meaning (``exitcodes.meaning``), reported to ``on_exit`` and restarted
 after a delay that doubles while the child keeps dying young, so a crash loop cannot
-become a restart storm; a child exiting with a fatal code (bad configuration) stops them
+become a restart storm (an operator's hard stop, 79, is not a fault: that child comes back
+after the first delay, and parks until its switch is on); a child exiting with a fatal code (bad configuration) stops them
 all. Every ``check_every`` seconds the parent asks ``flagged()`` for the pids the
 dead-worker sweep flagged, and kills those of its children with SIGKILL: a frozen child
 (a hang holding the GIL) answers nothing else. SIGTERM/SIGINT are passed to the
@@ -104,6 +105,11 @@ class Supervisor:
             log.error("worker child %d exited with %s; stopping the others", pid, _describe(code))
             self.request_stop()
             self.exit_code = code
+            return
+        if code == exitcodes.OPERATOR_STOP:  # not a fault: back at once, to park until switched on
+            self.delays[slot], self.crashes[slot] = 0.0, 0
+            log.info("worker child %d stopped by an operator; restarting it (it parks until switched on)", pid)
+            self.restarts[slot] = time.monotonic() + self.first_delay
             return
         self.delays[slot] = restart_delay(self.delays[slot], lived, self.first_delay, self.max_delay)
         self.crashes[slot] = self.crashes[slot] + 1 if lived < HEALTHY_AFTER else 1

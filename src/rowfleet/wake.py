@@ -24,6 +24,7 @@ import logging
 import os
 import select
 import struct
+import threading
 from typing import Protocol
 
 log = logging.getLogger("rowfleet.wake")
@@ -88,6 +89,30 @@ class Doorbell:
                 os.close(fd)
             except OSError:
                 pass
+
+
+class Sleeper:
+    """A waiter with no push path: it reports no change, and sleeps until its timeout or an
+    interrupt. For what is read once per poll anyway."""
+
+    settle_window = 0.0
+
+    def __init__(self) -> None:
+        self._halt = threading.Event()
+
+    def wait(self, timeout: float) -> bool:
+        self._halt.wait(max(timeout, 0.0))
+        self._halt.clear()
+        return False
+
+    def drain(self) -> None:
+        pass
+
+    def interrupt(self) -> None:
+        self._halt.set()
+
+    def close(self) -> None:
+        pass
 
 
 def event_names(buffer: bytes) -> list[bytes]:

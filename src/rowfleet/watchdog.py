@@ -8,7 +8,10 @@ It watches the job in hand for three faults, each decided by ``rowfleet.liveness
   all show an idle GPU and static memory; otherwise a ``stall_suspected`` event, and it
   watches again;
 * 78, GPU health (workers started with ``--gpu``): GPU idle and memory static for a whole
-  window, the long ``gpu_first_window`` until the first progress beat, then ``gpu_window``.
+  window, the long ``gpu_first_window`` until the first progress beat, then ``gpu_window``;
+
+and it carries out an operator's hard switch (79, ``operator_stop``), so that stop takes
+the same path: the policy hands the job back without spending an attempt.
 
 A trip writes the policy's outcome (``liveness.trip_outcome``: re-queue or fail, a
 watchdog retry spent, a forensic ``watchdog_trip`` event) on the watchdog's own
@@ -64,6 +67,7 @@ class Watchdog(threading.Thread):
         self._halt = threading.Event()
         self._job: Job | None = None
         self._store: Any = None
+        self._operator_stop: str | None = None  # kept across jobs: the process is going down
         self._reset(None)
 
     # --- called by the worker's main thread ---------------------------------------------
@@ -75,6 +79,12 @@ class Watchdog(threading.Thread):
     def release(self) -> None:
         with self._lock:
             self._reset(None)
+
+    def operator_stop(self, reason: str | None) -> None:
+        """Stop the job in hand (and any job claimed after it) for an operator's hard switch;
+        None withdraws a stop not yet carried out."""
+        with self._lock:
+            self._operator_stop = reason
 
     def beat(self) -> None:
         """The job reported progress."""
@@ -117,8 +127,11 @@ class Watchdog(threading.Thread):
         with self._lock:
             job, started, budget = self._job, self._since, self._budget
             first_beat, last_beat = self._first_beat, self._last_beat
+            operator_stop = self._operator_stop
         if job is None:
             return None
+        if operator_stop is not None:
+            return job, Trip(exitcodes.OPERATOR_STOP, "operator", operator_stop)
         now = time.monotonic()
         if liveness.budget_exceeded(started, now, budget):
             return job, Trip(exitcodes.BUDGET, "budget", f"ran {now - started:.1f}s of its {budget:g}s budget")

@@ -11,6 +11,13 @@ re-checks cheaply before taking the write lock; a missed wake-up costs at most
 A worker that finds its job taken (its token is stale: the job was reclaimed or handed to
 another worker) exits at once with code 77 and writes nothing more.
 
+Operators switch workers off and on with ``worker_controls`` rows (``rowfleet.control``).
+A ``SwitchWatch`` thread reads the worker's switch once per poll, or at once when Postgres
+notifies a change. Off with ``drain``: the job in hand finishes, then the worker parks
+(claims nothing, its heartbeat says parked) until switched on, when it resumes in place.
+Off with ``hard``: the watchdog hands the job in hand back and the process exits 79; a
+worker started while off parks before its first claim.
+
 Writes no SQL: everything goes through the store.
 """
 
@@ -23,8 +30,9 @@ import threading
 import time
 from typing import Any, Callable
 
-from rowfleet import exitcodes, tasks
+from rowfleet import control, exitcodes, tasks
 from rowfleet.config import Config
+from rowfleet.control import Switch
 from rowfleet.errors import ConfigError, DatabaseUnreachable, LeaseLost, RowfleetError, SchemaMissing, StoreUnavailable
 from rowfleet.job import Job, Outcome, decide_outcome
 from rowfleet.store import Store, open_store
@@ -85,14 +93,20 @@ class Worker:
         self.waiter: Any = None
         self.keeper: Keeper | None = None
         self.watchdog: Watchdog | None = None
+        self.switch_watch: SwitchWatch | None = None
         self.jobs_run = 0
         self._progress_written = 0.0
+        self.switch: Switch | None = None  # the off switch holding this worker; None: serve
+        self.state = control.SERVING  # what the heartbeat row shows
+        self.exit_code = exitcodes.OK
+        self._switch_moved = threading.Event()
 
     # --- lifecycle ---------------------------------------------------------------------
 
     def request_stop(self) -> None:
         """Finish the job in hand, then exit. Safe to call from a signal handler."""
         self.stop_event.set()
+        self._switch_moved.set()
         if self.waiter is not None:
             self.waiter.interrupt()
 
@@ -101,27 +115,33 @@ class Worker:
         return self.stop_event.is_set()
 
     def run(self) -> int:
-        """Serve until stopped; the process exit code (0)."""
+        """Serve until stopped; the process exit code (0, or 79 when an operator's hard
+        switch stopped a worker that had run jobs)."""
         self.store = self._open_store()
         if self.store is None:
-            return 0
+            return exitcodes.OK
         self.waiter = self.store.waiter(self.queue)
         self.keeper = Keeper(self)
+        # Read before the first claim, so a worker started while switched off never claims.
+        self.switch = self.store.switch_in_force(self.config.project, self.config.host, self.queue)
         self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
         self.watchdog = Watchdog(self.config, self.store_factory, gpu_jobs=self.gpu, exit=self.exit)
         self.watchdog.start()
+        self.switch_watch = SwitchWatch(self)
+        self.switch_watch.start()
         log.info("worker %s serving queue %r of project %r", self.holder, self.queue, self.config.project)
         try:
             self._serve()
         finally:
+            self.switch_watch.stop()
             self.watchdog.stop()
             self.keeper.stop()
             self._say_goodbye()
             self.waiter.close()
             self.store.close()
         log.info("worker %s stopped after %d job(s)", self.holder, self.jobs_run)
-        return 0
+        return self.exit_code
 
     def _serve(self) -> None:
         job: Job | None = None
@@ -130,10 +150,17 @@ class Worker:
         while not self.stopping:
             try:
                 if job is None:
+                    step = control.next_step(self.switch, holding_job=False, has_run_jobs=self.jobs_run > 0)
+                    if step == control.STOP:
+                        self._stop_for(self.switch)
+                        return
+                    if step == control.PARK:
+                        self._park()
+                        continue
                     if idle and not self.burst:
                         self._await_work()
-                        if self.stopping:
-                            return
+                        if self.stopping or self.switch is not None:
+                            continue
                     job = self._claim()
                     if job is None and self.burst:
                         return
@@ -209,8 +236,8 @@ class Worker:
         give_up = time.monotonic() + self.config.lease
         pause = 0.1
         while True:
-            claim_next = None if self.stopping else (self.config.project, self.queue, self.holder,
-                                                     self.config.lease)
+            serving = not self.stopping and self.switch is None
+            claim_next = (self.config.project, self.queue, self.holder, self.config.lease) if serving else None
             try:
                 return self.store.finish(job, outcome, claim_next)
             except StoreUnavailable as exc:
@@ -260,7 +287,7 @@ class Worker:
         if self._due():
             return
         deadline = time.monotonic() + self.config.poll
-        while not self.stopping:
+        while not self.stopping and self.switch is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:  # the safety poll, in case a wake-up was lost
                 if self._due():
@@ -285,6 +312,51 @@ class Worker:
 
     def _due(self) -> bool:
         return self.store.has_due(self.config.project, self.queue)
+
+    # --- the operator's switch ---------------------------------------------------------
+
+    def switch_seen(self, switch: Switch | None, store: Store) -> None:
+        """The switch watch read ``switch``: act on a change. Runs on the watch's thread,
+        writing with its ``store``; the main thread acts when it next looks."""
+        if switch == self.switch:
+            return
+        self.switch = switch
+        job = self.keeper.held() if self.keeper is not None else None
+        step = control.next_step(switch, holding_job=job is not None, has_run_jobs=self.jobs_run > 0)
+        log.warning("worker %s: %s", self.holder, _describe_switch(switch, step))
+        if step == control.STOP and job is not None:
+            self.watchdog.operator_stop(f"switched off ({switch.policy}) by {switch.changed_by or 'an operator'}")
+        elif step != control.STOP:
+            self.watchdog.operator_stop(None)  # switched back on, or down to drain, before the stop
+        if step == control.FINISH_THEN_PARK or (step == control.SERVE and self.state == control.DRAINING):
+            self.state = control.DRAINING if step == control.FINISH_THEN_PARK else control.SERVING
+            self.keeper.beat(store)
+        self._switch_moved.set()
+        self.waiter.interrupt()
+
+    def _park(self) -> None:
+        """Claim nothing until switched on (return, to serve) or stopped, or until a hard
+        switch asks a worker that has run jobs to exit (the caller sees it next)."""
+        log.warning("worker %s parked: %s", self.holder, _describe_switch(self.switch, control.PARK))
+        self._publish_state(control.PARKED)
+        while not self.stopping:
+            step = control.next_step(self.switch, holding_job=False, has_run_jobs=self.jobs_run > 0)
+            if step != control.PARK:
+                break
+            self._switch_moved.wait(self.config.poll)
+            self._switch_moved.clear()
+        if self.switch is None:
+            log.info("worker %s switched on: serving again", self.holder)
+            self._publish_state(control.SERVING)
+
+    def _stop_for(self, switch: Switch) -> None:
+        log.warning("worker %s: stopped by %s's hard switch (%s); exiting %d to free its memory",
+                    self.holder, switch.changed_by or "an operator", switch.scope(), exitcodes.OPERATOR_STOP)
+        self.exit_code = exitcodes.OPERATOR_STOP
+
+    def _publish_state(self, state: str) -> None:
+        self.state = state
+        self.keeper.beat(self.store)
 
 
 class Keeper(threading.Thread):
@@ -344,7 +416,7 @@ class Keeper(threading.Thread):
         job = self.held()
         try:
             store.beat(self.worker.worker_id, self.config.project, self.config.host, self.worker.queue,
-                       self.worker.pid, job.id if job else None)
+                       self.worker.pid, job.id if job else None, self.worker.state)
         except RowfleetError as exc:
             log.warning("heartbeat failed: %s", exc)
 
@@ -360,6 +432,67 @@ class Keeper(threading.Thread):
                 self.worker.exit(exitcodes.REASSIGNED)
         except RowfleetError as exc:
             log.warning("lease renewal of job %d failed (will retry): %s", job.id, exc)
+
+
+class SwitchWatch(threading.Thread):
+    """Reads the worker's switch on its own connection: once per poll, and at once when the
+    store's control waiter hears of a change (a NOTIFY on Postgres)."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(name=f"rowfleet-switch-{worker.pid}", daemon=True)
+        self.worker = worker
+        self.config = worker.config
+        self._halt = threading.Event()
+        self._waiter: Any = None
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self._waiter is not None:
+            self._waiter.interrupt()
+        self.join()
+
+    def run(self) -> None:
+        store: Store | None = None
+        try:
+            while not self._halt.is_set():
+                store = store or self._open()
+                if store is not None:
+                    self._look(store)
+                if self._waiter is not None:
+                    self._waiter.wait(self.config.poll)
+                else:
+                    self._halt.wait(self.config.poll)
+        finally:
+            if self._waiter is not None:
+                self._waiter.close()
+            if store is not None:
+                store.close()
+
+    def _open(self) -> Store | None:
+        try:
+            store = self.worker.store_factory(self.config)
+            self._waiter = self._waiter or store.control_waiter(self.config.host)
+            if self._halt.is_set():
+                self._waiter.interrupt()
+            return store
+        except RowfleetError as exc:
+            log.error("cannot reach the database to read this worker's switch yet: %s", exc)
+            return None
+
+    def _look(self, store: Store) -> None:
+        try:
+            switch = store.switch_in_force(self.config.project, self.config.host, self.worker.queue)
+        except RowfleetError as exc:  # keep acting on the last switch read
+            log.warning("could not read this worker's switch: %s", exc)
+            return
+        self.worker.switch_seen(switch, store)
+
+
+def _describe_switch(switch: Switch | None, step: str) -> str:
+    if switch is None:
+        return "switched on"
+    by = switch.changed_by or "an operator"
+    return f"switched off ({switch.policy}) by {by} for {switch.scope()}: {step}"
 
 
 def _call(handler: Callable[..., Any], args: Any) -> Any:

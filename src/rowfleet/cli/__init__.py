@@ -5,7 +5,8 @@ not a database) is one line on stderr and a non-zero exit, never a traceback; a 
 traceback. The environment is read here and in ``config`` only.
 
 Each module of this package adds one family of commands with ``add_commands(command)``:
-``jobs`` (schema and single jobs), ``processes`` (worker, orchestrator), ``workflows``.
+``jobs`` (schema and single jobs), ``processes`` (worker, orchestrator), ``workflows``,
+``fleet`` (switches and the fleet's views).
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from typing import Callable, Sequence
 import rowfleet
 from rowfleet import config as configuration
 from rowfleet import exitcodes
-from rowfleet.cli import jobs, processes, schedules, workflows
+from rowfleet.cli import fleet, jobs, processes, schedules, workflows
 from rowfleet.cli.arguments import GLOBALS, KNOBS, Parser, UsageError, knob_names, positive_int
 from rowfleet.cli.output import report
 from rowfleet.errors import ConfigError, RowfleetError
 
 __all__ = ["Parser", "UsageError", "build_parser", "main", "positive_int", "report"]
 
-COMMAND_FAMILIES = (jobs, processes, workflows, schedules)
+COMMAND_FAMILIES = (jobs, processes, workflows, fleet, schedules)
 
 
 def build_parser() -> Parser:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from rowfleet import config as configuration
 from rowfleet import exitcodes
 from rowfleet.cli.arguments import Parser, json_flag, non_negative_float, positive_float, positive_int
+from rowfleet.cli.fleet import actual_state
 from rowfleet.cli.output import print_json, short, table
 from rowfleet.errors import NotFound
 from rowfleet.job import STATES, JobSpec, iso
@@ -108,7 +109,7 @@ def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
                  [[c["project"] or "''", c["queue"], c["state"], c["n"]] for c in counts]) or "no jobs")
     print()
     rows = [[w["project"] or "''", w["host"], w["queue"], w["pid"], w["current_job"] or "-",
-             _progress_text(w["progress"]), f"{w['age']:.1f}s ago", _worker_state(w)] for w in workers]
+             _progress_text(w["progress"]), f"{w['age']:.1f}s ago", actual_state(w)] for w in workers]
     print(table(["project", "host", "queue", "pid", "job", "progress", "last seen", "state"], rows)
           or "no workers")
     return exitcodes.OK
@@ -126,14 +127,6 @@ def _progress_text(progress: dict[str, Any] | None) -> str:
         return "-"
     share = "" if progress["fraction"] is None else f"{progress['fraction']:.0%}"
     return short(" ".join(part for part in (share, progress["message"] or "") if part), 40)
-
-
-def _worker_state(worker: dict[str, Any]) -> str:
-    if worker["exit_code"] is not None:
-        return f"exited {worker['exit_code']} ({exitcodes.meaning(worker['exit_code'])})"
-    if worker["stopped_at"]:
-        return "stopped"
-    return "SILENT" if worker["flagged_dead_at"] else "alive"
 
 
 def cmd_jobs(args: argparse.Namespace, config: configuration.Config) -> int:

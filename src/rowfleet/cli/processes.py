@@ -37,8 +37,8 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
 def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
     tasks.import_apps(args.app)
-    if not args.queue or any(c.isspace() for c in args.queue):
-        raise ConfigError(f"--queue must be a non-empty word, got {args.queue!r}")
+    if not args.queue or any(c.isspace() for c in args.queue) or args.queue == "*":
+        raise ConfigError(f"--queue must be a non-empty word (not '*'), got {args.queue!r}")
 
     def one_worker() -> int:
         worker = Worker(config, args.queue, burst=args.burst, gpu=args.gpu)

@@ -139,10 +139,11 @@ INSERT INTO job_events (job_id, at, kind, detail) VALUES (%(job_id)s, rowfleet_n
 SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY id;
 
 -- name: worker_beat
-INSERT INTO workers (worker_id, project, host, queue, pid, current_job, started_at, last_seen)
-VALUES (%(worker_id)s, %(project)s, %(host)s, %(queue)s, %(pid)s, %(current_job)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s))
+INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, started_at, last_seen)
+VALUES (%(worker_id)s, %(project)s, %(host)s, %(queue)s, %(pid)s, %(current_job)s, %(state)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s))
 ON CONFLICT (worker_id) DO UPDATE
-SET current_job = excluded.current_job, last_seen = excluded.last_seen, flagged_dead_at = NULL;
+SET current_job = excluded.current_job, state = excluded.state, last_seen = excluded.last_seen,
+    flagged_dead_at = NULL;
 
 -- name: worker_stop
 UPDATE workers SET stopped_at = rowfleet_now(%(now)s), current_job = NULL, last_seen = rowfleet_now(%(now)s)
@@ -381,6 +382,26 @@ WHERE id IN (SELECT id FROM runs WHERE finished_at < rowfleet_now(%(now)s) - %(r
 -- name: listen_dispatch
 -- Orchestrators wait on this channel; the dispatch_notify trigger sends the project.
 LISTEN rowfleet_dispatch;
+
+-- name: control_set
+INSERT INTO worker_controls (project, host, queue, desired, policy, changed_by, changed_at)
+VALUES (%(project)s, %(host)s, %(queue)s, %(desired)s, %(policy)s, %(changed_by)s, rowfleet_now(%(now)s))
+ON CONFLICT (project, host, queue) DO UPDATE
+SET desired = excluded.desired, policy = excluded.policy, changed_by = excluded.changed_by,
+    changed_at = excluded.changed_at
+RETURNING *;
+
+-- name: controls_for
+-- Every row that applies to the workers of (project, host, queue), wildcards included.
+SELECT * FROM worker_controls
+WHERE host IN (%(host)s, '*') AND project IN (%(project)s, '*') AND queue IN (%(queue)s, '*');
+
+-- name: controls_list
+SELECT * FROM worker_controls ORDER BY project, host, queue;
+
+-- name: listen_control
+-- Workers wait on this channel for their switch; the control_notify trigger sends the host.
+LISTEN rowfleet_control;
 
 -- name: job_progress
 UPDATE jobs SET progress = %(progress)s, progress_message = %(message)s, progress_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)

@@ -133,10 +133,11 @@ INSERT INTO job_events (job_id, at, kind, detail) VALUES (:job_id, :now, :kind, 
 SELECT * FROM job_events WHERE job_id = :job_id ORDER BY id;
 
 -- name: worker_beat
-INSERT INTO workers (worker_id, project, host, queue, pid, current_job, started_at, last_seen)
-VALUES (:worker_id, :project, :host, :queue, :pid, :current_job, :now, :now)
+INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, started_at, last_seen)
+VALUES (:worker_id, :project, :host, :queue, :pid, :current_job, :state, :now, :now)
 ON CONFLICT (worker_id) DO UPDATE
-SET current_job = excluded.current_job, last_seen = excluded.last_seen, flagged_dead_at = NULL;
+SET current_job = excluded.current_job, state = excluded.state, last_seen = excluded.last_seen,
+    flagged_dead_at = NULL;
 
 -- name: worker_stop
 UPDATE workers SET stopped_at = :now, current_job = NULL, last_seen = :now
@@ -292,6 +293,22 @@ WHERE run_id IN (SELECT id FROM runs WHERE finished_at < :now - :retention ORDER
 DELETE FROM runs
 WHERE id IN (SELECT id FROM runs WHERE finished_at < :now - :retention ORDER BY finished_at LIMIT :limit)
   AND NOT EXISTS (SELECT 1 FROM run_nodes WHERE run_nodes.run_id = runs.id);
+
+-- name: control_set
+INSERT INTO worker_controls (project, host, queue, desired, policy, changed_by, changed_at)
+VALUES (:project, :host, :queue, :desired, :policy, :changed_by, :now)
+ON CONFLICT (project, host, queue) DO UPDATE
+SET desired = excluded.desired, policy = excluded.policy, changed_by = excluded.changed_by,
+    changed_at = excluded.changed_at
+RETURNING *;
+
+-- name: controls_for
+-- Every row that applies to the workers of (project, host, queue), wildcards included.
+SELECT * FROM worker_controls
+WHERE host IN (:host, '*') AND project IN (:project, '*') AND queue IN (:queue, '*');
+
+-- name: controls_list
+SELECT * FROM worker_controls ORDER BY project, host, queue;
 
 -- name: job_progress
 UPDATE jobs SET progress = :progress, progress_message = :message, progress_at = :now, updated_at = :now

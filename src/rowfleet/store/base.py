@@ -13,8 +13,10 @@ import abc
 import contextlib
 from typing import Any, Callable, Iterable
 
+from rowfleet import control
 from rowfleet import job as jobs
 from rowfleet.config import Config
+from rowfleet.control import Switch
 from rowfleet.errors import ConfigError, Conflict, LeaseLost, MigrationError, NotFound, SchemaMissing
 from rowfleet.job import Event, Job, JobSpec, Outcome
 from rowfleet.queries import latest_version, migrations, queries
@@ -82,6 +84,10 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
     @abc.abstractmethod
     def waiter(self, queue: str) -> Waiter:
         """A way for an idle worker of ``queue`` to sleep until there may be work for it."""
+
+    @abc.abstractmethod
+    def control_waiter(self, host: str) -> Waiter:
+        """A way for a worker of ``host`` to sleep until its switch may have changed."""
 
     @abc.abstractmethod
     def dispatch_waiter(self, project: str) -> Waiter:
@@ -323,11 +329,11 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
             return job
 
     def beat(self, worker_id: str, project: str, host: str, queue: str, pid: int,
-             current_job: int | None) -> None:
-        """Upsert a worker's heartbeat row."""
+             current_job: int | None, state: str = control.SERVING) -> None:
+        """Upsert a worker's heartbeat row: the job in hand, and serving, draining or parked."""
         with self.transaction(durable=False) as tx:
             tx.run("worker_beat", worker_id=worker_id, project=project, host=host, queue=queue,
-                   pid=pid, current_job=current_job)
+                   pid=pid, current_job=current_job, state=state)
 
     def worker_stopped(self, worker_id: str) -> None:
         with self.transaction() as tx:
@@ -365,6 +371,31 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
     def flagged_workers(self, host: str) -> set[int]:
         """Pids of this host's workers that the dead-worker sweep flagged and that have not stopped."""
         return {row["pid"] for row in self.reader().all("workers_flagged_on_host", host=host)}
+
+    # --- operators' switches -----------------------------------------------------------
+
+    def set_switch(self, project: str, host: str, queue: str, desired: str, policy: str = control.DRAIN,
+                   changed_by: str = "") -> Switch:
+        """Write the switch of the workers of (project, host, queue); ``*`` matches all."""
+        if desired not in (control.ON, control.OFF):
+            raise ConfigError(f"a switch is {control.ON!r} or {control.OFF!r}, got {desired!r}")
+        if policy not in control.POLICIES:
+            raise ConfigError(f"a stop policy is {control.HARD!r} or {control.DRAIN!r}, got {policy!r}")
+        for what, value in (("project", project), ("host", host), ("queue", queue)):
+            if not isinstance(value, str) or (what != "project" and not value):
+                raise ConfigError(f"a switch's {what} must be a non-empty string (or '*' for all), got {value!r}")
+        with self.transaction() as tx:
+            return Switch.from_row(tx.one("control_set", project=project, host=host, queue=queue, desired=desired,
+                                          policy=policy, changed_by=changed_by))
+
+    def switch_in_force(self, project: str, host: str, queue: str) -> Switch | None:
+        """The off switch holding the workers of (project, host, queue), or None: they serve."""
+        rows = self.reader().all("controls_for", project=project, host=host, queue=queue)
+        return control.in_force((Switch.from_row(row) for row in rows), project, host, queue)
+
+    def switches(self) -> list[Switch]:
+        """Every switch row, of every project."""
+        return [Switch.from_row(row) for row in self.reader().all("controls_list")]
 
     # --- what a running job reports, and how a watchdog stops it ------------------------
 

@@ -14,6 +14,7 @@ import select
 from typing import Any, Callable, Iterator
 
 from rowfleet.config import Config, redact_url
+from rowfleet.control import ANY
 from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError, SchemaMissing, StoreUnavailable
 from rowfleet.job import TERMINAL, Job, Outcome
 from rowfleet.queries import queries
@@ -99,7 +100,7 @@ class PostgresStore(Store):
     dialect = "postgres"
     # Queries only this dialect has: composite operations SQLite cannot do in one statement.
     own_queries = frozenset({"job_finish_and_claim", "job_claim_logged", "database_time", "listen_jobs",
-                             "listen_dispatch"})
+                             "listen_dispatch", "listen_control"})
 
     def __init__(self, url: str, config: Config, *, clock: Callable[[], float] | None = None) -> None:
         super().__init__(config, self._database_time)
@@ -181,6 +182,9 @@ class PostgresStore(Store):
     def dispatch_waiter(self, project: str) -> "ListenWaiter":
         return ListenWaiter(self.url, project, listen="listen_dispatch")
 
+    def control_waiter(self, host: str) -> "ListenWaiter":
+        return ListenWaiter(self.url, (host, ANY), listen="listen_control")
+
     def changed(self) -> bool:
         return True  # a NOTIFY arrives only after its commit: nothing to second-guess
 
@@ -221,10 +225,11 @@ class ListenWaiter:
 
     settle_window = 0.0
 
-    def __init__(self, url: str, payload: str, listen: str = "listen_jobs") -> None:
+    def __init__(self, url: str, payload: str | tuple[str, ...], listen: str = "listen_jobs") -> None:
         self.url = url
-        # The trigger's payload (a queue, or a project for dispatch events): only ours wake us.
-        self._payload = payload.encode()
+        # The trigger's payload (a queue, a project for dispatch events, a host for switches,
+        # where "*" is every host): only ours wake us.
+        self._payloads = {item.encode() for item in ((payload,) if isinstance(payload, str) else payload)}
         self._listen_query = listen
         self._doorbell = Doorbell()
         self._conn: Any = None
@@ -256,7 +261,7 @@ class ListenWaiter:
             self._conn.pgconn.consume_input()
             got = False
             while (note := self._conn.pgconn.notifies()) is not None:
-                got = got or note.extra == self._payload
+                got = got or note.extra in self._payloads
             return got
         except driver().Error:
             self._drop()

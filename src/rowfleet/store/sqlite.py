@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBusy, RowfleetError, SchemaMissing, StoreUnavailable
 from rowfleet.store.base import Store, Tx
-from rowfleet.wake import FileWaiter, Waiter
+from rowfleet.wake import FileWaiter, Sleeper, Waiter
 
 
 LOCK_RETRY_MIN = 0.0001  # seconds between tries for the write lock, jittered
@@ -207,6 +207,10 @@ class SQLiteStore(Store):
 
     def dispatch_waiter(self, project: str) -> Waiter:
         return FileWaiter(self.path, self.config.poll)
+
+    def control_waiter(self, host: str) -> Waiter:
+        # Every commit to the file would wake a file watcher; a switch is read once per poll.
+        return Sleeper()
 
     def _read_data_version(self) -> int:
         try:

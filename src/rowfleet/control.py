@@ -1,0 +1,108 @@
+"""Operators' switches for workers: which switch holds a worker, and what it does about it. Pure.
+
+A switch is a ``worker_controls`` row: (project, host, queue) -> desired ``on`` or ``off``,
+with a stop policy, who asked and when. No row means on. ``*`` in a column matches every
+project, host or queue, so ``(project, host, *)`` is a box-wide switch.
+
+Off wins: a worker serves only while no switch that applies to it says off, so a box
+turned off for maintenance stays off even where an older per-queue row says on. Among
+the off switches that apply, ``hard`` beats ``drain`` (the operator escalated), then the
+newest. The worker acts on that one switch (``next_step``):
+
+* ``drain``: finish the job in hand, then park (claim nothing until turned on);
+* ``hard``: hand the job in hand back to the queue (ahead of fresh work, no attempt
+  spent) and exit 79 so the process's memory and VRAM are freed; its supervisor starts
+  it again and the fresh process parks. A fresh process that has run nothing parks at
+  once instead of exiting, so hard off cannot become a restart loop.
+
+Imports nothing of rowfleet's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable
+
+ON, OFF = "on", "off"
+HARD, DRAIN = "hard", "drain"
+POLICIES = (DRAIN, HARD)
+ANY = "*"  # in a switch's project, host or queue: all of them
+
+# What a worker is doing about its switch, as its heartbeat row shows it.
+SERVING, DRAINING, PARKED = "serving", "draining", "parked"
+
+# What the worker does next (next_step).
+SERVE, FINISH_THEN_PARK, PARK, STOP = "serve", "finish then park", "park", "stop"
+
+
+@dataclasses.dataclass(frozen=True)
+class Switch:
+    project: str
+    host: str
+    queue: str
+    desired: str
+    policy: str = DRAIN
+    changed_by: str = ""
+    changed_at: float = 0.0
+
+    @classmethod
+    def from_row(cls, row: Any) -> "Switch":
+        return cls(row["project"], row["host"], row["queue"], row["desired"], row["policy"], row["changed_by"],
+                   row["changed_at"])
+
+    def applies_to(self, project: str, host: str, queue: str) -> bool:
+        """
+        >>> Switch("*", "box", "*", OFF).applies_to("alpha", "box", "gpu")
+        True
+        >>> Switch("alpha", "box", "gpu", OFF).applies_to("beta", "box", "gpu")
+        False
+        """
+        return all(mine in (ANY, theirs) for mine, theirs in
+                   ((self.project, project), (self.host, host), (self.queue, queue)))
+
+    def scope(self) -> str:
+        """How the switch reads in messages.
+
+        >>> Switch("", "box", "*", OFF).scope()
+        "every queue of host box in project ''"
+        """
+        queue = "every queue" if self.queue == ANY else f"queue {self.queue}"
+        host = "every host" if self.host == ANY else f"host {self.host}"
+        project = "every project" if self.project == ANY else f"project {self.project!r}"
+        return f"{queue} of {host} in {project}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def in_force(switches: Iterable[Switch], project: str, host: str, queue: str) -> Switch | None:
+    """The off switch that holds the workers of (project, host, queue), or None: they serve.
+
+    >>> rows = [Switch("", "box", "gpu", ON, changed_at=3), Switch("", "box", "*", OFF, DRAIN, changed_at=1),
+    ...         Switch("*", "*", "gpu", OFF, HARD, changed_at=2)]
+    >>> in_force(rows, "", "box", "gpu").policy, in_force(rows, "", "box", "cpu").policy
+    ('hard', 'drain')
+    >>> in_force(rows, "", "other", "cpu") is None
+    True
+    """
+    holding = [s for s in switches if s.desired == OFF and s.applies_to(project, host, queue)]
+    if not holding:
+        return None
+    return max(holding, key=lambda s: (s.policy == HARD, s.changed_at))
+
+
+def next_step(switch: Switch | None, holding_job: bool, has_run_jobs: bool) -> str:
+    """What a worker does under ``switch`` (the one ``in_force``), holding a job or not,
+    having run jobs since it started or not.
+
+    >>> hard, drain = Switch("", "box", "q", OFF, HARD), Switch("", "box", "q", OFF, DRAIN)
+    >>> next_step(None, True, True), next_step(drain, True, True), next_step(drain, False, True)
+    ('serve', 'finish then park', 'park')
+    >>> next_step(hard, True, False), next_step(hard, False, True), next_step(hard, False, False)
+    ('stop', 'stop', 'park')
+    """
+    if switch is None:
+        return SERVE
+    if switch.policy == HARD and (holding_job or has_run_jobs):
+        return STOP
+    return FINISH_THEN_PARK if holding_job else PARK
