@@ -475,8 +475,39 @@ def ended(run_id: int) -> Any:
     return found if found.state in ("completed", "failed", "cancelled") else None
 
 
+def park_and_resume() -> None:
+    step(9, "An operator parks a worker by writing one row (rowfleet control), then resumes it in place")
+    worker = spawn("worker", "--queue", "mail", "--app", "demo_tasks", "--poll", "0.2", "--heartbeat", "0.3",
+                   log="mail.log")
+    wait_for(lambda: worker_state(worker.pid) == "serving", f"worker {worker.pid} to check in")
+    run("control", "--queue", "mail", "--off", "--by", "demo")
+    wait_for(lambda: worker_state(worker.pid) == "parked", f"worker {worker.pid} to park")
+    job_id = enqueue("send_email", "--queue", "mail", "--args", json.dumps({"subject": "sent after the pause"}))
+    for _ in range(3):  # it looks at its switch and its queue between beats
+        seen = worker_row(worker.pid)["last_seen"]
+        wait_for(lambda: worker_row(worker.pid)["last_seen"] != seen, f"worker {worker.pid} to beat")
+    expect(in_state(job_id, "queued"), f"job {job_id} is {rowfleet.get_job(job_id).state} while its worker is parked")
+    run("workers")
+    say(f"parked: pid {worker.pid} is alive and claims nothing; job {job_id} waits in the queue")
+    run("control", "--queue", "mail", "--on", "--by", "demo")
+    job = wait_for(lambda: in_state(job_id, "completed"), f"job {job_id} to complete once switched on")
+    expect(job.claimed_by.endswith(f":{worker.pid}"), f"job {job_id} ran on {job.claimed_by}, not pid {worker.pid}")
+    say(f"switched on: the same pid {worker.pid} resumed in place and ran job {job_id}, with no restart")
+    code = stop(worker, signal.SIGTERM)
+    expect(code == 0, f"the worker exited {code} after SIGTERM, expected 0")
+
+
+def worker_row(pid: int) -> dict[str, Any]:
+    rows = [worker for worker in run_json("workers")["workers"] if worker["pid"] == pid]
+    return rows[0] if rows else {"actual": None, "last_seen": None}
+
+
+def worker_state(pid: int) -> str | None:
+    return worker_row(pid)["actual"]
+
+
 def show_status(killed: int, crashed: int) -> None:
-    step(9, "The final picture")
+    step(10, "The final picture")
     run("status")
     status = run_json("status")
     unfinished = [c for c in status["counts"] if c["state"] != "completed"]
@@ -501,6 +532,7 @@ def tour() -> None:
     enqueue_in_transaction()
     orchestrator, crashed = run_workflow_through_a_crash()
     skip_publishing(orchestrator)
+    park_and_resume()
     show_status(killed, crashed)
 
 

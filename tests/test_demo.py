@@ -58,8 +58,11 @@ KEY_RESULTS = (
     (8, "publish    skipped    0"),
     (8, "=> run 2 completed with no summaries and publish skipped: nothing was written"),
     (8, "=> the orchestrator stopped cleanly (exit 0)"),
-    (9, "$ rowfleet --db demo.db status"),
-    (9, "=> all 16 jobs completed; the workers that died in step 5"),
+    (9, "$ rowfleet --db demo.db control --queue mail --off --by demo"),
+    (9, "=> parked: pid "),
+    (9, "=> switched on: the same pid "),
+    (10, "$ rowfleet --db demo.db status"),
+    (10, "=> all 17 jobs completed; the workers that died in step 5"),
 )
 
 
@@ -83,9 +86,9 @@ class DemoTest(unittest.TestCase):
         self.assertEqual(self.result.stderr, "")
         self.assertIn("every step held", self.out.strip().splitlines()[-1])
 
-    def test_steps_are_numbered_one_to_nine_in_order(self):
+    def test_steps_are_numbered_one_to_ten_in_order(self):
         numbers = [int(n) for n in re.findall(r"^(\d+)\. ", self.out, flags=re.M)]
-        self.assertEqual(numbers, list(range(1, 10)), self.out)
+        self.assertEqual(numbers, list(range(1, 11)), self.out)
 
     def test_each_step_shows_its_key_result(self):
         steps = self.steps()

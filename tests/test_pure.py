@@ -108,9 +108,9 @@ class SqlFilesTest(unittest.TestCase):
         import inspect
         import re
 
-        from rowfleet.store import base, runs
+        from rowfleet.store import base, runs, schedules
 
-        source = inspect.getsource(base) + inspect.getsource(runs)
+        source = inspect.getsource(base) + inspect.getsource(runs) + inspect.getsource(schedules)
         # Queries are named by string literals: tx.one("name", ...) or passed on as recover's
         # requeue="name"; every literal the store uses as a name must exist, and every query must be used.
         named = set(re.findall(r'\.(?:one|all|run)\("([a-z_]+)"', source))

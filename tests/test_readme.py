@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -9,17 +10,22 @@ import subprocess
 import sys
 import unittest
 
+from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, ROOT, TempDirTestCase, child_env
 
 
-def quickstart_block(marker: str) -> str:
-    """The fenced code block that follows ``<!-- quickstart:MARKER -->`` in the README."""
+def quickstart_block(marker: str, section: str = "quickstart") -> str:
+    """The fenced code block that follows ``<!-- SECTION:MARKER -->`` in the README."""
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
         text = handle.read()
-    match = re.search(rf"<!-- quickstart:{marker} -->\s*```\w*\n(.*?)```", text, re.S)
+    match = re.search(rf"<!-- {section}:{marker} -->\s*```\w*\n(.*?)```", text, re.S)
     if match is None:
-        raise AssertionError(f"README has no quickstart:{marker} block")
+        raise AssertionError(f"README has no {section}:{marker} block")
     return match.group(1)
+
+
+def operations_block(marker: str) -> str:
+    return quickstart_block(marker, "operations")
 
 
 class ReadmeQuickstartTest(TempDirTestCase):
@@ -61,6 +67,70 @@ class ReadmeQuickstartTest(TempDirTestCase):
                                 timeout=DEADLINE, env=child_env())
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout.strip().splitlines()[-1], "receipt for order 1")
+
+
+class ReadmeOperationsContract:
+    """The README's switch examples, run as written: the commands, and the plain SQL an
+    application would send, each read back through the store."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.store = self.open_store()
+
+    def execute(self, sql: str) -> None:
+        raise NotImplementedError
+
+    def test_plain_sql_switches_a_queue_off_and_on(self):
+        self.execute(operations_block(self.dialect))
+        held = self.store.switch_in_force("", "gpu-box-1", "gpu")
+        self.assertEqual((held.desired, held.policy, held.changed_by), ("off", "hard", "billing-app"))
+        self.assertGreater(held.changed_at, 1.7e9, "changed_at defaults to now")
+        self.execute(operations_block(self.dialect))  # again: the upsert rewrites the row in place
+        self.assertEqual(len(self.store.switches()), 1)
+        self.execute(operations_block("on"))
+        self.assertIsNone(self.store.switch_in_force("", "gpu-box-1", "gpu"))
+
+
+class SQLiteReadmeOperationsTest(ReadmeOperationsContract, TempDirTestCase):
+    dialect = "sqlite"
+
+    def execute(self, sql: str) -> None:
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(self.db, isolation_level=None)) as conn:
+            conn.execute(sql)
+
+    def test_the_commands(self):
+        script = 'rowfleet() { "$PYTHON" -m rowfleet "$@"; }\nset -e\n' + operations_block("cli")
+        result = subprocess.run(["bash", "-c", script], cwd=self.dir, capture_output=True, text=True,
+                                timeout=DEADLINE, env=child_env(PYTHON=sys.executable, ROWFLEET_DB=self.db))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("switch: project", result.stdout, "workers lists the switch rows")
+        self.assertEqual([(s.host, s.queue, s.desired) for s in self.store.switches()],
+                         [("gpu-box-1", "*", "on"), ("gpu-box-1", "gpu", "on")])
+
+    def test_periodic_jobs(self):
+        self.write_module("app", operations_block("periodic-python"))
+        with open(os.path.join(self.dir, "schedules.json"), "w") as handle:
+            handle.write(operations_block("periodic-json"))
+        script = 'rowfleet() { "$PYTHON" -m rowfleet "$@"; }\nset -e\n' + operations_block("periodic-cli")
+        for tick in range(2):
+            with self.subTest(tick=tick):
+                result = subprocess.run(["bash", "-c", script], cwd=self.dir, capture_output=True, text=True,
+                                        timeout=DEADLINE, env=child_env(PYTHON=sys.executable, ROWFLEET_DB=self.db))
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertIn("nightly-refresh", result.stdout)
+        nightly = [job for job in self.store.list_jobs("") if job.args == {"full": True}]
+        self.assertEqual(len(nightly), 1, "at_boot fired the slot once, however many ticks ran")
+        self.assertEqual((nightly[0].task, nightly[0].queue), ("app:refresh", "maintenance"), "the task's own queue")
+
+
+class PostgresReadmeOperationsTest(ReadmeOperationsContract, PostgresDatabaseCase, TempDirTestCase):
+    dialect = "postgres"
+
+    def execute(self, sql: str) -> None:
+        with contextlib.closing(self.caller_connection()) as conn, conn.transaction():
+            conn.execute(sql)
 
 
 if __name__ == "__main__":

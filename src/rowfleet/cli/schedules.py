@@ -57,7 +57,7 @@ def _show_fired(fired: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         print_json(fired)
     elif fired:
-        print(table(["SCHEDULE", "SLOT", "JOB"], [[f["name"], f["slot"], f["job_id"]] for f in fired]))
+        print(table(["schedule", "slot", "job"], [[f["name"], f["slot"], f["job_id"]] for f in fired]))
     else:
         print("nothing was due")
 
@@ -73,7 +73,7 @@ def cmd_schedules(args: argparse.Namespace, config: configuration.Config) -> int
     elif not shown:
         print("no schedule has fired yet")
     else:
-        print(table(["SCHEDULE", "SLOT", "JOB", "FIRED BY"], _rows(shown)))
+        print(table(["schedule", "slot", "job", "fired by"], _rows(shown)))
     return exitcodes.OK
 
 

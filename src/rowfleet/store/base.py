@@ -431,6 +431,7 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
                 tx.run("prune_dispatch", retention=retention, limit=batch)
                 tx.run("prune_run_nodes", retention=retention, limit=batch)
                 deleted += tx.run("prune_runs", retention=retention, limit=batch)
+                tx.run("prune_schedule_slots", retention=retention, limit=batch)
             total += deleted
             if deleted < batch:
                 return total
