@@ -1,4 +1,5 @@
-"""Operators' switches in the store and at the command line, on both backends (fast).
+"""Operators' switches in the store and at the command line, and what projects sharing one
+database keep apart and share, on both backends (fast).
 
 The worker's side (parking, draining, exit 79) is proven with real processes in
 test_fleet_processes.py; the pure choice of the switch in force is doctested in
@@ -7,11 +8,12 @@ test_fleet_processes.py; the pure choice of the switch in force is doctested in
 
 from __future__ import annotations
 
-from rowfleet import control
-from rowfleet.control import Switch
+from rowfleet import control, dag
 from rowfleet.errors import ConfigError
+from rowfleet.job import COMPLETED, JobSpec, Outcome
+from rowfleet.orchestrator import Orchestrator
 from pg_harness import PostgresDatabaseCase
-from support import TempDirTestCase
+from support import TempDirTestCase, wait_until
 
 
 class SwitchContract:
@@ -63,6 +65,47 @@ class SwitchContract:
         self.assertEqual([s["queue"] for s in answer["still_off"]], ["*"],
                          "switching a queue on says which wider switch still holds it")
 
+
+class SharedBrokerContract:
+    """Two projects, alpha and beta, on one database: alpha's orchestrator is the only one up."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.store = self.open_store()
+        self.alpha = Orchestrator(self.store, self.config(project="alpha", retention=0.05))
+
+    def past(self, moment: float) -> None:
+        wait_until(lambda: self.store.clock() > moment, message="the database clock to pass a moment")
+
+    def test_any_projects_orchestrator_reclaims_lapsed_leases(self):
+        job = self.store.enqueue(JobSpec(task="t", project="beta"))
+        claimed = self.store.claim("beta", "default", "gone:1", lease=0.05)
+        self.past(claimed.lease_expires_at)
+        with self.assertLogs("rowfleet.orchestrator", "WARNING"):
+            self.assertEqual(self.alpha.run_once()["reclaimed"], 1)
+        self.assertEqual(self.store.get_job(job.id, "beta").state, "queued")
+
+    def test_any_projects_orchestrator_prunes(self):
+        job = self.store.enqueue(JobSpec(task="t", project="beta"))
+        claimed = self.store.claim("beta", "default", "box:1", lease=60)
+        self.store.finish(claimed, Outcome(COMPLETED, result=None))
+        self.past(self.store.get_job(job.id, "beta").finished_at + 0.05)
+        self.assertEqual(self.alpha.run_once()["pruned"], 1)
+
+    def test_outbox_drains_are_project_scoped(self):
+        flow = dag.parse_workflow({"name": "one", "nodes": [{"id": "a", "task": "t"}, {"id": "b", "task": "t",
+                                                                                     "depends_on": ["a"]}]})
+        run_id = self.store.start_run(flow, None, "beta")
+        node = self.store.claim("beta", "default", "box:1", lease=60)
+        self.store.finish(node, Outcome(COMPLETED, result=1))
+        self.assertEqual(self.alpha.drain()["applied"], 0, "alpha's orchestrator moved beta's run on")
+        self.assertEqual(self.store.drain("beta")["applied"], 1)
+        self.assertEqual({n.id: n.state for n in self.store.get_run(run_id, "beta").nodes},
+                         {"a": "completed", "b": "queued"})
+
+
+class SQLiteSwitchTest(SwitchContract, TempDirTestCase):
+    # Refused before any database is opened: once is enough, on the default backend.
     def test_bad_command_lines_are_one_line_and_write_nothing(self):
         for args in (("control", "--queue", "q"), ("control", "--off"), ("control", "--queue", "*", "--off"),
                      ("control", "--queue", "q", "--off", "--policy", "gentle"),
@@ -76,7 +119,11 @@ class SwitchContract:
         self.assertEqual(self.store.switches(), [])
 
 
-class SQLiteSwitchTest(SwitchContract, TempDirTestCase):
+class SQLiteSharedBrokerTest(SharedBrokerContract, TempDirTestCase):
+    pass
+
+
+class PostgresSharedBrokerTest(SharedBrokerContract, PostgresDatabaseCase, TempDirTestCase):
     pass
 
 

@@ -1,4 +1,5 @@
-"""The README's quickstart, executed exactly as written, so it cannot rot."""
+"""The README's quickstart and operations examples, executed exactly as written, so they
+cannot rot. Slow: each runs the real command line several times over."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import unittest
 
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, ROOT, TempDirTestCase, child_env
+
+SLOW = True
 
 
 def quickstart_block(marker: str, section: str = "quickstart") -> str:
