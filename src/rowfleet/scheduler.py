@@ -118,7 +118,7 @@ class Schedule:
                                                           f"got {self.hours!r}")
             object.__setattr__(self, "hours", tuple(self.hours))
         if self.queue is None:
-            object.__setattr__(self, "queue", _registered_queue(self.task) or "default")
+            object.__setattr__(self, "queue", tasks.queue_of(self.task) or "default")
         object.__setattr__(self, "timing", self._timing())
         try:
             self.spec("")
@@ -194,13 +194,6 @@ def _is_json(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
-
-
-def _registered_queue(task: str) -> str | None:
-    """The queue ``@rowfleet.task`` registered ``task`` on, if it is registered here."""
-    with tasks._lock:  # the registry has no public lookup of a task's queue
-        registered = tasks._registry.get(task)
-    return None if registered is None else registered.queue
 
 
 # --- declaring schedules: a JSON file, or @rowfleet.periodic ----------------------------

@@ -121,6 +121,13 @@ def timeout_of(name: str) -> float | None:
     return registered.timeout if registered is not None else None
 
 
+def queue_of(name: str) -> str | None:
+    """The queue its ``@task`` registration gave a task name, if it is registered (never imports)."""
+    with _lock:
+        registered = _registry.get(name)
+    return registered.queue if registered is not None else None
+
+
 def _put_first_on_path(folder: str) -> None:
     folder = os.path.abspath(folder)
     if folder in sys.path:

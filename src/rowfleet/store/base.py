@@ -2,8 +2,8 @@
 
 A dialect subclass provides ``transaction()`` (a write transaction that takes the write
 lock up front), ``reader()`` (reads outside a transaction), ``caller_transaction(conn)``
-(statements on a caller's own connection, committed by the caller), ``waiter()`` and
-``close()``. Every state change is a guarded UPDATE; one that matches nothing is an
+(statements on a caller's own connection, committed by the caller), the waiters
+(``waiter()``, ``dispatch_waiter()``, ``control_waiter()``) and ``close()``. Every state change is a guarded UPDATE; one that matches nothing is an
 answer (``LeaseLost``, ``Conflict``), decided here rather than swallowed.
 """
 
@@ -53,7 +53,8 @@ class Tx(abc.ABC):
 
 class Store(WorkflowStore, ScheduleStore, abc.ABC):
     """One database connection and everything rowfleet does with it. Not thread-safe:
-    each thread opens its own. Workflow runs are in ``WorkflowStore``."""
+    each thread opens its own. Workflow runs are in ``WorkflowStore``, periodic schedules'
+    fired slots in ``ScheduleStore``; operators' switches are here."""
 
     dialect: str = ""
 
