@@ -55,6 +55,13 @@ class SwitchContract:
                 self.store.set_switch(*args)
         self.assertEqual(self.store.switches(), [])
 
+    def test_a_burst_worker_switched_off_exits_without_claiming(self):
+        self.cli("control", "--queue", "q", "--off", "--host", "box")
+        job = self.store.enqueue(JobSpec(task="no.such.task", queue="q"))
+        result = self.cli("worker", "--queue", "q", "--host", "box", "--burst")
+        self.assertIn("a burst worker exits", result.stderr)
+        self.assertEqual(self.store.get_job(job.id, "").state, "queued")
+
     def test_the_command_line_writes_and_shows_switches(self):
         self.cli("control", "--queue", "q", "--off", "--policy", "hard", "--by", "ops", "--host", "box")
         shown = self.cli_json("workers")

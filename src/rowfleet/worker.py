@@ -122,8 +122,6 @@ class Worker:
             return exitcodes.OK
         self.waiter = self.store.waiter(self.queue)
         self.keeper = Keeper(self)
-        # Read before the first claim, so a worker started while switched off never claims.
-        self.switch = self.store.switch_in_force(self.config.project, self.config.host, self.queue)
         self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
         self.watchdog = Watchdog(self.config, self.store_factory, gpu_jobs=self.gpu, exit=self.exit)
@@ -147,12 +145,20 @@ class Worker:
         job: Job | None = None
         idle = False  # the last claim came back empty: wait for work before the next
         pause = 0.0
+        switch_read = False  # read before the first claim: a worker started while off never claims
         while not self.stopping:
             try:
+                if not switch_read:
+                    self.switch = self.store.switch_in_force(self.config.project, self.config.host, self.queue)
+                    switch_read = True
                 if job is None:
                     step = control.next_step(self.switch, holding_job=False, has_run_jobs=self.jobs_run > 0)
                     if step == control.STOP:
                         self._stop_for(self.switch)
+                        return
+                    if step == control.PARK and self.burst:  # it would wait, not drain: done
+                        log.warning("worker %s: %s; a burst worker exits", self.holder,
+                                    _describe_switch(self.switch, step))
                         return
                     if step == control.PARK:
                         self._park()
