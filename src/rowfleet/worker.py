@@ -221,6 +221,9 @@ class Worker:
         """Run a claimed job and write its outcome; the next job when one was claimed with it."""
         self.keeper.hold(job)
         self.watchdog.watch(job)
+        if control.next_step(self.switch, holding_job=True, has_run_jobs=True) == control.STOP:
+            # Switched off hard between the claim and now: the switch watch saw no job to stop.
+            self.watchdog.operator_stop(_stop_reason(self.switch))
         started = time.monotonic()
         outcome = self.execute(job)
         self.watchdog.release()
@@ -331,7 +334,7 @@ class Worker:
         step = control.next_step(switch, holding_job=job is not None, has_run_jobs=self.jobs_run > 0)
         log.warning("worker %s: %s", self.holder, _describe_switch(switch, step))
         if step == control.STOP and job is not None:
-            self.watchdog.operator_stop(f"switched off ({switch.policy}) by {switch.changed_by or 'an operator'}")
+            self.watchdog.operator_stop(_stop_reason(switch))
         elif step != control.STOP:
             self.watchdog.operator_stop(None)  # switched back on, or down to drain, before the stop
         if step == control.FINISH_THEN_PARK or (step == control.SERVE and self.state == control.DRAINING):
@@ -492,6 +495,10 @@ class SwitchWatch(threading.Thread):
             log.warning("could not read this worker's switch: %s", exc)
             return
         self.worker.switch_seen(switch, store)
+
+
+def _stop_reason(switch: Switch) -> str:
+    return f"switched off ({switch.policy}) by {switch.changed_by or 'an operator'}"
 
 
 def _describe_switch(switch: Switch | None, step: str) -> str:
