@@ -112,6 +112,14 @@ class SQLiteReadmeOperationsTest(ReadmeOperationsContract, TempDirTestCase):
         self.assertEqual([(s.host, s.queue, s.desired) for s in self.store.switches()],
                          [("gpu-box-1", "*", "on"), ("gpu-box-1", "gpu", "on")])
 
+    def test_the_broker_view(self):
+        self.cli("init")
+        script = 'rowfleet() { "$PYTHON" -m rowfleet "$@"; }\nset -e\n' + operations_block("broker")
+        result = subprocess.run(["bash", "-c", script], cwd=self.dir, capture_output=True, text=True,
+                                timeout=DEADLINE, env=child_env(PYTHON=sys.executable, ROWFLEET_DB=self.db))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(operations_block("broker-output"), result.stdout)
+
     def test_periodic_jobs(self):
         self.write_module("app", operations_block("periodic-python"))
         with open(os.path.join(self.dir, "schedules.json"), "w") as handle:
