@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import unittest
+import zipfile
+import zipimport
 
 from rowfleet import queries
 from support import DEADLINE, ROOT, TempDirTestCase
@@ -54,6 +56,30 @@ class ZipappTest(TempDirTestCase):
         version, location = result.stdout.split()
         self.assertEqual(version, str(queries.latest_version("sqlite")))
         self.assertIn("rowfleet.pyz", location)
+
+    def test_imports_its_bytecode(self):
+        with zipfile.ZipFile(self.pyz) as archive:
+            names = set(archive.namelist())
+        sources = {name for name in names if name.startswith("rowfleet/") and name.endswith(".py")}
+        self.assertGreater(len(sources), 30)
+        self.assertEqual({name for name in sources if name[:-3] + ".pyc" not in names}, set(),
+                         "modules without bytecode in the archive")
+        found = zipimport.zipimporter(os.path.join(self.pyz, "rowfleet") + os.sep).get_filename("rowfleet.dag")
+        self.assertTrue(found.endswith("dag.pyc"), f"the archive's import of rowfleet.dag read {found}")
+
+    def test_runs_from_source_when_its_bytecode_is_another_pythons(self):
+        with zipfile.ZipFile(self.pyz) as archive:
+            entries = [(info, archive.read(info)) for info in archive.infolist()]
+        foreign = os.path.join(self.dir, "foreign.pyz")
+        with open(self.pyz, "rb") as handle:
+            shebang = handle.readline()
+        with open(foreign, "wb") as handle:
+            handle.write(shebang)
+        with zipfile.ZipFile(foreign, "a", zipfile.ZIP_DEFLATED) as archive:
+            for info, data in entries:  # the magic number of no Python there is
+                archive.writestr(info, b"\0\0\r\n" + data[4:] if info.filename.endswith(".pyc") else data)
+        self.pyz = foreign
+        self.test_runs_a_job_from_another_folder()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,17 @@
 """Build dist/rowfleet.pyz, the single-file distribution, and prove it runs.
 
 Owns packaging rowfleet as a zipapp: it stages a clean copy of ``src/rowfleet`` (no
-``__pycache__``, no ``*.pyc``) with a root ``__main__.py`` that calls ``rowfleet.cli.main``,
-archives it with the stdlib ``zipapp``, then runs ``<python> rowfleet.pyz --version`` from
+``__pycache__``, no stray ``*.pyc``) with a root ``__main__.py`` that calls ``rowfleet.cli.main``,
+compiles every module beside its source, archives it with the stdlib ``zipapp``, then runs ``<python> rowfleet.pyz --version`` from
 an unrelated directory without ``PYTHONPATH``, so the archive cannot borrow from ``src/``.
 Success is reported only after that run exits 0 and prints a version; a build that fails
 it is deleted, so ``dist/`` never holds an archive that has not run.
+
+Why the bytecode: Python cannot cache bytecode for modules imported from a zip, so without
+it every command compiles every module again (about 0.1 s of each command's start here).
+``zipimport`` prefers ``module.pyc`` beside ``module.py``, and falls back to the source when
+the bytecode is another Python version's (its magic number differs), so the archive still
+runs anywhere; the hashes are left unchecked because the sources inside never change.
 
 Usage: ``python tools/build_pyz.py [--output PATH]``. Stdlib only; imports nothing from
 rowfleet (the archive is tested by running it, in a separate process).
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import py_compile
 import shutil
 import subprocess
 import sys
@@ -31,9 +38,13 @@ SMOKE_TIMEOUT_S = 60
 
 
 def stage(package: Path, staging: Path) -> None:
-    """Copy the package into ``staging`` with the archive's ``__main__.py`` beside it."""
+    """Copy the package into ``staging``, each module with its bytecode beside it, and the
+    archive's ``__main__.py``."""
     shutil.copytree(package, staging / package.name,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for source in sorted((staging / package.name).rglob("*.py")):
+        py_compile.compile(str(source), cfile=str(source.with_suffix(".pyc")), doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     (staging / "__main__.py").write_text(ENTRY_POINT)
 
 
