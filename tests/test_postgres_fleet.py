@@ -263,6 +263,21 @@ class PostgresFleetTest(TempDirTestCase):
 
     # --- the database goes away ----------------------------------------------------------
 
+    def test_an_orchestrator_started_before_its_server_answers_waits_for_it(self):
+        """Nothing listens at this address: the service waits (as workers do) and stops
+        cleanly on SIGTERM; the one-shot `--once` says what is wrong in one line instead."""
+        import pg_harness
+
+        nowhere = f"postgresql://postgres@127.0.0.1:{pg_harness.free_port()}/nowhere_test"
+        orchestrator = self.launch("orchestrator", "orchestrator", "--poll", "0.1", db=nowhere)
+        wait_until(lambda: "waiting for the database" in self.output(orchestrator) or orchestrator.poll() is not None,
+                   message="the orchestrator to say it waits")
+        self.assert_alive(orchestrator)
+        self.stop(orchestrator)
+        once = self.cli("--db", nowhere, "orchestrator", "--once", check=False)
+        self.assertEqual(once.returncode, 2, once.stderr)
+        self.assertEqual(len(once.stderr.strip().splitlines()), 1, once.stderr)
+
     def test_database_restart_mid_run_loses_nothing_and_listen_resumes(self):
         if self.pg.external:
             self.skipTest("cannot restart an external server")

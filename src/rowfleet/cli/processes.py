@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import threading
 from typing import Any, Callable
@@ -11,11 +12,13 @@ from rowfleet import config as configuration
 from rowfleet import exitcodes, tasks
 from rowfleet.cli.arguments import Parser, positive_int
 from rowfleet.cli.output import print_json, report
-from rowfleet.errors import ConfigError, RowfleetError
+from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError
 from rowfleet.orchestrator import Orchestrator
-from rowfleet.store import open_store
+from rowfleet.store import Store, open_store
 from rowfleet.supervisor import Supervisor
 from rowfleet.worker import Worker
+
+log = logging.getLogger("rowfleet.orchestrator")
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
@@ -67,16 +70,39 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
 
 
 def cmd_orchestrator(args: argparse.Namespace, config: configuration.Config) -> int:
-    with open_store(config, create=True) as store:
-        version = store.migrate()
-        orchestrator = Orchestrator(store, config)
-        if args.once:
-            print_json({"schema_version": version, **orchestrator.run_once()})
-            return exitcodes.OK
-        stop = threading.Event()
-        on_stop_signals(lambda *_: stop.set())
-        orchestrator.run(stop)
+    if args.once:  # a one-shot command reports a database it cannot reach
+        with open_store(config, create=True) as store:
+            version = store.migrate()
+            print_json({"schema_version": version, **Orchestrator(store, config).run_once()})
+        return exitcodes.OK
+    stop = threading.Event()
+    on_stop_signals(lambda *_: stop.set())
+    store = _migrated_store(config, stop)
+    if store is None:
+        return exitcodes.OK
+    with store:
+        Orchestrator(store, config).run(stop)
     return exitcodes.OK
+
+
+def _migrated_store(config: configuration.Config, stop: threading.Event) -> Store | None:
+    """The orchestrator's store, its schema migrated. A server that does not answer yet (down,
+    restarting) is waited for, as workers wait, until ``stop``; None if stopped first."""
+    announced = False
+    while not stop.is_set():
+        store = None
+        try:
+            store = open_store(config, create=True)
+            store.migrate()
+            return store
+        except DatabaseUnreachable as exc:
+            if store is not None:
+                store.close()
+            if not announced:
+                log.warning("waiting for the database: %s", exc)
+                announced = True
+        stop.wait(config.poll)
+    return None
 
 
 
