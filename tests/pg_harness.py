@@ -390,7 +390,11 @@ class PgServer:
 
         name = check_test_database(f"{prefix}_{secrets.token_hex(6)}{TEST_SUFFIX}")
         with _connect(self.admin_url()) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            # From PostgreSQL 15, WAL_LOG (the default) logs every block of the template;
+            # copying its files is about ten times faster for an empty database.
+            create = "CREATE DATABASE {} STRATEGY = FILE_COPY" if conn.info.server_version >= 150000 \
+                else "CREATE DATABASE {}"
+            conn.execute(sql.SQL(create).format(sql.Identifier(name)))
         with self._lock:
             self._created.add(name)
         return self.url(name)

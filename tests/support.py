@@ -36,10 +36,19 @@ def wait_until(condition: Callable[[], Any], timeout: float = DEADLINE, interval
         time.sleep(interval)
 
 
+# Children keep their bytecode here, outside the source tree: a suite that starts the
+# command line hundreds of times would otherwise compile every module each time (where
+# PYTHONDONTWRITEBYTECODE is set) or litter src/ with __pycache__.
+BYTECODE_CACHE = os.path.join(tempfile.gettempdir(), f"rowfleet-test-bytecode-{os.getuid()}")
+
+
 def child_env(**extra: str) -> dict[str, str]:
-    """The environment for a child process: our src first on PYTHONPATH, quiet logs."""
+    """The environment for a child process: our src first on PYTHONPATH, quiet logs,
+    bytecode cached outside the tree."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH", "")) if p)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.setdefault("PYTHONPYCACHEPREFIX", BYTECODE_CACHE)
     env.setdefault("ROWFLEET_LOG_LEVEL", "WARNING")
     for key in list(env):
         if key.startswith("ROWFLEET_") and key not in ("ROWFLEET_LOG_LEVEL",) and key not in extra:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 import zipfile
 import zipimport
@@ -20,12 +22,21 @@ def clean_env() -> dict[str, str]:
 
 
 class ZipappTest(TempDirTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # Built once for the class: every test only reads it (one writes a copy of its own).
+        cls.build_dir = tempfile.mkdtemp(prefix="rowfleet-pyz-test-")
+        cls.addClassCleanup(shutil.rmtree, cls.build_dir, ignore_errors=True)
+        cls.built_pyz = os.path.join(cls.build_dir, "rowfleet.pyz")
+        cls.built = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "build_pyz.py"),
+                                    "--output", cls.built_pyz],
+                                   capture_output=True, text=True, timeout=DEADLINE, env=clean_env())
+
     def setUp(self):
         super().setUp()
-        self.pyz = os.path.join(self.dir, "rowfleet.pyz")
-        built = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "build_pyz.py"), "--output", self.pyz],
-                               capture_output=True, text=True, timeout=DEADLINE, env=clean_env())
-        self.assertEqual(built.returncode, 0, built.stdout + built.stderr)
+        self.assertEqual(self.built.returncode, 0, self.built.stdout + self.built.stderr)
+        self.pyz = self.built_pyz
         self.elsewhere = os.path.join(self.dir, "elsewhere")
         os.mkdir(self.elsewhere)
 
