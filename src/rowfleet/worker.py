@@ -12,7 +12,7 @@ A worker that finds its job taken (its token is stale: the job was reclaimed or 
 another worker) exits at once with code 77 and writes nothing more.
 
 Operators switch workers off and on with ``worker_controls`` rows (``rowfleet.control``).
-A ``SwitchWatch`` thread reads the worker's switch once per poll, or at once when Postgres
+The ``Keeper`` thread reads the worker's switch once per poll, or at once when Postgres
 notifies a change. Off with ``drain``: the job in hand finishes, then the worker parks
 (claims nothing, its heartbeat says parked) until switched on, when it resumes in place.
 Off with ``hard``: the watchdog hands the job in hand back and the process exits 79; a
@@ -93,7 +93,6 @@ class Worker:
         self.waiter: Any = None
         self.keeper: Keeper | None = None
         self.watchdog: Watchdog | None = None
-        self.switch_watch: SwitchWatch | None = None
         self.jobs_run = 0
         self._progress_written = 0.0
         self.switch: Switch | None = None  # the off switch holding this worker; None: serve
@@ -121,18 +120,15 @@ class Worker:
         if self.store is None:
             return exitcodes.OK
         self.waiter = self.store.waiter(self.queue)
-        self.keeper = Keeper(self)
-        self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
-        self.keeper.start()
         self.watchdog = Watchdog(self.config, self.store_factory, gpu_jobs=self.gpu, exit=self.exit)
         self.watchdog.start()
-        self.switch_watch = SwitchWatch(self)
-        self.switch_watch.start()
+        self.keeper = Keeper(self)  # after the watchdog: a switch it reads may stop a job through it
+        self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
+        self.keeper.start()
         log.info("worker %s serving queue %r of project %r", self.holder, self.queue, self.config.project)
         try:
             self._serve()
         finally:
-            self.switch_watch.stop()
             self.watchdog.stop()
             self.keeper.stop()
             self._say_goodbye()
@@ -222,7 +218,7 @@ class Worker:
         self.keeper.hold(job)
         self.watchdog.watch(job)
         if control.next_step(self.switch, holding_job=True, has_run_jobs=True) == control.STOP:
-            # Switched off hard between the claim and now: the switch watch saw no job to stop.
+            # Switched off hard between the claim and now: the keeper saw no job to stop.
             self.watchdog.operator_stop(_stop_reason(self.switch))
         started = time.monotonic()
         outcome = self.execute(job)
@@ -325,8 +321,8 @@ class Worker:
     # --- the operator's switch ---------------------------------------------------------
 
     def switch_seen(self, switch: Switch | None, store: Store) -> None:
-        """The switch watch read ``switch``: act on a change. Runs on the watch's thread,
-        writing with its ``store``; the main thread acts when it next looks."""
+        """The keeper read ``switch``: act on a change. Runs on the keeper's thread, writing
+        with its ``store``; the main thread acts when it next looks."""
         if switch == self.switch:
             return
         self.switch = switch
@@ -369,7 +365,9 @@ class Worker:
 
 
 class Keeper(threading.Thread):
-    """Renews the lease of the job in hand and upserts the heartbeat, on its own connection."""
+    """On its own connection: renews the lease of the job in hand, upserts the heartbeat,
+    and reads the worker's switch (once per poll, and at once when the store's control
+    waiter hears of a change: a NOTIFY on Postgres)."""
 
     def __init__(self, worker: Worker) -> None:
         super().__init__(name=f"rowfleet-keeper-{worker.pid}", daemon=True)
@@ -378,6 +376,7 @@ class Keeper(threading.Thread):
         self._job: Job | None = None
         self._lock = threading.Lock()
         self._halt = threading.Event()
+        self._waiter: Any = None  # the control waiter, made with the keeper's connection
 
     def hold(self, job: Job) -> None:
         with self._lock:
@@ -393,32 +392,62 @@ class Keeper(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
+        if self._waiter is not None:
+            self._waiter.interrupt()
         self.join()
 
     def run(self) -> None:
-        tick = min(self.config.renew, self.config.heartbeat)
-        next_beat = 0.0
+        due = {"switch": 0.0, "beat": 0.0, "renew": 0.0}  # when each chore is next due (monotonic)
+        every = {"switch": self.config.poll, "beat": self.config.heartbeat, "renew": self.config.renew}
         store: Store | None = None
         try:
             while not self._halt.is_set():
                 store = store or self._open()
                 if store is not None:
-                    if time.monotonic() >= next_beat:
-                        self.beat(store)
-                        next_beat = time.monotonic() + self.config.heartbeat
-                    self._renew(store)
-                self._halt.wait(tick)
+                    for chore, when in due.items():
+                        if time.monotonic() >= when:
+                            self._do(chore, store)
+                            due[chore] = time.monotonic() + every[chore]
+                pause = max(0.0, min(due.values()) - time.monotonic()) if store else self.config.poll
+                if self._waiter is None:
+                    self._halt.wait(pause)
+                elif self._waiter.wait(pause):
+                    due["switch"] = 0.0  # told of a change: look now
         finally:
+            if self._waiter is not None:
+                self._waiter.close()
             if store is not None:
                 store.close()
 
+    def _do(self, chore: str, store: Store) -> None:
+        if chore == "switch":
+            self._look(store)
+        elif chore == "beat":
+            self.beat(store)
+        else:
+            self._renew(store)
+
     def _open(self) -> Store | None:
-        """The keeper's own connection; None (and a try again next tick) while unavailable."""
+        """The keeper's own connection (and its control waiter); None (and a try again after
+        a poll) while unavailable."""
         try:
-            return self.worker.store_factory(self.config)
+            store = self.worker.store_factory(self.config)
         except RowfleetError as exc:
             log.error("keeper cannot reach the database, so leases are not renewed yet: %s", exc)
             return None
+        if self._waiter is None:
+            self._waiter = store.control_waiter(self.config.host)
+            if self._halt.is_set():  # stopped while we connected: stop() found no waiter to wake
+                self._waiter.interrupt()
+        return store
+
+    def _look(self, store: Store) -> None:
+        try:
+            switch = store.switch_in_force(self.config.project, self.config.host, self.worker.queue)
+        except RowfleetError as exc:  # keep acting on the last switch read
+            log.warning("could not read this worker's switch: %s", exc)
+            return
+        self.worker.switch_seen(switch, store)
 
     def beat(self, store: Store) -> None:
         """Upsert the worker's heartbeat row, naming the job in hand; never raises."""
@@ -441,60 +470,6 @@ class Keeper(threading.Thread):
                 self.worker.exit(exitcodes.REASSIGNED)
         except RowfleetError as exc:
             log.warning("lease renewal of job %d failed (will retry): %s", job.id, exc)
-
-
-class SwitchWatch(threading.Thread):
-    """Reads the worker's switch on its own connection: once per poll, and at once when the
-    store's control waiter hears of a change (a NOTIFY on Postgres)."""
-
-    def __init__(self, worker: Worker) -> None:
-        super().__init__(name=f"rowfleet-switch-{worker.pid}", daemon=True)
-        self.worker = worker
-        self.config = worker.config
-        self._halt = threading.Event()
-        self._waiter: Any = None
-
-    def stop(self) -> None:
-        self._halt.set()
-        if self._waiter is not None:
-            self._waiter.interrupt()
-        self.join()
-
-    def run(self) -> None:
-        store: Store | None = None
-        try:
-            while not self._halt.is_set():
-                store = store or self._open()
-                if store is not None:
-                    self._look(store)
-                if self._waiter is not None:
-                    self._waiter.wait(self.config.poll)
-                else:
-                    self._halt.wait(self.config.poll)
-        finally:
-            if self._waiter is not None:
-                self._waiter.close()
-            if store is not None:
-                store.close()
-
-    def _open(self) -> Store | None:
-        try:
-            store = self.worker.store_factory(self.config)
-            self._waiter = self._waiter or store.control_waiter(self.config.host)
-            if self._halt.is_set():
-                self._waiter.interrupt()
-            return store
-        except RowfleetError as exc:
-            log.error("cannot reach the database to read this worker's switch yet: %s", exc)
-            return None
-
-    def _look(self, store: Store) -> None:
-        try:
-            switch = store.switch_in_force(self.config.project, self.config.host, self.worker.queue)
-        except RowfleetError as exc:  # keep acting on the last switch read
-            log.warning("could not read this worker's switch: %s", exc)
-            return
-        self.worker.switch_seen(switch, store)
 
 
 def _stop_reason(switch: Switch) -> str:
