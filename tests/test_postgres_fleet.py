@@ -286,6 +286,11 @@ class PostgresFleetTest(TempDirTestCase):
         held_id = self.enqueue("hold", priority=-1)[0]  # claimed before any note
         note_ids = self.enqueue("note", 1000)
         orchestrator = self.launch("orchestrator", "orchestrator", "--interval", "0.2")
+        # Up before the restart (its LISTEN for dispatch events is made once it has migrated),
+        # so the restart lands on a running sweep loop rather than on its start.
+        wait_until(lambda: any(query.rstrip(";") == "LISTEN rowfleet_dispatch"
+                               for _, _, query in self.backends("orchestrator")),
+                   message="the orchestrator to be up")
         drainers = [self.worker(f"w{n}", *WORKER_LEASE) for n in range(3)]
         wait_until(lambda: self.marker(f"started-{held_id}-1"), message="the held job to start")
         wait_until(lambda: self.count("completed") >= 100, message="the drain under way")
