@@ -417,6 +417,11 @@ class PgServer:
         with self._lock:
             self._created.discard(name)
 
+    def open_transactions(self, url: str) -> int:
+        """How many other sessions of the ``*_test`` database at ``url`` are inside a transaction."""
+        return self.psql(url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                              "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")[0][0]
+
     def psql(self, url: str, sql: str, params: object = None) -> list[tuple]:
         """Run ``sql`` on the ``*_test`` database at ``url`` (autocommit); return its rows.
 
@@ -596,6 +601,17 @@ class PostgresServerCase:
         url = self.pg.create_database()
         self.addCleanup(self.pg.drop_database, url)
         return url
+
+    def await_rollbacks(self) -> None:
+        """After a client process died: wait until the server has rolled its transaction back
+        (``self.db`` names the database). It does so when it sees the connection close, a
+        moment after the exit; until then the dead client's row locks hold (a recovery's
+        SKIP LOCKED claim passes its jobs by, a lock on a row makes others wait) and what it
+        wrote is not yet undone."""
+        from support import wait_until
+
+        wait_until(lambda: not self.pg.open_transactions(self.db),
+                   message="the server to roll back the dead client's transaction")
 
 
 class PostgresDatabaseCase(PostgresServerCase):

@@ -129,6 +129,42 @@ class TempDirTestCase(unittest.TestCase):
         with open(process.log_path) as log:
             return log.read()
 
+    def stop_all(self, *processes: subprocess.Popen) -> None:
+        """SIGTERM each process started by ``launch_logged``; each must exit 0 in time."""
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(DEADLINE)
+            except subprocess.TimeoutExpired:
+                self.fail(f"{process.args[4:]} still running {DEADLINE:.0f}s after SIGTERM:\n{self.output(process)}")
+            self.assertEqual(process.returncode, 0, f"{process.args[4:]} exited {process.returncode}:\n"
+                                                    f"{self.output(process)}")
+
+    def marker(self, name: str) -> str | None:
+        """The text of the file ``name`` in the test's folder (a handler's marker), or None."""
+        try:
+            with open(os.path.join(self.dir, name)) as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            text = handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not reaped, does not)."""
+    fields = proc_stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
 
 def kill_group(process: subprocess.Popen) -> None:
     """SIGKILL a process started by ``launch_logged`` and its group (stopped ones too), and reap it."""

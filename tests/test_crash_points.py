@@ -294,7 +294,7 @@ WORKER_STEPS = {
 
 class CrashPointContract:
     """The sweep for any backend. The TestCase mixing this in is a ``TempDirTestCase`` and
-    provides ``empty_database()``, ``create_orders()``, ``orders()`` and ``settle()``."""
+    provides ``empty_database()``, ``create_orders()``, ``orders()`` and ``await_rollbacks()``."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -316,7 +316,7 @@ class CrashPointContract:
         """How many rows ``orders`` has."""
         raise NotImplementedError
 
-    def settle(self) -> None:
+    def await_rollbacks(self) -> None:
         """Return once the database has undone whatever the dead child left uncommitted."""
         raise NotImplementedError
 
@@ -333,7 +333,7 @@ class CrashPointContract:
                                 capture_output=True, text=True, timeout=DEADLINE)
         self.assertEqual(result.returncode, expect,
                          f"driver at {step} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
-        self.settle()
+        self.await_rollbacks()
 
     def enqueue_three(self) -> list[int]:
         return [self.store.enqueue(JobSpec(task="effect", args=[n])).id for n in range(3)]
@@ -457,7 +457,7 @@ class SQLiteCrashPointTest(CrashPointContract, TempDirTestCase):
         with contextlib.closing(sqlite3.connect(self.db)) as conn:
             return conn.execute("SELECT count(*) FROM orders").fetchone()[0]
 
-    def settle(self) -> None:
+    def await_rollbacks(self) -> None:
         pass  # a dead process's locks went with it, and an uncommitted WAL tail is never read
 
     def crash_inside_finish(self) -> None:
@@ -477,15 +477,6 @@ class PostgresCrashPointTest(PostgresServerCase, CrashPointContract, TempDirTest
 
     def orders(self) -> int:
         return self.pg.psql(self.db, "SELECT count(*) FROM orders")[0][0]
-
-    def settle(self) -> None:
-        # The server rolls a dead client's transaction back when it sees the connection
-        # close, a moment after the exit; until then its row locks would make the recovery's
-        # claims (FOR UPDATE SKIP LOCKED) pass the job by.
-        wait_until(lambda: not self.pg.psql(
-            self.db, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                     "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"),
-            message="the server to roll back the dead client's transaction")
 
     def crash_inside_finish(self) -> None:
         """A busy worker's finish and next claim are one statement here, in autocommit
@@ -515,7 +506,7 @@ class PostgresCrashPointTest(PostgresServerCase, CrashPointContract, TempDirTest
             child.communicate(timeout=DEADLINE)
             self.assertEqual(self.pg.psql(self.db, *blocked)[0][0], 1, "the statement died with its client")
             blocker.rollback()
-        self.settle()
+        self.await_rollbacks()
         checks = self.pg.psql(self.db, "SELECT coalesce(current_setting('client_connection_check_interval', "
                                        "true), '0') IN ('0', '0ms')")[0][0]
         whole, none = WORKER_STEPS["after_finish"], WORKER_STEPS["in_finish_commit"]
@@ -552,7 +543,7 @@ class PostgresCrashPointTest(PostgresServerCase, CrashPointContract, TempDirTest
             child.kill()
             child.communicate(timeout=DEADLINE)
             blocker.rollback()
-        self.settle()
+        self.await_rollbacks()
         states = self.states(ids)
         self.assertIn(states, (["running", "queued", "queued"], ["queued", "queued", "queued"]),
                       "part of the claim landed")

@@ -16,7 +16,6 @@ SQLite and PostgreSQL.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from typing import Any, Callable
 
@@ -111,10 +110,8 @@ class FleetContract:
 
     def started(self, job_id: int, attempt: int = 1) -> int:
         """Wait until attempt ``attempt`` of job ``job_id`` has started; the pid running it."""
-        path = os.path.join(self.dir, f"started-{job_id}-{attempt}")
-        self.wait(lambda: os.path.exists(path), f"attempt {attempt} of job {job_id} to start")
-        with open(path) as handle:
-            return int(handle.read())
+        return int(self.wait(lambda: self.marker(f"started-{job_id}-{attempt}"),
+                             f"attempt {attempt} of job {job_id} to start"))
 
     def open_gate(self, job_id: int) -> None:
         with open(os.path.join(self.dir, f"go-{job_id}"), "w"):
@@ -152,12 +149,6 @@ class FleetContract:
         return "\n".join(f"--- {' '.join(p.args[4:12])} (pid {p.pid}, exit {p.poll()}):\n{self.output(p)}"
                          for p in self._processes)
 
-    def stop(self, *processes: subprocess.Popen) -> None:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            self.assertEqual(process.wait(DEADLINE), 0, self.logs())
-
     # --- the switch --------------------------------------------------------------------
 
     def test_hard_off_hands_the_job_back_exits_79_and_the_restarted_worker_parks_until_on(self):
@@ -186,14 +177,14 @@ class FleetContract:
         self.assertTrue(done.claimed_by.startswith(f"{OTHER_HOST}:"), done.claimed_by)
         self.assertLess(done.started_at, later.started_at, "the handed-back job went ahead of fresh work")
         self.assertEqual(done.attempts, 1)
-        self.stop(other)
+        self.stop_all(other)
 
         resumed = self.enqueue("fleet.note")
         self.control("--queue", QUEUE, "--on")
         self.assertEqual(self.wait_completed(resumed).claimed_by, f"{HOST}:{second}",
                          "switched on, the parked process resumes in place")
         self.wait_state(second, "serving")
-        self.stop(parent)
+        self.stop_all(parent)
 
     def test_drain_finishes_the_job_then_parks_and_on_resumes_the_same_process(self):
         worker = self.worker()
@@ -212,7 +203,7 @@ class FleetContract:
         self.control("--queue", QUEUE, "--on")
         self.assertEqual(self.wait_completed(waiting).result, pid)
         self.assertIsNone(worker.poll(), "switching on resumes in place, without a restart")
-        self.stop(worker)
+        self.stop_all(worker)
 
     def test_escalating_drain_to_hard_stops_the_job_in_hand(self):
         worker = self.worker()
@@ -238,7 +229,7 @@ class FleetContract:
         self.assertEqual(self.job(on_q2).state, "queued", "a worker of a box switched off claimed a job")
         self.control("--all-queues", "--on")
         self.assertEqual(self.wait_completed(on_q2).result, pids[1])
-        self.stop(first, second, elsewhere)
+        self.stop_all(first, second, elsewhere)
 
     def test_a_worker_started_while_off_never_claims(self):
         self.control("--queue", QUEUE, "--off", "--policy", "hard")
@@ -252,7 +243,7 @@ class FleetContract:
         self.assertEqual(self.row_of(pid)["exit_code"], None, "a fresh worker parks instead of exiting 79")
         self.control("--queue", QUEUE, "--on")
         self.assertEqual(self.wait_completed(waiting).result, pid)
-        self.stop(worker)
+        self.stop_all(worker)
 
     def child_or_self(self, process: subprocess.Popen) -> int:
         self.wait(lambda: self.row_of(process.pid), f"worker {process.pid} to beat")
@@ -294,7 +285,7 @@ class FleetContract:
         self.assertEqual({w["actual"] for w in broker["alpha"]["workers"]}, {"parked"})
         self.assertEqual({w["desired"] for w in broker["alpha"]["workers"]}, {"off"})
         self.assertEqual({w["actual"] for w in broker["gamma"]["workers"]}, {"serving"})
-        self.stop(*(p for group in workers.values() for p in group))
+        self.stop_all(*(p for group in workers.values() for p in group))
 
     def ran(self) -> list[tuple[str, int, int]]:
         with open(os.path.join(self.dir, "ran.log")) as handle:
@@ -320,4 +311,4 @@ class PostgresFleetTest(PostgresServerCase, FleetContract, TempDirTestCase):
         self.wait_state(worker.pid, "parked", timeout=20)
         self.control("--queue", QUEUE, "--on")
         self.wait_state(worker.pid, "serving", timeout=20)
-        self.stop(worker)
+        self.stop_all(worker)

@@ -136,13 +136,6 @@ class PostgresFleetTest(TempDirTestCase):
         for process in processes:
             self.assertIsNone(process.poll(), f"{process.name} exited:\n{self.output(process)}")
 
-    def marker(self, name: str) -> str | None:
-        try:
-            with open(os.path.join(self.dir, name)) as handle:
-                return handle.read()
-        except FileNotFoundError:
-            return None
-
     def touch(self, name: str) -> None:
         open(os.path.join(self.dir, name), "w").close()
 

@@ -25,7 +25,7 @@ import urllib.parse
 from rowfleet.errors import LeaseLost, StoreUnavailable
 from rowfleet.job import JobSpec, Outcome
 from rowfleet.store import open_store
-from support import DEADLINE, TempDirTestCase, wait_until
+from support import DEADLINE, TempDirTestCase, proc_stat, process_alive, wait_until
 
 SLOW = True
 
@@ -151,13 +151,6 @@ class ProcessContract:
         """SIGTERM; it must exit 0."""
         process.send_signal(signal.SIGTERM)
         self.assert_exits(process, 0)
-
-    def marker(self, name: str) -> str | None:
-        try:
-            with open(os.path.join(self.dir, name)) as handle:
-                return handle.read()
-        except FileNotFoundError:
-            return None
 
     def ran(self) -> collections.Counter:
         """How many times each job id was appended to ran.log."""
@@ -318,7 +311,7 @@ class ProcessContract:
 
         self.stop(parent)
         for pid in replacement:
-            self.assertFalse(_alive(pid), f"child {pid} outlived its parent")
+            self.assertFalse(process_alive(pid), f"child {pid} outlived its parent")
         rows = {w["pid"]: w for w in self.store().workers(since=0)}
         for pid in replacement:
             self.assertIsNotNone(rows[pid]["stopped_at"], f"child {pid} did not stop gracefully")
@@ -488,21 +481,6 @@ def _count(store, state: str) -> int:
     return sum(c["n"] for c in store.counts() if c["state"] == state)
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            text = handle.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return text[text.rindex(")") + 2:].split()
-
-
-def _alive(pid: int) -> bool:
-    fields = _stat(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
-
-
 def _children(parent: int) -> set[int]:
     """Live (not zombie) children of ``parent``'s main thread."""
     try:
@@ -510,8 +488,8 @@ def _children(parent: int) -> set[int]:
             listed = {int(pid) for pid in handle.read().split()}
     except FileNotFoundError:  # a kernel without the children file: scan every process
         listed = {int(entry) for entry in os.listdir("/proc")
-                  if entry.isdigit() and (_stat(int(entry)) or [None, None])[1] == str(parent)}
-    return {pid for pid in listed if _alive(pid)}
+                  if entry.isdigit() and (proc_stat(int(entry)) or [None, None])[1] == str(parent)}
+    return {pid for pid in listed if process_alive(pid)}
 
 
 def _tcp_ports(pid: int) -> set[int]:

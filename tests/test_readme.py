@@ -31,6 +31,14 @@ def operations_block(marker: str) -> str:
     return quickstart_block(marker, "operations")
 
 
+def run_commands(commands: str, cwd: str, **env: str) -> subprocess.CompletedProcess:
+    """Run README commands in bash, as written, with ``rowfleet`` meaning this checkout's;
+    the first that fails ends the script."""
+    script = 'rowfleet() { "$PYTHON" -m rowfleet "$@"; }\nset -e\n' + commands
+    return subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=DEADLINE,
+                          env=child_env(PYTHON=sys.executable, **env))
+
+
 class ReadmeQuickstartTest(TempDirTestCase):
     def test_the_first_commands_are_demo_and_test(self):
         with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
@@ -38,11 +46,7 @@ class ReadmeQuickstartTest(TempDirTestCase):
         self.assertEqual(commands[:2], ["python make.py demo", "python make.py test"])
 
     def test_cli_quickstart(self):
-        script = ('rowfleet() { "$PYTHON" -m rowfleet "$@"; }\nset -e\n'
-                  + quickstart_block("cli")
-                  + '\nrowfleet job 1 --json > job.json\n')
-        result = subprocess.run(["bash", "-c", script], cwd=self.dir, capture_output=True, text=True,
-                                timeout=DEADLINE, env=child_env(PYTHON=sys.executable))
+        result = run_commands(quickstart_block("cli") + "\nrowfleet job 1 --json > job.json\n", self.dir)
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(os.path.join(self.dir, "job.json")) as handle:
             job = json.load(handle)
@@ -50,11 +54,7 @@ class ReadmeQuickstartTest(TempDirTestCase):
         self.assertIn("completed", result.stdout)
 
     def test_workflow_quickstart(self):
-        script = ('rowfleet() { "$PYTHON" -m rowfleet "$@"; }\nset -e\n'
-                  + quickstart_block("workflow")
-                  + '\nrowfleet runs 1 --json > run.json\n')
-        result = subprocess.run(["bash", "-c", script], cwd=self.dir, capture_output=True, text=True,
-                                timeout=DEADLINE, env=child_env(PYTHON=sys.executable))
+        result = run_commands(quickstart_block("workflow") + "\nrowfleet runs 1 --json > run.json\n", self.dir)
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(os.path.join(self.dir, "run.json")) as handle:
             run = json.load(handle)
@@ -104,9 +104,7 @@ class SQLiteReadmeOperationsTest(ReadmeOperationsContract, TempDirTestCase):
             conn.execute(sql)
 
     def test_the_commands(self):
-        script = 'rowfleet() { "$PYTHON" -m rowfleet "$@"; }\nset -e\n' + operations_block("cli")
-        result = subprocess.run(["bash", "-c", script], cwd=self.dir, capture_output=True, text=True,
-                                timeout=DEADLINE, env=child_env(PYTHON=sys.executable, ROWFLEET_DB=self.db))
+        result = run_commands(operations_block("cli"), self.dir, ROWFLEET_DB=self.db)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("switch: project", result.stdout, "workers lists the switch rows")
         self.assertEqual([(s.host, s.queue, s.desired) for s in self.store.switches()],
@@ -114,9 +112,7 @@ class SQLiteReadmeOperationsTest(ReadmeOperationsContract, TempDirTestCase):
 
     def test_the_broker_view(self):
         self.cli("init")
-        script = 'rowfleet() { "$PYTHON" -m rowfleet "$@"; }\nset -e\n' + operations_block("broker")
-        result = subprocess.run(["bash", "-c", script], cwd=self.dir, capture_output=True, text=True,
-                                timeout=DEADLINE, env=child_env(PYTHON=sys.executable, ROWFLEET_DB=self.db))
+        result = run_commands(operations_block("broker"), self.dir, ROWFLEET_DB=self.db)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn(operations_block("broker-output"), result.stdout)
 
@@ -124,11 +120,9 @@ class SQLiteReadmeOperationsTest(ReadmeOperationsContract, TempDirTestCase):
         self.write_module("app", operations_block("periodic-python"))
         with open(os.path.join(self.dir, "schedules.json"), "w") as handle:
             handle.write(operations_block("periodic-json"))
-        script = 'rowfleet() { "$PYTHON" -m rowfleet "$@"; }\nset -e\n' + operations_block("periodic-cli")
         for tick in range(2):
             with self.subTest(tick=tick):
-                result = subprocess.run(["bash", "-c", script], cwd=self.dir, capture_output=True, text=True,
-                                        timeout=DEADLINE, env=child_env(PYTHON=sys.executable, ROWFLEET_DB=self.db))
+                result = run_commands(operations_block("periodic-cli"), self.dir, ROWFLEET_DB=self.db)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 self.assertIn("nightly-refresh", result.stdout)
         nightly = [job for job in self.store.list_jobs("") if job.args == {"full": True}]

@@ -147,7 +147,7 @@ with open_store(config) as store:
 
 class SchedulerCrashContract:
     """The crash contract for any backend. The TestCase mixing this in is a
-    ``TempDirTestCase`` and provides ``empty_database()`` and ``settle()``."""
+    ``TempDirTestCase`` and provides ``empty_database()`` and ``await_rollbacks()``."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -165,7 +165,7 @@ class SchedulerCrashContract:
         """What ``--db`` names for this test: a database with no rowfleet schema yet."""
         raise NotImplementedError
 
-    def settle(self) -> None:
+    def await_rollbacks(self) -> None:
         """Return once the database has undone whatever the dead child left uncommitted."""
         raise NotImplementedError
 
@@ -184,7 +184,7 @@ class SchedulerCrashContract:
                                 cwd=self.dir, env=child_env(), capture_output=True, text=True, timeout=DEADLINE)
         self.assertEqual(result.returncode, expect,
                          f"driver at {step} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
-        self.settle()
+        self.await_rollbacks()
         return json.loads(result.stdout) if expect == 0 else []
 
     def real_scheduler_once(self) -> list[dict]:
@@ -267,14 +267,7 @@ class SchedulerCrashContract:
             launched.append(schedulers[victim])
         wait_until(lambda: all(running(p) for p in schedulers) and newest() > last_kill,
                    message="both schedulers up and a new slot fired after the last kill")
-        for process in schedulers:
-            process.send_signal(signal.SIGTERM)
-        for process in schedulers:
-            try:
-                process.wait(DEADLINE)
-            except subprocess.TimeoutExpired:
-                self.fail(f"a scheduler still runs {DEADLINE:.0f}s after SIGTERM:\n{self.output(process)}")
-            self.assertEqual(process.returncode, 0, self.output(process))
+        self.stop_all(*schedulers)
 
         records = self.store.fired_slots("", TICK["name"], limit=100_000)
         jobs = self.store.list_jobs("", limit=100_000)
@@ -296,21 +289,12 @@ class SQLiteSchedulerCrashTest(SchedulerCrashContract, TempDirTestCase):
     def empty_database(self) -> str:
         return self.db  # the file in this test's folder, created when the store first opens
 
-    def settle(self) -> None:
+    def await_rollbacks(self) -> None:
         pass  # a dead process's locks went with it, and an uncommitted WAL tail is never read
 
 
 class PostgresSchedulerCrashTest(PostgresServerCase, SchedulerCrashContract, TempDirTestCase):
     """The same contract on a throwaway PostgreSQL database: ``self.db`` is its URL."""
-
-    def settle(self) -> None:
-        # The server rolls a dead client's transaction back when it sees the connection
-        # close, a moment after the exit; until then its lock on the schedule's row would
-        # hold the recovery's fire_slot back, and what it wrote is not yet undone.
-        wait_until(lambda: not self.pg.psql(
-            self.db, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                     "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"),
-            message="the server to roll back the dead client's transaction")
 
 
 if __name__ == "__main__":

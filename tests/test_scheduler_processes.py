@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import unittest
 
 from pg_harness import PostgresServerCase
-from support import DEADLINE, TempDirTestCase, wait_until
+from support import TempDirTestCase, wait_until
 
 SLOW = True
 
@@ -50,18 +48,6 @@ class SchedulerProcessContract:
             handle.write(schedules if isinstance(schedules, str) else json.dumps(schedules))
         return path
 
-    def stop(self, *processes: subprocess.Popen) -> None:
-        """SIGTERM each; each must exit 0."""
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(DEADLINE)
-            except subprocess.TimeoutExpired:
-                self.fail(f"a scheduler still runs {DEADLINE:.0f}s after SIGTERM:\n{self.output(process)}")
-            self.assertEqual(process.returncode, 0, f"a scheduler exited {process.returncode}:\n"
-                                                    f"{self.output(process)}")
-
     def test_two_schedulers_fire_each_slot_once(self):
         path = self.write_schedules(SCHEDULES)
         schedulers = [self.launch_logged(f"scheduler-{n}", "scheduler", "--schedule", path) for n in (1, 2)]
@@ -72,7 +58,7 @@ class SchedulerProcessContract:
             return len(self.store.fired_slots("", "tick", limit=1000)) >= SLOTS
 
         wait_until(fired, message=f"{SLOTS} slots of a one-second cadence")
-        self.stop(*schedulers)
+        self.stop_all(*schedulers)
         rows = self.store.fired_slots("", "tick", limit=1000)
         jobs = self.store.list_jobs("", limit=1000)
         slots = [row["slot"] for row in rows]

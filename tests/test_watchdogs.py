@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from rowfleet.job import JobSpec
 from pg_harness import PostgresServerCase
-from support import DEADLINE, ROOT, TempDirTestCase, child_env, wait_until
+from support import DEADLINE, ROOT, TempDirTestCase, child_env, proc_stat, process_alive, wait_until
 
 SLOW = True
 
@@ -279,13 +279,6 @@ class WatchdogContract:
         except AssertionError as exc:
             raise AssertionError(f"{exc}; it is {self.job(job_id)}\n{self.kinds(job_id)}\n{self.logs()}") from None
 
-    def marker(self, name: str) -> str | None:
-        try:
-            with open(os.path.join(self.dir, name)) as handle:
-                return handle.read()
-        except FileNotFoundError:
-            return None
-
     def started(self, job_id: int, attempt: int = 1, process: subprocess.Popen | None = None) -> int:
         """The pid of the process running ``attempt`` of the job, once its handler began."""
         name = f"started-{job_id}-{attempt}"
@@ -305,7 +298,7 @@ class WatchdogContract:
         """
         for _ in range(50):
             os.kill(pid, signal.SIGSTOP)
-            wait_until(lambda: (_stat(pid) or ["T"])[0] in ("T", "t", "Z", "X"), message=f"{pid} to stop")
+            wait_until(lambda: (proc_stat(pid) or ["T"])[0] in ("T", "t", "Z", "X"), message=f"{pid} to stop")
             time.sleep(0.1)  # a statement already with the server finishes
             if not self.in_transaction():
                 self.addCleanup(_continue_pid, pid)
@@ -621,7 +614,7 @@ class WatchdogContract:
         self.assertEqual((job.attempts, job.result), (2, "recovered"))
         self.assertTrue(job.claimed_by.endswith(f":{fresh}"), job.claimed_by)
         self.assertEqual(self.kinds(job_id), ["claimed", "worker_dead", "claimed", "completed"])
-        self.assertFalse(_alive(child), "the frozen child is still there")
+        self.assertFalse(process_alive(child), "the frozen child is still there")
         self.assertIn(f"worker child {child} exited with signal SIGKILL", self.output(parent))
         row = self.wait_alive(parent, lambda: (row := self.worker_row(child)) and row["exit_code"] is not None
                               and row, "the killed child's exit recorded")
@@ -726,9 +719,7 @@ class PostgresWatchdogTest(PostgresServerCase, WatchdogContract, TempDirTestCase
         self.assertEqual(self.kinds(job_id), ["claimed", "worker_dead"])
 
     def in_transaction(self) -> bool:
-        rows = self.pg.psql(self.db, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                     "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")
-        return rows[0][0] > 0
+        return self.pg.open_transactions(self.db) > 0
 
 
 # --- processes, seen through /proc --------------------------------------------------------
@@ -739,31 +730,16 @@ def _continue_pid(pid: int) -> None:
         os.kill(pid, signal.SIGCONT)
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            text = handle.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return text[text.rindex(")") + 2:].split()
-
-
-def _alive(pid: int) -> bool:
-    fields = _stat(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
-
-
 def _children(parent: int) -> set[int]:
     """Live (not zombie) children of ``parent``."""
     listed = {int(entry) for entry in os.listdir("/proc")
-              if entry.isdigit() and (_stat(int(entry)) or [None, None])[1] == str(parent)}
-    return {pid for pid in listed if _alive(pid)}
+              if entry.isdigit() and (proc_stat(int(entry)) or [None, None])[1] == str(parent)}
+    return {pid for pid in listed if process_alive(pid)}
 
 
 def _cpu_seconds(pid: int) -> float:
     """The CPU time (user + system) process ``pid`` itself has used, from /proc/PID/stat."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     if fields is None:
         raise AssertionError(f"process {pid} is gone")
     # utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.

@@ -237,7 +237,7 @@ def ref(path: str) -> dict[str, str]:
 
 class WorkflowProcessContract:
     """Process-level workflow tests for any backend. The TestCase mixing this in is a
-    ``TempDirTestCase`` that provides ``empty_database()`` and ``settle()``."""
+    ``TempDirTestCase`` that provides ``empty_database()`` and ``await_rollbacks()``."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -250,7 +250,7 @@ class WorkflowProcessContract:
         """What ``--db`` names for this test: a database with no rowfleet schema yet."""
         raise NotImplementedError
 
-    def settle(self) -> None:
+    def await_rollbacks(self) -> None:
         """Return once the database has undone whatever a dead process left uncommitted."""
         raise NotImplementedError
 
@@ -262,26 +262,13 @@ class WorkflowProcessContract:
     def logs(self, processes: list[subprocess.Popen]) -> str:
         return "\n".join(f"--- {' '.join(p.args[4:])} (pid {p.pid}):\n{self.output(p)}" for p in processes)
 
-    def stop(self, *processes: subprocess.Popen) -> None:
-        """SIGTERM each; each must exit 0."""
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(DEADLINE)
-            except subprocess.TimeoutExpired:
-                self.fail(f"{process.args[4:]} still running {DEADLINE:.0f}s after SIGTERM:\n"
-                          f"{self.output(process)}")
-            self.assertEqual(process.returncode, 0, f"{process.args[4:]} exited {process.returncode}:\n"
-                                                    f"{self.output(process)}")
-
     def drive(self, *args: str, expect: int = CRASHED) -> None:
         """Run the crash driver; it must exit ``expect`` (137: the crash point was reached)."""
         result = subprocess.run([sys.executable, self.driver, args[0], self.db, *args[1:]], cwd=self.dir,
                                 env=child_env(), capture_output=True, text=True, timeout=DEADLINE)
         self.assertEqual(result.returncode, expect,
                          f"driver {args} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
-        self.settle()
+        self.await_rollbacks()
 
     # --- runs ----------------------------------------------------------------------------
 
@@ -330,13 +317,6 @@ class WorkflowProcessContract:
         """Every job of the run, of every node generation."""
         return sorted((job for job in self.store.list_jobs("", limit=1_000_000) if job.run_id == run_id),
                       key=lambda job: job.id)
-
-    def marker(self, name: str) -> str | None:
-        try:
-            with open(os.path.join(self.dir, name)) as handle:
-                return handle.read()
-        except FileNotFoundError:
-            return None
 
     def assert_ran_once(self, run_id: int, shown: dict[str, Any], attempts: dict[str, int] | None = None) -> None:
         """The invariants of a completed run whose nodes each ran once: one side effect per
@@ -396,7 +376,7 @@ class WorkflowProcessContract:
 
         processes = [self.launch("worker", "--app", APP, *WORKER), self.launch("orchestrator", *ORCHESTRATOR)]
         shown = self.wait_for_run(run_id, processes=processes)
-        self.stop(*processes)
+        self.stop_all(*processes)
         self.assertEqual(shown["nodes"][3]["result"], ["A", "B"])
         # b was claimed by the dead worker and never ran there: reclaimed, then run once.
         self.assert_ran_once(run_id, shown, attempts={"b": 2})
@@ -451,7 +431,7 @@ class WorkflowProcessContract:
         for run_id in run_ids:
             shown = self.wait_for_run(run_id, processes=processes)
             self.assertEqual(shown["nodes"][-1]["result"], list(range(width)))
-        self.stop(*processes)
+        self.stop_all(*processes)
         for process in processes:
             self.assertNotIn("Traceback", self.output(process))
             self.assertNotIn(" ERROR ", self.output(process))
@@ -470,7 +450,7 @@ class WorkflowProcessContract:
         shown = self.wait_for_run(run_id, "awaiting_input", processes=first)
         self.assertEqual({n["id"]: n["state"] for n in shown["nodes"]},
                          {"draft": "completed", "approve": "awaiting_input", "publish": "pending"})
-        self.stop(*first)
+        self.stop_all(*first)
 
         # Fresh processes; the worker comes after the answers, so the second answer meets a
         # run still running (publish queued), and a third one a completed run.
@@ -492,7 +472,7 @@ class WorkflowProcessContract:
         self.assertEqual(shown["nodes"][1]["result"], {"ok": True})
         self.assertEqual(shown["nodes"][2]["result"], True)
         self.assert_refused_answer(run_id, "completed")
-        self.stop(*second)
+        self.stop_all(*second)
         self.assert_ran_once(run_id, shown, attempts={})
 
     def assert_refused_answer(self, run_id: int, why: str) -> None:
@@ -522,7 +502,7 @@ class WorkflowProcessContract:
 
         rescuer = self.launch("worker", "--app", APP, *WORKER)
         shown = self.wait_for_run(run_id, processes=[orchestrator, rescuer])
-        self.stop(orchestrator, rescuer)
+        self.stop_all(orchestrator, rescuer)
         self.assertEqual(shown["nodes"][2]["result"], [1, 2])
         nodes = {n["id"]: n for n in shown["nodes"]}
         self.assertEqual({node: n["attempts"] for node, n in nodes.items()}, {"a": 1, "slow": 2, "c": 1})
@@ -541,20 +521,12 @@ class SQLiteWorkflowProcessTest(WorkflowProcessContract, TempDirTestCase):
     def empty_database(self) -> str:
         return self.db  # the file in this test's folder, created when the store first opens
 
-    def settle(self) -> None:
+    def await_rollbacks(self) -> None:
         pass  # a dead process's locks went with it, and an uncommitted WAL tail is never read
 
 
 class PostgresWorkflowProcessTest(PostgresServerCase, WorkflowProcessContract, TempDirTestCase):
     """The same contract on a throwaway PostgreSQL database: ``self.db`` is its URL."""
-
-    def settle(self) -> None:
-        # The server rolls a dead client's transaction back when it sees the connection
-        # close, a moment after the exit; until then its locks are still held.
-        wait_until(lambda: not self.pg.psql(
-            self.db, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                     "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"),
-            message="the server to roll back the dead client's transaction")
 
 
 if __name__ == "__main__":
