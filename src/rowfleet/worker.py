@@ -326,7 +326,7 @@ class Worker:
         if switch == self.switch:
             return
         self.switch = switch
-        job = self.keeper.held() if self.keeper is not None else None
+        job = self.keeper.held()
         step = control.next_step(switch, holding_job=job is not None, has_run_jobs=self.jobs_run > 0)
         log.warning("worker %s: %s", self.holder, _describe_switch(switch, step))
         if step == control.STOP and job is not None:
@@ -397,17 +397,18 @@ class Keeper(threading.Thread):
         self.join()
 
     def run(self) -> None:
-        due = {"switch": 0.0, "beat": 0.0, "renew": 0.0}  # when each chore is next due (monotonic)
-        every = {"switch": self.config.poll, "beat": self.config.heartbeat, "renew": self.config.renew}
+        chores = {"switch": (self.config.poll, self._look), "beat": (self.config.heartbeat, self.beat),
+                  "renew": (self.config.renew, self._renew)}
+        due = dict.fromkeys(chores, 0.0)  # when each chore is next due (monotonic)
         store: Store | None = None
         try:
             while not self._halt.is_set():
                 store = store or self._open()
                 if store is not None:
-                    for chore, when in due.items():
-                        if time.monotonic() >= when:
-                            self._do(chore, store)
-                            due[chore] = time.monotonic() + every[chore]
+                    for chore, (every, act) in chores.items():
+                        if time.monotonic() >= due[chore]:
+                            act(store)
+                            due[chore] = time.monotonic() + every
                 pause = max(0.0, min(due.values()) - time.monotonic()) if store else self.config.poll
                 if self._waiter is None:
                     self._halt.wait(pause)
@@ -418,14 +419,6 @@ class Keeper(threading.Thread):
                 self._waiter.close()
             if store is not None:
                 store.close()
-
-    def _do(self, chore: str, store: Store) -> None:
-        if chore == "switch":
-            self._look(store)
-        elif chore == "beat":
-            self.beat(store)
-        else:
-            self._renew(store)
 
     def _open(self) -> Store | None:
         """The keeper's own connection (and its control waiter); None (and a try again after

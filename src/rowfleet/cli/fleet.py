@@ -52,8 +52,9 @@ def cmd_control(args: argparse.Namespace, config: configuration.Config) -> int:
         store.require_schema()
         switch = store.set_switch(project, host, queue, args.desired, args.policy, args.by or _user())
         # Off wins: turning one row on does not free workers that a wider off row holds.
-        still_held = [held for held in store.switches()
-                      if held.desired == control.OFF and _overlaps(held, switch)] if args.desired == control.ON else []
+        still_held = [held for held in store.switches() if held.desired == control.OFF and held != switch
+                      and held.applies_to(switch.project, switch.host, switch.queue)] \
+            if args.desired == control.ON else []
     if args.json:
         print_json({"switch": switch.to_dict(), "still_off": [held.to_dict() for held in still_held]})
         return exitcodes.OK
@@ -162,13 +163,6 @@ def _worker_tally(workers: list[dict[str, Any]]) -> str:
 def _wanted(switch: Switch) -> str:
     by = f" by {switch.changed_by}" if switch.changed_by else ""
     return f"on{by}" if switch.desired == control.ON else f"off ({switch.policy}){by}"
-
-
-def _overlaps(held: Switch, switch: Switch) -> bool:
-    """Do the workers ``switch`` names fall under ``held`` (another row, wider or equal)?"""
-    return held != switch and all(theirs in (control.ANY, mine) for theirs, mine in
-                                  ((held.project, switch.project), (held.host, switch.host),
-                                   (held.queue, switch.queue)))
 
 
 def _word(flag: str, value: str) -> str:
