@@ -8,7 +8,7 @@ Success is reported only after that run exits 0 and prints a version; a build th
 it is deleted, so ``dist/`` never holds an archive that has not run.
 
 Why the bytecode: Python cannot cache bytecode for modules imported from a zip, so without
-it every command compiles every module again (about 0.1 s of each command's start here).
+it every command compiles every module again before it starts.
 ``zipimport`` prefers ``module.pyc`` beside ``module.py``, and falls back to the source when
 the bytecode is another Python version's (its magic number differs), so the archive still
 runs anywhere; the hashes are left unchecked because the sources inside never change.
