@@ -143,6 +143,8 @@ class Job:
     progress: float | None = None  # 0..1, as its handler last reported
     progress_message: str | None = None
     progress_at: float | None = None
+    cancel_requested_at: float | None = None  # an operator asked its worker to stop it
+    cancel_reason: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":
@@ -159,7 +161,7 @@ class Job:
         """JSON-ready: times as ISO-8601 UTC strings."""
         data = dataclasses.asdict(self)
         for name in ("run_at", "lease_expires_at", "created_at", "updated_at", "started_at", "finished_at",
-                     "progress_at"):
+                     "progress_at", "cancel_requested_at"):
             data[name] = iso(data[name])
         return data
 
