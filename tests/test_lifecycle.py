@@ -327,12 +327,42 @@ class LifecycleContract:
         self.assertEqual(self.store.get_job(waiting.id, "").state, QUEUED)
 
     def test_stale_workers_are_flagged_and_a_beat_clears_it(self):
-        self.store.beat("w1", "", "host", "default", 1, None)
+        self.store.beat("w1", "", "host", "default", 1, None)  # the store's config: a beat every 10 s
         self.clock.advance(31)
-        self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers(30)], ["w1"])
-        self.assertEqual(self.store.flag_stale_workers(30), [])
+        self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers()], ["w1"])
+        self.assertEqual(self.store.flag_stale_workers(), [])
         self.store.beat("w1", "", "host", "default", 1, None)
         self.assertIsNone(self.store.workers(since=0)[0]["flagged_dead_at"])
+
+    def test_staleness_is_judged_by_the_workers_own_heartbeat_not_the_sweepers(self):
+        from rowfleet.store import open_store
+
+        worker_store = open_store(self.config().replace(heartbeat=40), clock=self.clock)
+        self.addCleanup(worker_store.close)
+        self.enqueue()
+        job = self.claim()
+        worker_store.beat("w40", "", "host", "default", 4242, job.id)
+        self.clock.advance(31)  # past 3 beats of the sweeper's 10 s, inside 3 of the worker's 40 s
+        self.assertEqual(self.store.flag_stale_workers(), [])
+        self.assertEqual(self.store.get_job(job.id, "").state, RUNNING)
+        row = self.store.workers(since=0)[0]
+        self.assertEqual((row["heartbeat"], row["lease"]), (40.0, 600.0))
+        self.clock.advance(90)  # 121 s: past 3 of its own beats
+        self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers()], ["w40"])
+
+    def test_an_exited_workers_job_is_handed_back_at_once(self):
+        self.enqueue()
+        self.store.beat("w1", "", "box", "default", 4242, None)
+        job = self.store.claim("", "default", "box:4242", 600.0)
+        self.assertEqual(self.store.worker_exited("box", 4242, -9)[0]["action"], "reclaimed")
+        back = self.store.get_job(job.id, "")
+        self.assertEqual((back.state, back.claimed_by), (QUEUED, None))
+        self.assertIn("killed by SIGKILL", back.error)
+        lost = [event for event in self.store.events(job.id) if event.kind == "worker_exited"]
+        self.assertEqual(lost[0].detail["holder"], "box:4242")  # the holder stays in the events
+        row = self.store.workers(since=0)[0]
+        self.assertEqual((row["exit_code"], row["current_job"]), (-9, None))
+        self.assertEqual(self.store.worker_exited("box", 4242, -9), [])  # nothing left to hand back
 
     def test_transactional_enqueue_commits_or_rolls_back_with_the_caller(self):
         conn = self.caller_connection()  # the application's own connection, in a transaction

@@ -99,8 +99,13 @@ class ConfigTest(unittest.TestCase):
             with self.subTest(env=env, overrides=overrides), self.assertRaises(ConfigError):
                 config.from_env(env, **overrides)
 
-    def test_stale_after_is_three_heartbeats(self):
-        self.assertEqual(config.Config(heartbeat=4).stale_after, 12)
+    def test_silence_is_judged_by_the_workers_own_heartbeat(self):
+        from rowfleet.liveness import silent
+
+        for last_seen, heartbeat, now, expected in ((0, 4, 12, False), (0, 4, 12.5, True), (0, 40, 30, False),
+                                                    (0, 40, 121, True), (100, 10, 100, False)):
+            with self.subTest(heartbeat=heartbeat, age=now - last_seen):
+                self.assertEqual(silent(last_seen, heartbeat, now), expected)
 
 
 class SqlFilesTest(unittest.TestCase):

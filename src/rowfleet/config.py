@@ -88,11 +88,6 @@ class Config:
         """The database setting as messages and logs may show it: any password masked."""
         return redact_url(self.db)
 
-    @property
-    def stale_after(self) -> float:
-        """A heartbeat older than this marks its worker as suspect (3 missed beats)."""
-        return 3 * self.heartbeat
-
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 

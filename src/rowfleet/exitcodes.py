@@ -1,8 +1,10 @@
 """Process exit codes, defined once. The README's exit-code tables are this module.
 
 The 75-79 band is a worker's own way out of a job it should not go on running; the
-supervisor reads it back with ``meaning()``. A leaf: imports nothing.
+supervisor reads it back with ``meaning()``. A leaf: imports nothing but ``signal``.
 """
+
+import signal
 
 OK = 0
 REFUSED = 1       # the command ran and the answer is no: no such job, or not in a state that allows it
@@ -40,3 +42,18 @@ def meaning(code: int) -> str:
     ('wall-clock budget exceeded', 'exit code 3')
     """
     return _MEANINGS.get(code, f"exit code {code}")
+
+
+def describe(code: int) -> str:
+    """How a process ended, in words: its exit code as ``os.waitstatus_to_exitcode`` gives
+    it, negative for the signal that killed it.
+
+    >>> describe(-9), describe(75), describe(0)
+    ('killed by SIGKILL', 'exited 75 (wall-clock budget exceeded)', 'exited 0 (done)')
+    """
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited {code} ({meaning(code)})"

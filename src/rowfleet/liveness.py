@@ -16,6 +16,21 @@ from rowfleet import exitcodes
 from rowfleet.job import FAILED, QUEUED, Outcome, backoff
 
 GIB = 2 ** 30
+# A worker that missed this many of its own heartbeats is silent: flagged dead by the sweep,
+# shown as SILENT by every listing. Judged by the worker's cadence, never the reader's.
+MISSED_BEATS = 3
+# Stopped, dead and silent workers stay in the default listings this long after their
+# last heartbeat, then leave them (``rowfleet workers --all`` still shows them).
+LISTED_FOR = 600.0
+
+
+def silent(last_seen: float, heartbeat: float, now: float) -> bool:
+    """Has a worker beating every ``heartbeat`` seconds missed ``MISSED_BEATS`` of them?
+
+    >>> silent(100.0, 10.0, 131.0), silent(100.0, 40.0, 131.0), silent(100.0, 40.0, 221.0)
+    (True, False, True)
+    """
+    return now - last_seen > MISSED_BEATS * heartbeat
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,7 +54,7 @@ class Orchestrator:
         reclaimed = self.store.reclaim_lapsed()
         for item in reclaimed:
             log.warning("job %d: lease of %s lapsed; %s", item["id"], item["holder"], item["action"])
-        flagged = self.store.flag_stale_workers(self.config.stale_after)
+        flagged = self.store.flag_stale_workers()
         for worker in flagged:
             log.warning("worker %s (project %r, queue %r) missed its heartbeats; flagged dead",
                         worker["worker_id"], worker["project"], worker["queue"])

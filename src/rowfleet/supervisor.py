@@ -3,7 +3,8 @@
 Each child is forked from the parent after the user's app modules are imported, runs one
 ``Worker`` and so holds one job at a time; a hard exit of a child frees exactly that
 job's memory. A child that exits 0 is done (burst drained, or stopped); any other exit is
-logged with its meaning (``exitcodes.meaning``), reported to ``on_exit`` and restarted
+logged with its meaning (``exitcodes.describe``), reported to ``on_exit`` (which records it
+and hands back at once any job the child still held) and restarted
 after a delay that doubles while the child keeps dying young, so a crash loop cannot
 become a restart storm (an operator's hard stop, 79, is not a fault: that child comes back
 after the first delay, and parks until its switch is on); a child exiting with a fatal code (bad configuration) stops them
@@ -102,7 +103,7 @@ class Supervisor:
         if code == 0 or self.stop.is_set():
             return
         if code in self.fatal_codes:
-            log.error("worker child %d exited with %s; stopping the others", pid, _describe(code))
+            log.error("worker child %d %s; stopping the others", pid, exitcodes.describe(code))
             self.request_stop()
             self.exit_code = code
             return
@@ -114,8 +115,8 @@ class Supervisor:
         self.delays[slot] = restart_delay(self.delays[slot], lived, self.first_delay, self.max_delay)
         self.crashes[slot] = self.crashes[slot] + 1 if lived < HEALTHY_AFTER else 1
         in_a_row = f"; {self.crashes[slot]} quick exits in a row" if self.crashes[slot] > 1 else ""
-        log.warning("worker child %d exited with %s after %.1fs%s; restarting in %.1fs",
-                    pid, _describe(code), lived, in_a_row, self.delays[slot])
+        log.warning("worker child %d %s after %.1fs%s; restarting in %.1fs",
+                    pid, exitcodes.describe(code), lived, in_a_row, self.delays[slot])
         self.restarts[slot] = time.monotonic() + self.delays[slot]
 
     def _report(self, pid: int, code: int) -> None:
@@ -175,16 +176,3 @@ def _reap() -> list[tuple[int, int]]:
         if pid == 0:
             return reaped
         reaped.append((pid, status))
-
-
-def _describe(code: int) -> str:
-    """
-    >>> _describe(-9), _describe(75)
-    ('signal SIGKILL', 'code 75 (wall-clock budget exceeded)')
-    """
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"code {code} ({exitcodes.meaning(code)})"

@@ -7,7 +7,7 @@ import getpass
 from typing import Any, Callable
 
 from rowfleet import config as configuration
-from rowfleet import control, exitcodes
+from rowfleet import control, exitcodes, liveness
 from rowfleet.cli.arguments import Parser
 from rowfleet.cli.output import print_json, table
 from rowfleet.control import Switch
@@ -38,6 +38,8 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
     sub = command("workers", cmd_workers, "workers with what their switches want and what they do")
     sub.add_argument("--all-projects", action="store_true", help="every project's workers, not only this one's")
+    sub.add_argument("--all", action="store_true", dest="include_old",
+                     help=f"also workers stopped, dead or silent for more than {liveness.LISTED_FOR / 60:.0f} minutes")
     sub.add_argument("--json", action="store_true")
 
     sub = command("broker", cmd_broker, "the whole shared database: every project's queues, counts and workers")
@@ -68,7 +70,7 @@ def cmd_control(args: argparse.Namespace, config: configuration.Config) -> int:
 def cmd_workers(args: argparse.Namespace, config: configuration.Config) -> int:
     with open_store(config) as store:
         store.require_schema()
-        workers, switches = _fleet(store, config)
+        workers, switches = _fleet(store, config, include_old=args.include_old)
     if not args.all_projects:
         workers = [w for w in workers if w["project"] == config.project]
         switches = [s for s in switches if s.project in (config.project, control.ANY)]
@@ -110,26 +112,31 @@ def cmd_broker(args: argparse.Namespace, config: configuration.Config) -> int:
     return exitcodes.OK
 
 
-def actual_state(worker: dict[str, Any]) -> str:
-    """What a heartbeat row says a worker is doing: serving, draining, parked, silent
-    (flagged dead), stopped, or how it exited."""
+def actual_state(worker: dict[str, Any], now: float) -> str:
+    """What a heartbeat row says a worker is doing: serving, draining, parked, SILENT
+    (flagged dead, or past its own staleness even where no orchestrator sweeps), stopped,
+    or how it ended ("killed by SIGKILL")."""
     if worker["exit_code"] is not None:
-        return f"exited {worker['exit_code']} ({exitcodes.meaning(worker['exit_code'])})"
+        return exitcodes.describe(worker["exit_code"])
     if worker["stopped_at"]:
         return "stopped"
-    return "SILENT" if worker["flagged_dead_at"] else worker["state"]
+    if worker["flagged_dead_at"] or liveness.silent(worker["last_seen"], worker["heartbeat"], now):
+        return "SILENT"
+    return worker["state"]
 
 
-def _fleet(store: Store, config: configuration.Config) -> tuple[list[dict[str, Any]], list[Switch]]:
-    """Recent workers of every project, each with its switch's wish and its actual state."""
+def _fleet(store: Store, config: configuration.Config, include_old: bool = False
+           ) -> tuple[list[dict[str, Any]], list[Switch]]:
+    """Recent workers of every project (every row with ``include_old``), each with its
+    switch's wish and its actual state."""
     now = store.clock()
     switches = store.switches()
-    workers = store.workers(since=now - config.stale_after)
+    workers = store.workers(since=now - (liveness.LISTED_FOR if not include_old else float("inf")))
     for worker in workers:
         held = control.in_force(switches, worker["project"], worker["host"], worker["queue"])
         worker["desired"] = control.ON if held is None else control.OFF
         worker["switch"] = None if held is None else held.to_dict()
-        worker["actual"] = actual_state(worker)
+        worker["actual"] = actual_state(worker, now)
         worker["age"] = round(now - worker["last_seen"], 3)
         for key in ("started_at", "last_seen", "stopped_at", "flagged_dead_at"):
             worker[key] = iso(worker[key])

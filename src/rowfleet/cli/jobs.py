@@ -8,7 +8,7 @@ import json
 from typing import Any, Callable
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes
+from rowfleet import exitcodes, liveness
 from rowfleet.cli.arguments import Parser, json_flag, non_negative_float, positive_float, positive_int
 from rowfleet.cli.fleet import actual_state
 from rowfleet.cli.output import print_json, short, table
@@ -93,7 +93,7 @@ def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
         store.require_schema()
         counts = store.counts()
         now = store.clock()
-        workers = store.workers(since=now - config.stale_after)
+        workers = store.workers(since=now - liveness.LISTED_FOR)
         for worker in workers:  # what each busy worker's job last reported
             job = _job_or_none(store, worker["current_job"], worker["project"])
             worker["progress"] = None if job is None or job.progress_at is None else \
@@ -109,7 +109,7 @@ def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
                  [[c["project"] or "''", c["queue"], c["state"], c["n"]] for c in counts]) or "no jobs")
     print()
     rows = [[w["project"] or "''", w["host"], w["queue"], w["pid"], w["current_job"] or "-",
-             _progress_text(w["progress"]), f"{w['age']:.1f}s ago", actual_state(w)] for w in workers]
+             _progress_text(w["progress"]), f"{w['age']:.1f}s ago", actual_state(w, now)] for w in workers]
     print(table(["project", "host", "queue", "pid", "job", "progress", "last seen", "state"], rows)
           or "no workers")
     return exitcodes.OK

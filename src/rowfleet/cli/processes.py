@@ -56,7 +56,9 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
 
     def record_exit(pid: int, code: int) -> None:
         with open_store(config) as store:  # opened and closed here: no connection may cross a fork
-            store.worker_exited(config.host, pid, code)
+            for item in store.worker_exited(config.host, pid, code):
+                logging.getLogger("rowfleet.supervisor").warning(
+                    "job %d of worker child %d: %s at once", item["id"], pid, item["action"])
 
     def flagged() -> set[int]:
         with open_store(config) as store:

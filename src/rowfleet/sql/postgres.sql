@@ -83,7 +83,7 @@ RETURNING id;
 -- name: job_requeue
 UPDATE jobs
 SET state = 'queued', error = %(error)s, traceback = %(traceback)s, run_at = rowfleet_now(%(now)s) + %(delay)s,
-    lease_expires_at = NULL, updated_at = rowfleet_now(%(now)s)
+    lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
@@ -97,7 +97,7 @@ FOR UPDATE SKIP LOCKED;
 -- name: job_reclaim
 -- run_at is left as it was: the lapsed job keeps its place ahead of fresh work.
 UPDATE jobs
-SET state = 'queued', error = %(error)s, lease_expires_at = NULL, updated_at = rowfleet_now(%(now)s)
+SET state = 'queued', error = %(error)s, lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s AND lease_expires_at < rowfleet_now(%(now)s)
 RETURNING id;
 
@@ -139,10 +139,11 @@ INSERT INTO job_events (job_id, at, kind, detail) VALUES (%(job_id)s, rowfleet_n
 SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY id;
 
 -- name: worker_beat
-INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, started_at, last_seen)
-VALUES (%(worker_id)s, %(project)s, %(host)s, %(queue)s, %(pid)s, %(current_job)s, %(state)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s))
+INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, heartbeat, lease, started_at, last_seen)
+VALUES (%(worker_id)s, %(project)s, %(host)s, %(queue)s, %(pid)s, %(current_job)s, %(state)s, %(heartbeat)s, %(lease)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s))
 ON CONFLICT (worker_id) DO UPDATE
-SET current_job = excluded.current_job, state = excluded.state, last_seen = excluded.last_seen,
+SET current_job = excluded.current_job, state = excluded.state, heartbeat = excluded.heartbeat,
+    lease = excluded.lease, last_seen = excluded.last_seen,
     flagged_dead_at = NULL;
 
 -- name: worker_stop
@@ -151,16 +152,20 @@ WHERE worker_id = %(worker_id)s;
 
 -- name: workers_list
 SELECT * FROM workers
-WHERE stopped_at IS NULL OR stopped_at >= %(since)s
+-- Live workers (however long their cadence), and any row seen since :since: a stopped,
+-- dead or silent worker stays listed for a while, then leaves the default listings.
+WHERE last_seen >= %(since)s
+   OR (stopped_at IS NULL AND flagged_dead_at IS NULL AND last_seen >= rowfleet_now(%(now)s) - %(missed_beats)s * heartbeat)
 ORDER BY project, host, queue, pid;
 
 -- name: workers_flag_stale
+-- Judged by each worker's own cadence: a worker beating every 40 s is not late at 30.
 -- A row locked by a heartbeat that froze before its commit is skipped, not waited for:
 -- one frozen process must not hold up the whole sweep. The next sweep sees it.
 UPDATE workers SET flagged_dead_at = rowfleet_now(%(now)s)
 WHERE worker_id IN (SELECT worker_id FROM workers
                     WHERE stopped_at IS NULL AND flagged_dead_at IS NULL
-                      AND last_seen < rowfleet_now(%(now)s) - %(stale_after)s
+                      AND last_seen < rowfleet_now(%(now)s) - %(missed_beats)s * heartbeat
                     FOR UPDATE SKIP LOCKED)
 RETURNING *;
 
@@ -417,7 +422,7 @@ RETURNING id;
 -- name: job_hand_back
 -- Back to the queue at once, keeping its run_at: it goes ahead of fresh work again.
 UPDATE jobs
-SET state = 'queued', error = %(error)s, lease_expires_at = NULL, updated_at = rowfleet_now(%(now)s)
+SET state = 'queued', error = %(error)s, lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
@@ -441,7 +446,8 @@ RETURNING id;
 -- name: worker_exited
 UPDATE workers SET exit_code = %(code)s, stopped_at = coalesce(stopped_at, rowfleet_now(%(now)s)), current_job = NULL
 WHERE worker_id = (SELECT worker_id FROM workers WHERE host = %(host)s AND pid = %(pid)s
-                   ORDER BY started_at DESC LIMIT 1);
+                   ORDER BY started_at DESC LIMIT 1)
+RETURNING worker_id, host, pid, started_at;
 
 -- name: workers_flagged_on_host
 SELECT pid FROM workers

@@ -78,7 +78,7 @@ RETURNING id;
 -- name: job_requeue
 UPDATE jobs
 SET state = 'queued', error = :error, traceback = :traceback, run_at = :now + :delay,
-    lease_expires_at = NULL, updated_at = :now
+    lease_expires_at = NULL, claimed_by = NULL, updated_at = :now
 WHERE id = :id AND state = 'running' AND lease_token = :token
 RETURNING id;
 
@@ -91,7 +91,7 @@ LIMIT :limit;
 -- name: job_reclaim
 -- run_at is left as it was: the lapsed job keeps its place ahead of fresh work.
 UPDATE jobs
-SET state = 'queued', error = :error, lease_expires_at = NULL, updated_at = :now
+SET state = 'queued', error = :error, lease_expires_at = NULL, claimed_by = NULL, updated_at = :now
 WHERE id = :id AND state = 'running' AND lease_token = :token AND lease_expires_at < :now
 RETURNING id;
 
@@ -133,10 +133,11 @@ INSERT INTO job_events (job_id, at, kind, detail) VALUES (:job_id, :now, :kind, 
 SELECT * FROM job_events WHERE job_id = :job_id ORDER BY id;
 
 -- name: worker_beat
-INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, started_at, last_seen)
-VALUES (:worker_id, :project, :host, :queue, :pid, :current_job, :state, :now, :now)
+INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, heartbeat, lease, started_at, last_seen)
+VALUES (:worker_id, :project, :host, :queue, :pid, :current_job, :state, :heartbeat, :lease, :now, :now)
 ON CONFLICT (worker_id) DO UPDATE
-SET current_job = excluded.current_job, state = excluded.state, last_seen = excluded.last_seen,
+SET current_job = excluded.current_job, state = excluded.state, heartbeat = excluded.heartbeat,
+    lease = excluded.lease, last_seen = excluded.last_seen,
     flagged_dead_at = NULL;
 
 -- name: worker_stop
@@ -145,13 +146,17 @@ WHERE worker_id = :worker_id;
 
 -- name: workers_list
 SELECT * FROM workers
-WHERE stopped_at IS NULL OR stopped_at >= :since
+-- Live workers (however long their cadence), and any row seen since :since: a stopped,
+-- dead or silent worker stays listed for a while, then leaves the default listings.
+WHERE last_seen >= :since
+   OR (stopped_at IS NULL AND flagged_dead_at IS NULL AND last_seen >= :now - :missed_beats * heartbeat)
 ORDER BY project, host, queue, pid;
 
 -- name: workers_flag_stale
+-- Judged by each worker's own cadence: a worker beating every 40 s is not late at 30.
 UPDATE workers SET flagged_dead_at = :now
 WHERE worker_id IN (SELECT worker_id FROM workers
-                    WHERE stopped_at IS NULL AND flagged_dead_at IS NULL AND last_seen < :now - :stale_after)
+                    WHERE stopped_at IS NULL AND flagged_dead_at IS NULL AND last_seen < :now - :missed_beats * heartbeat)
 RETURNING *;
 
 -- name: prune_events
@@ -324,7 +329,7 @@ RETURNING id;
 -- name: job_hand_back
 -- Back to the queue at once, keeping its run_at: it goes ahead of fresh work again.
 UPDATE jobs
-SET state = 'queued', error = :error, lease_expires_at = NULL, updated_at = :now
+SET state = 'queued', error = :error, lease_expires_at = NULL, claimed_by = NULL, updated_at = :now
 WHERE id = :id AND state = 'running' AND lease_token = :token
 RETURNING id;
 
@@ -347,7 +352,8 @@ RETURNING id;
 -- name: worker_exited
 UPDATE workers SET exit_code = :code, stopped_at = coalesce(stopped_at, :now), current_job = NULL
 WHERE worker_id = (SELECT worker_id FROM workers WHERE host = :host AND pid = :pid
-                   ORDER BY started_at DESC LIMIT 1);
+                   ORDER BY started_at DESC LIMIT 1)
+RETURNING worker_id, host, pid, started_at;
 
 -- name: workers_flagged_on_host
 SELECT pid FROM workers

@@ -13,7 +13,7 @@ import abc
 import contextlib
 from typing import Any, Callable, Iterable
 
-from rowfleet import control
+from rowfleet import control, exitcodes, liveness
 from rowfleet import job as jobs
 from rowfleet.config import Config
 from rowfleet.control import Switch
@@ -331,43 +331,58 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
 
     def beat(self, worker_id: str, project: str, host: str, queue: str, pid: int,
              current_job: int | None, state: str = control.SERVING) -> None:
-        """Upsert a worker's heartbeat row: the job in hand, and serving, draining or parked."""
+        """Upsert a worker's heartbeat row: the job in hand, serving, draining or parked, and
+        the cadence and lease of this store's ``Config`` (the worker's own), by which every
+        reader judges whether it went silent."""
         with self.transaction(durable=False) as tx:
             tx.run("worker_beat", worker_id=worker_id, project=project, host=host, queue=queue,
-                   pid=pid, current_job=current_job, state=state)
+                   pid=pid, current_job=current_job, state=state, heartbeat=self.config.heartbeat,
+                   lease=self.config.lease)
 
     def worker_stopped(self, worker_id: str) -> None:
         with self.transaction() as tx:
             tx.run("worker_stop", worker_id=worker_id)
 
-    def flag_stale_workers(self, stale_after: float) -> list[dict[str, Any]]:
-        """Flag workers whose heartbeat is older than ``stale_after`` as dead, and put the jobs
-        they hold back in the queue at once (ahead of fresh work) rather than waiting for
-        their leases. The rows flagged, each with ``jobs``: what was done with its jobs.
+    def flag_stale_workers(self) -> list[dict[str, Any]]:
+        """Flag workers that missed ``liveness.MISSED_BEATS`` of their own heartbeats as dead,
+        and put the jobs they hold back in the queue at once (ahead of fresh work) rather
+        than waiting for their leases. The rows flagged, each with ``jobs``: what was done
+        with its jobs.
 
         A frozen worker that wakes up finds its jobs' tokens taken and exits without writing.
         """
         with self.transaction() as tx:
-            flagged = [dict(row) for row in tx.all("workers_flag_stale", stale_after=stale_after)]
+            flagged = [dict(row) for row in tx.all("workers_flag_stale", missed_beats=liveness.MISSED_BEATS)]
             for worker in flagged:
                 holder = f"{worker['host']}:{worker['pid']}"
                 silent = worker["flagged_dead_at"] - worker["last_seen"]
                 lost = f"worker {holder} stopped beating ({silent:.0f}s since its last heartbeat)"
-                worker["jobs"] = [self._recover(tx, row, lost, "worker_dead", requeue="job_hand_back",
-                                                fail="job_orphan_fail")
-                                  for row in tx.all("jobs_of_silent_worker", holder=holder, host=worker["host"],
-                                                    pid=worker["pid"], since=worker["started_at"])]
+                worker["jobs"] = self._recover_jobs_of(tx, worker, lost, "worker_dead")
             return flagged
+
+    def _recover_jobs_of(self, tx: Tx, worker: Any, lost: str, kind: str) -> list[dict[str, Any]]:
+        """Hand back (or end) the running jobs the worker of this row claimed in its lifetime."""
+        return [self._recover(tx, row, lost, kind, requeue="job_hand_back", fail="job_orphan_fail")
+                for row in tx.all("jobs_of_silent_worker", holder=f"{worker['host']}:{worker['pid']}",
+                                  host=worker["host"], pid=worker["pid"], since=worker["started_at"])]
 
     def record_event(self, job_id: int, kind: str, **detail: Any) -> None:
         """Append a forensic event to a job's log."""
         with self.transaction() as tx:
             _event(tx, job_id, kind, **detail)
 
-    def worker_exited(self, host: str, pid: int, code: int) -> None:
-        """Record how a worker process ended (its supervisor saw the exit code)."""
+    def worker_exited(self, host: str, pid: int, code: int) -> list[dict[str, Any]]:
+        """Record how a worker process ended (its supervisor saw the exit code, negative for a
+        signal), and hand back at once any job it still held: a child killed by SIGKILL (the
+        OOM killer's signal) must not leave its job waiting out the lease. What was done
+        with each such job."""
         with self.transaction() as tx:
-            tx.run("worker_exited", host=host, pid=pid, code=code)
+            worker = tx.one("worker_exited", host=host, pid=pid, code=code)
+            if worker is None:  # it died before its first heartbeat: it claimed nothing
+                return []
+            lost = f"worker {host}:{pid} {exitcodes.describe(code)} while running it"
+            return [item for item in self._recover_jobs_of(tx, worker, lost, "worker_exited")
+                    if item["action"] != "none"]
 
     def flagged_workers(self, host: str) -> set[int]:
         """Pids of this host's workers that the dead-worker sweep flagged and that have not stopped."""
@@ -463,7 +478,9 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
         return [dict(row) for row in self.reader().all("job_counts")]
 
     def workers(self, since: float) -> list[dict[str, Any]]:
-        return [dict(row) for row in self.reader().all("workers_list", since=since)]
+        """Live workers, and every worker row seen since ``since`` (stopped, dead or silent)."""
+        return [dict(row) for row in self.reader().all("workers_list", since=since,
+                                                       missed_beats=liveness.MISSED_BEATS)]
 
 
 def _insert_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> dict[str, Any]:
