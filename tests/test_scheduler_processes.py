@@ -91,7 +91,7 @@ class SchedulerProcessContract:
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertEqual(result.stderr.splitlines(),
                          [f"rowfleet: error: schedule file {path}: entry 1 ('tick'): every: must be a positive "
-                          f"number of seconds, got '1s'"])
+                          f"number of seconds, at most 100 years, got '1s'"])
         self.assertEqual(result.stdout, "")
         self.assertEqual(self.store.last_slots(""), {})
         self.assertEqual(self.store.list_jobs("", limit=10), [])

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from typing import Any, Iterable, Mapping
 
+from rowfleet import names
 from rowfleet.errors import ConfigError
 
 # Node states, as stored per run. ``queued`` means the node's job(s) exist and are not all
@@ -40,7 +40,6 @@ RUN_ARGS, ITEM = "$args", "$item"  # reference roots that are not nodes
 MAX_MAP_ITEMS = 10_000
 CONDITIONS = ("equals", "not_equals", "in", "empty")
 
-_NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _INDEX = re.compile(r"-?[0-9]+")
 _WORKFLOW_FIELDS = frozenset({"name", "nodes", "description"})
 _NODE_FIELDS = frozenset({"id", "kind", "task", "queue", "args", "depends_on", "max_attempts", "priority",
@@ -190,6 +189,7 @@ def parse_workflow(data: Any, *, default_queue: str = "default") -> Workflow:
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
         raise DefinitionError("a workflow needs a non-empty \"name\"")
+    _checked(names.check_text, "workflow", "name", name, most=names.MAX_NAME)
     description = data.get("description", "")
     if not isinstance(description, str):
         raise DefinitionError(f"workflow {name!r}: \"description\" must be a string")
@@ -206,6 +206,7 @@ def parse_workflow(data: Any, *, default_queue: str = "default") -> Workflow:
         for dependency in node.depends_on:
             if dependency not in nodes:
                 raise DefinitionError(f"node {node.id!r}: depends on unknown node {dependency!r}")
+    _checked(names.check_json, f"workflow {name!r}", "nodes", raw_nodes)  # args or skip_if too deep, or NaN
     ordered = _topological(nodes)
     flow = Workflow(name.strip(), tuple(ordered), description)
     ancestors = _ancestors(flow)
@@ -218,9 +219,7 @@ def _parse_node(raw: Any, index: int, default_queue: str) -> Node:
     if not isinstance(raw, dict):
         raise DefinitionError(f"node #{index + 1}: must be a JSON object, got {_kind(raw)}")
     node_id = raw.get("id")
-    if not isinstance(node_id, str) or not _NODE_ID.fullmatch(node_id):
-        raise DefinitionError(f"node #{index + 1}: \"id\" must be letters, digits, _ or - (starting with a "
-                              f"letter or _, at most 64), got {node_id!r}")
+    _checked(names.check_node_id, f"node #{index + 1}", "id", node_id)
     where = f"node {node_id!r}"
     kind = raw.get("kind", TASK)
     if kind not in (TASK, INPUT):
@@ -241,24 +240,21 @@ def _parse_node(raw: Any, index: int, default_queue: str) -> Node:
         return Node(node_id, INPUT, depends_on=tuple(depends_on), skip_if=skip_if, prompt=prompt,
                     queue="", max_attempts=1)
     task = raw.get("task")
-    if not isinstance(task, str) or not task or any(c.isspace() for c in task):
-        raise DefinitionError(f"{where}: \"task\" must be a task name (module:function), got {task!r}")
-    queue = raw.get("queue", default_queue)
-    if not isinstance(queue, str) or not queue or any(c.isspace() for c in queue):
-        raise DefinitionError(f"{where}: \"queue\" must be a non-empty word, got {queue!r}")
-    max_attempts = raw.get("max_attempts", 3)
-    if not _is_int(max_attempts) or max_attempts < 1:
-        raise DefinitionError(f"{where}: \"max_attempts\" must be an integer of at least 1, got {max_attempts!r}")
-    priority = raw.get("priority", 0)
-    if not _is_int(priority):
-        raise DefinitionError(f"{where}: \"priority\" must be an integer, got {priority!r}")
+    try:
+        names.check_name("task", task)
+    except ConfigError:
+        raise DefinitionError(f"{where}: \"task\" must be a task name (module:function), got "
+                              f"{names.shown(task)}") from None
+    queue = _checked(names.check_name, where, "queue", raw.get("queue", default_queue))
+    max_attempts = _checked(names.check_int, where, "max_attempts", raw.get("max_attempts", 3), least=1,
+                            most=names.INT32_MAX)
+    priority = _checked(names.check_int, where, "priority", raw.get("priority", 0))
     timeout = raw.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or not 0 < timeout < math.inf):
-        raise DefinitionError(f"{where}: \"timeout\" must be a positive number of seconds, got {timeout!r}")
+    if timeout is not None:
+        _checked(names.check_seconds, where, "timeout", timeout)
     model = raw.get("model")
-    if model is not None and (not isinstance(model, str) or not model):
-        raise DefinitionError(f"{where}: \"model\" must be a non-empty string")
+    if model is not None:
+        _checked(names.check_text, where, "model", model, most=names.MAX_NAME)
     mapped = _parse_map(raw["map"], where) if "map" in raw else None
     return Node(node_id, TASK, task, queue, raw.get("args"), tuple(depends_on), max_attempts, priority,
                 skip_if, mapped, None if timeout is None else float(timeout), model)
@@ -365,8 +361,12 @@ def _no_unknown(data: dict[str, Any], known: frozenset[str], where: str) -> None
         raise DefinitionError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _checked(check: Any, where: str, field: str, value: Any, **options: Any) -> Any:
+    """``value`` as the ``names`` check allows it, or a ``DefinitionError`` naming the node and field."""
+    try:
+        return check(f"{where}: \"{field}\"", value, **options)
+    except names.InvalidValue as exc:
+        raise DefinitionError(str(exc)) from None
 
 
 def _kind(value: Any) -> str:

@@ -38,14 +38,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import threading
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
-from rowfleet import tasks
+from rowfleet import names, tasks
 from rowfleet.config import Config
 from rowfleet.cron import Cron, Every, ScheduleError, latest_at_or_before
 from rowfleet.errors import ConfigError, StoreUnavailable
@@ -87,7 +86,7 @@ class Schedule:
     >>> Schedule("refresh", "app:refresh", every=0)
     Traceback (most recent call last):
     ...
-    rowfleet.scheduler.InvalidSchedule: schedule 'refresh': every: must be a positive number of seconds, got 0
+    rowfleet.scheduler.InvalidSchedule: schedule 'refresh': every: must be a positive number of seconds, at most 100 years, got 0
     """
 
     name: str
@@ -131,10 +130,11 @@ class Schedule:
             ("zone", isinstance(self.zone, str), "must be an IANA time zone name such as 'Europe/Berlin'"),
             ("missed", self.missed in MISSED_POLICIES, f"must be {' or '.join(map(repr, MISSED_POLICIES))}"),
             ("at_boot", isinstance(self.at_boot, bool), "must be true or false"),
-            ("priority", _is_int(self.priority), "must be a whole number (lower runs sooner)"),
+            ("priority", _is_int(self.priority), "must be a whole number within 64 bits (lower runs sooner)"),
             ("max_attempts", _is_int(self.max_attempts) and self.max_attempts >= 1,
              "must be a whole number of at least 1"),
-            ("timeout", self.timeout is None or _is_positive(self.timeout), "must be a positive number of seconds"),
+            ("timeout", self.timeout is None or _is_positive(self.timeout),
+             "must be a positive number of seconds, at most 100 years"),
             ("args", _is_json(self.args), "must be a JSON value (an object, a list, a string, a number ...)"),
         ]
         for field, ok, requirement in checks:
@@ -152,7 +152,8 @@ class Schedule:
                 raise InvalidSchedule(self.name, "cron", f"must be a string such as '*/15 * * * *', got {self.cron!r}")
             return self._built("cron", lambda: Cron(self.cron, self.zone, self.hours))
         if not _is_positive(self.every):
-            raise InvalidSchedule(self.name, "every", f"must be a positive number of seconds, got {self.every!r}")
+            raise InvalidSchedule(self.name, "every", f"must be a positive number of seconds, at most 100 years, "
+                                                      f"got {names.shown(self.every)}")
         cadence = self._built("every", lambda: Every(self.every, EPOCH, self.hours, self.zone))
         if self.hours is not None:  # a cadence can miss a window for ever: find out now, not at a tick
             self._built("every", lambda: cadence.next_after(EPOCH))
@@ -177,21 +178,30 @@ class Schedule:
 
 
 def _is_word(value: Any) -> bool:
-    return isinstance(value, str) and bool(value) and not any(c.isspace() for c in value)
+    return _allowed(names.check_name, value)
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return _allowed(names.check_int, value)
 
 
 def _is_positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return _allowed(names.check_seconds, value)
 
 
 def _is_json(value: Any) -> bool:
     try:
-        encode_json(value)
-    except (TypeError, ValueError):
+        encode_json(names.check_json("args", value))
+    except (TypeError, ValueError, ConfigError):
+        return False
+    return True
+
+
+def _allowed(check: Callable[[str, Any], Any], value: Any) -> bool:
+    """Whether ``names`` allows ``value``; the schedule's own message says what is allowed."""
+    try:
+        check("value", value)
+    except ConfigError:
         return False
     return True
 
@@ -219,7 +229,7 @@ def load_schedule_file(path: str) -> list[Schedule]:
     except UnicodeDecodeError:
         raise ConfigError(f"{where}: is not UTF-8 text") from None
     try:
-        data = json.loads(text)
+        data = names.parse_json(where, text)  # NaN, huge numbers, deep nesting: one line too
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{where}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     if not isinstance(data, list):

@@ -1,0 +1,282 @@
+"""What a name and a number may be: the one rule every entry point calls.
+
+The API, the command line, ``Config``, workflow and schedule files all check their
+values here, so a value refused in one place is refused in all of them, with the same
+words. Every check returns the value (floats as ``float``) or raises ``InvalidValue``, a
+``ConfigError`` whose message names the field and says what is allowed.
+
+The bounds are what both databases and ``datetime`` can hold:
+
+* integers within 64-bit signed range (SQLite INTEGER, PostgreSQL bigint);
+* seconds (delays, timeouts, leases, the busy timeout) finite and at most ``MAX_SECONDS``
+  (100 years), so ``now + delay`` is still a time ``datetime`` and the databases hold;
+* epoch times (``run_at``) finite, from year 1 to year 9999 UTC (``datetime``'s range);
+* text valid UTF-8 (no lone surrogates, which is what non-UTF-8 bytes in argv or a file
+  name become) and without NUL (PostgreSQL text cannot hold it);
+* JSON nested at most ``MAX_JSON_DEPTH`` deep, its numbers finite.
+
+Pure; imports only ``rowfleet.errors``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from rowfleet.errors import ConfigError
+
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
+INT32_MAX = 2 ** 31 - 1  # counts kept in 32-bit columns (attempts)
+MAX_SECONDS = 100 * 365.25 * 24 * 3600.0  # 100 years: 3155760000 s
+EPOCH_MIN = -62135596800.0  # 0001-01-01T00:00:00Z, the first moment datetime holds
+EPOCH_MAX = 253402300799.0  # 9999-12-31T23:59:59Z, the last whole second it holds
+MAX_NAME = 255  # characters of a queue, task, project, host or model name
+MAX_TEXT = 4096  # characters of other text: idempotency keys, database paths
+MAX_JSON_DEPTH = 100  # nesting of JSON values (args, results, definitions)
+WILDCARD = "*"  # worker switches use it for "every project, host or queue"
+
+_NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+_SHOWN = 80  # characters of a refused value a message repeats
+
+
+class InvalidValue(ConfigError):
+    """A value is not allowed: ``what`` must be ``requirement``, and got ``value``."""
+
+    def __init__(self, what: str, requirement: str, value: Any) -> None:
+        self.what, self.requirement, self.value = what, requirement, value
+        super().__init__(f"{what} must be {requirement}, got {shown(value)}")
+
+
+def shown(value: Any) -> str:
+    """A value as a one-line message may repeat it: its repr, cut short.
+
+    >>> shown("x" * 100)
+    "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...(102 characters)"
+    >>> shown(10 ** 5000)
+    'an integer of 5001 digits'
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of {_digits(value)} digits"
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN - 2]}...({len(text)} characters)"
+
+
+def _digits(value: int) -> int:
+    return int(math.log10(abs(value))) + 1  # str() refuses integers of more than 4300 digits
+
+
+# --- text ------------------------------------------------------------------------------
+
+
+def check_text(what: str, value: Any, *, most: int = MAX_TEXT, empty: bool = False) -> str:
+    """Any text: a string of valid UTF-8 without NUL, at most ``most`` characters,
+    non-empty unless ``empty``.
+
+    >>> check_text("key", "order 42")
+    'order 42'
+    >>> check_text("key", "caf\\udcc3")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: key must be valid UTF-8 text (non-UTF-8 bytes cannot be stored), got 'caf\\udcc3'
+    """
+    if not isinstance(value, str) or (not value and not empty):
+        raise InvalidValue(what, "a non-empty string", value)
+    if "\x00" in value:
+        raise InvalidValue(what, "text without NUL characters", value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: undecodable bytes, via surrogateescape
+        raise InvalidValue(what, "valid UTF-8 text (non-UTF-8 bytes cannot be stored)", value) from None
+    if len(value) > most:
+        raise InvalidValue(what, f"at most {most} characters", value)
+    return value
+
+
+def check_name(what: str, value: Any, *, empty: bool = False) -> str:
+    """A queue, task, project, host or model name: a word (no whitespace) of valid UTF-8,
+    at most ``MAX_NAME`` characters, not ``*`` (which switches use for every one); the
+    empty name only where ``empty`` allows it (the default project).
+
+    >>> check_name("queue", "gpu-large")
+    'gpu-large'
+    >>> check_name("queue", "two words")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: queue must be a non-empty word, got 'two words'
+    >>> check_name("queue", "*")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: queue must be a name other than '*', which worker switches use for every one, got '*'
+    """
+    if isinstance(value, str) and value == "" and empty:
+        return value
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise InvalidValue(what, "a non-empty word", value)
+    if value == WILDCARD:
+        raise InvalidValue(what, "a name other than '*', which worker switches use for every one", value)
+    return check_text(what, value, most=MAX_NAME)
+
+
+def check_node_id(what: str, value: Any) -> str:
+    """A workflow node's id: letters, digits, ``_`` or ``-``, starting with a letter or ``_``.
+
+    >>> check_node_id("id", "load_2")
+    'load_2'
+    >>> check_node_id("id", "2load")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: id must be letters, digits, _ or - (starting with a letter or _, at most 64), got '2load'
+    """
+    if not isinstance(value, str) or not _NODE_ID.fullmatch(value):
+        raise InvalidValue(what, "letters, digits, _ or - (starting with a letter or _, at most 64)", value)
+    return value
+
+
+# --- numbers ---------------------------------------------------------------------------
+
+
+def check_int(what: str, value: Any, least: int | None = None, most: int = INT64_MAX) -> int:
+    """An integer (not a bool) from ``least`` (default: the 64-bit minimum) to ``most``
+    (default: the 64-bit maximum).
+
+    >>> check_int("priority", -3)
+    -3
+    >>> check_int("priority", 2 ** 63)
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: priority must be an integer from -9223372036854775808 to 9223372036854775807, got 9223372036854775808
+    >>> check_int("max_attempts", 0, least=1)
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: max_attempts must be an integer of at least 1, got 0
+    """
+    floor = INT64_MIN if least is None else max(least, INT64_MIN)
+    at_least = "" if least is None else f" of at least {least}"
+    if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
+        raise InvalidValue(what, f"an integer{at_least}", value)
+    if not floor <= value <= most:
+        bounds = f" from {floor} to {most}" if least is None else f"{at_least} and at most {most}"
+        raise InvalidValue(what, f"an integer{bounds}", value)
+    return value
+
+
+def check_number(what: str, value: Any, *, positive: bool = False, most: float | None = None) -> float:
+    """A finite number (int or float, not a bool), above 0 if ``positive``, at most ``most``.
+
+    >>> check_number("idle_gpu", 5)
+    5.0
+    >>> check_number("idle_gpu", float("nan"), positive=True)
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: idle_gpu must be a positive finite number, got nan
+    """
+    requirement = "a positive finite number" if positive else "a finite number"
+    if most is not None:
+        requirement += f" of at most {most:g}"
+    if not _is_real(value) or not math.isfinite(value) or (positive and not value > 0) \
+            or (most is not None and value > most):
+        raise InvalidValue(what, requirement, value)
+    return float(value)
+
+
+def check_seconds(what: str, value: Any, *, zero: bool = False, most: float = MAX_SECONDS) -> float:
+    """A duration: a finite number of seconds above 0 (or 0 too, with ``zero``), at most
+    ``most`` (default 100 years, so ``now + value`` still fits ``datetime`` and the databases).
+
+    >>> check_seconds("delay", 0, zero=True), check_seconds("timeout", 1.5)
+    (0.0, 1.5)
+    >>> check_seconds("busy_timeout", float("inf"))
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: busy_timeout must be a positive number of seconds, at most 3155760000 (100 years), got inf
+    """
+    requirement = "a non-negative number of seconds" if zero else "a positive number of seconds"
+    if not _is_real(value) or value != value or value < 0 or (value == 0 and not zero):
+        raise InvalidValue(what, requirement, value)
+    if value > most:
+        cap = f"{most:.0f} (100 years)" if most == MAX_SECONDS else f"{most:g}"
+        raise InvalidValue(what, f"{requirement}, at most {cap}", value)
+    return float(value)
+
+
+def check_epoch(what: str, value: Any) -> float:
+    """A moment in UNIX epoch seconds that ``datetime`` can show: year 1 to year 9999 UTC.
+
+    >>> check_epoch("run_at", 1_750_000_000)
+    1750000000.0
+    >>> check_epoch("run_at", "x")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: run_at must be a time in UNIX epoch seconds from -62135596800 (year 1) to 253402300799 (year 9999), got 'x'
+    """
+    if not _is_real(value) or not EPOCH_MIN <= value <= EPOCH_MAX:  # NaN fails both comparisons
+        raise InvalidValue(what, f"a time in UNIX epoch seconds from {EPOCH_MIN:.0f} (year 1) to "
+                                 f"{EPOCH_MAX:.0f} (year 9999)", value)
+    return float(value)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# --- JSON ------------------------------------------------------------------------------
+
+
+def check_json(what: str, value: Any) -> Any:
+    """A value that may travel as JSON: nested at most ``MAX_JSON_DEPTH`` deep, every
+    float finite. (Whether its types encode is the encoder's business.)
+
+    >>> check_json("args", {"items": [1, 2.5, None]})
+    {'items': [1, 2.5, None]}
+    >>> check_json("args", [float("nan")])
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: args must be JSON with finite numbers (no NaN or Infinity), got nan
+    """
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise InvalidValue(what, "JSON with finite numbers (no NaN or Infinity)", item)
+        if isinstance(item, (dict, list, tuple)):
+            if depth > MAX_JSON_DEPTH:
+                raise InvalidValue(what, f"JSON nested at most {MAX_JSON_DEPTH} deep", _Nested(depth))
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return value
+
+
+class _Nested:
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+
+    def __repr__(self) -> str:
+        return f"deeper than {self.depth - 1} levels"
+
+
+def parse_json(what: str, text: str) -> Any:
+    """Decode JSON text, as flags and files give it, refusing (``InvalidValue``) what
+    ``check_json`` refuses and what the decoder would choke on: NaN and Infinity (which
+    ``json.loads`` accepts), numbers too large for a float, integers of more than 4300
+    digits, nesting so deep it would exhaust the stack. Text that is not JSON at all
+    raises ``json.JSONDecodeError``, for the caller to word.
+
+    >>> parse_json("--args", '{"n": [1, 2]}')
+    {'n': [1, 2]}
+    >>> parse_json("--value", "NaN")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: --value must be JSON with finite numbers (no NaN or Infinity), got 'NaN'
+    >>> parse_json("--args", "[1e999]")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: --args must be JSON with finite numbers (no NaN or Infinity), got '1e999'
+    """
+    def constant(name: str) -> Any:
+        raise InvalidValue(what, "JSON with finite numbers (no NaN or Infinity)", name)
+
+    def finite(literal: str) -> float:
+        number = float(literal)
+        if not math.isfinite(number):
+            constant(literal)
+        return number
+
+    try:
+        value = json.loads(text, parse_constant=constant, parse_float=finite)
+    except json.JSONDecodeError:
+        raise  # a syntax error: each caller words it with its position, as its users expect
+    except RecursionError:
+        raise InvalidValue(what, f"JSON nested at most {MAX_JSON_DEPTH} deep", _Nested(MAX_JSON_DEPTH + 1)) from None
+    except ValueError:  # the decoder refuses to convert integers of more than 4300 digits
+        raise ConfigError(f"{what} holds an integer of more than 4300 digits; JSON numbers must be smaller") from None
+    return check_json(what, value)
