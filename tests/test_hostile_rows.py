@@ -1,0 +1,261 @@
+"""Rows that rowfleet cannot decode, written by someone else's plain SQL, on both databases.
+
+Owns the promise that such a row fails its own job, never a process: a real worker fails
+the job at once (not retried) with an error naming the column and goes on to the next job
+in the same queue, and every listing (``jobs``, ``job ID``, ``status``, each with and
+without ``--json``), ``cancel`` and ``retry`` still work and show the problem. A workflow
+node's job that cannot be decoded fails its run through the outbox, naming the column.
+
+The rows are INSERTed through the driver directly, as any program sharing the database
+may. ``HostileRowsContract`` runs on SQLite and PostgreSQL; a value only SQLite can hold
+(text in a time column: PostgreSQL's typed columns refuse it) is tested on SQLite only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sqlite3
+import time
+import unittest
+from typing import Any
+
+import rowfleet
+from rowfleet import dag, exitcodes
+from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, JobSpec
+from rowfleet.worker import Worker
+from support import TempDirTestCase
+
+SLOW = True  # real worker and command-line processes
+
+QUEUE = "hostile"
+APP = "hostileapp"
+APP_SOURCE = '''\
+import rowfleet
+
+
+@rowfleet.task(name="hostile.ok")
+def ok(*args, **kwargs):
+    return "ran"
+'''
+
+
+@rowfleet.task(name="hostile.ok")
+def ok(*args, **kwargs):
+    return "ran"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A hostile row: the values of its ``jobs`` columns (the rest are a sound job's), the
+    detail of an event of it, and what must become of it."""
+
+    columns: dict[str, Any]
+    names: str | None  # the column its error or listing must name; None: the row is sound
+    becomes: str  # its state once a worker has drained the queue
+    detail: str | None = None  # a job_events.detail to append to it
+
+
+CASES = {
+    "args_not_json": Case({"args": "{not json"}, "args", FAILED),
+    "result_not_json": Case({"result": "[1,"}, "result", FAILED),
+    "event_detail_not_json": Case({}, "detail", COMPLETED, detail="not json"),
+    "event_detail_not_an_object": Case({}, "detail", COMPLETED, detail="[1, 2]"),
+    # A number, so sound, but no date: never due (so never claimed), listed as stored.
+    "run_at_out_of_range": Case({"run_at": 1e300}, None, QUEUED),
+}
+SQLITE_CASES = {  # PostgreSQL's double precision columns cannot hold text
+    # Text sorts after every number in SQLite: never due, so never claimed, but listed.
+    "run_at_text": Case({"run_at": "tomorrow"}, "run_at", QUEUED),
+    "created_at_text": Case({"created_at": "yesterday"}, "created_at", FAILED),
+}
+
+
+class HostileRowsContract:
+    """Subclasses provide ``make_database()`` (a path or URL for ``--db``, kept as
+    ``self.db``), ``PARAM`` (the driver's placeholder) and ``execute(sql, params)`` on a
+    connection of the application's own."""
+
+    PARAM = "?"
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.db = self.make_database()
+        self.store = self.open_store()
+        self.write_module(APP, APP_SOURCE)
+
+    # --- writing rows as another program would -----------------------------------------
+
+    def insert_job(self, **columns: Any) -> int:
+        now = time.time()
+        row = {"queue": QUEUE, "task": "hostile.ok", "args": "null", "run_at": now - 60, "created_at": now - 60,
+               "updated_at": now - 60, **columns}
+        marks = ", ".join([self.PARAM] * len(row))  # the test's own column names, never input
+        return self.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({marks}) RETURNING id",
+                            tuple(row.values()))[0]
+
+    def insert_event(self, job_id: int, detail: str) -> None:
+        self.execute(f"INSERT INTO job_events (job_id, at, kind, detail) VALUES ({self.PARAM}, {self.PARAM}, "
+                     f"'note', {self.PARAM}) RETURNING id", (job_id, time.time(), detail))
+
+    # --- what must hold ----------------------------------------------------------------
+
+    def check(self, case: Case, *worker_flags: str) -> None:
+        bad = self.insert_job(**case.columns)
+        if case.detail is not None:
+            self.insert_event(bad, case.detail)
+        good = self.store.enqueue(JobSpec(task="hostile.ok", queue=QUEUE)).id  # behind the bad row
+        self.run_cli("worker", "--queue", QUEUE, "--app", APP, "--burst", *worker_flags)
+        self.assertEqual(self.store.get_job(good, "").state, COMPLETED, "the queue must not be wedged")
+        job = self.store.get_job(bad, "")
+        self.assertEqual(job.state, case.becomes, job.error)
+        if case.becomes == FAILED:
+            self.assertEqual(job.attempts, 1, "a row that cannot be decoded is not retried")
+            self.assertIn(f"column {case.names}", job.error)
+            self.assertEqual([event.kind for event in self.store.events(bad)][-2:], ["claimed", "failed"])
+        self.check_listings(bad, case)
+        self.check_changes(bad, case)
+
+    def check_listings(self, job_id: int, case: Case) -> None:
+        listed = self.run_cli("jobs").stdout
+        self.assertRegex(listed, rf"(?m)^{job_id}\s")
+        shown = self.run_cli("job", str(job_id)).stdout
+        as_json = json.loads(self.run_cli("job", str(job_id), "--json").stdout)
+        listed_json = {job["id"]: job for job in json.loads(self.run_cli("jobs", "--json").stdout)}
+        self.assertEqual(listed_json[job_id]["state"], case.becomes)
+        self.run_cli("status")
+        self.run_cli("status", "--json")
+        if case.names is not None:  # jobs --json lists no events
+            listed_too = (json.dumps(listed_json[job_id]),) if case.detail is None else ()
+            for text in (shown, json.dumps(as_json)) + listed_too:
+                self.assertIn(f"column {case.names}", text)
+        if as_json.get("unreadable"):
+            self.assertIn("unreadable: column", shown)
+            self.assertIn(f"! job {job_id} is unreadable: column", listed)
+        if case.detail is not None:
+            notes = [event["detail"] for event in as_json["events"] if event["kind"] == "note"]
+            self.assertEqual(notes[0]["raw"], case.detail, "an event's detail is shown as stored")
+        if case.columns.get("run_at") == 1e300:
+            self.assertEqual(as_json["run_at"], "1e+300")
+
+    def check_changes(self, job_id: int, case: Case) -> None:
+        """An operator can still act on the row: cancel a queued one (how it is removed),
+        retry a failed one, and is refused, in one line, what its state does not allow."""
+        if case.becomes == FAILED:
+            self.assert_refused("cancel", str(job_id))
+            self.run_cli("retry", str(job_id))
+        elif case.becomes == COMPLETED:
+            self.assert_refused("cancel", str(job_id))
+            return
+        self.run_cli("cancel", str(job_id))
+        self.assertEqual(self.store.get_job(job_id, "").state, CANCELLED)
+
+    def run_cli(self, *args: str):
+        result = self.cli(*args, check=False)
+        self.assertNotIn("Traceback", result.stderr, f"rowfleet {' '.join(args)}")
+        self.assertEqual(result.returncode, exitcodes.OK, f"rowfleet {' '.join(args)}:\n{result.stderr}")
+        return result
+
+    def assert_refused(self, *args: str) -> None:
+        result = self.cli(*args, check=False)
+        self.assertEqual(result.returncode, exitcodes.REFUSED, result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+
+    # --- the table, a test per row -------------------------------------------------------
+
+    def test_args_not_json(self):
+        self.check(CASES["args_not_json"])
+
+    def test_args_not_json_under_a_supervisor(self):
+        self.check(CASES["args_not_json"], "--procs", "1")
+
+    def test_result_not_json(self):
+        self.check(CASES["result_not_json"])
+
+    def test_event_detail_not_json(self):
+        self.check(CASES["event_detail_not_json"])
+
+    def test_event_detail_not_an_object(self):
+        self.check(CASES["event_detail_not_an_object"])
+
+    def test_run_at_out_of_range(self):
+        self.check(CASES["run_at_out_of_range"])
+
+    # --- workflow nodes ----------------------------------------------------------------
+
+    def start_run(self, nodes: list[dict[str, Any]]) -> int:
+        flow = dag.parse_workflow({"name": "hostile", "nodes": nodes})
+        return self.store.start_run(flow, None, "")
+
+    def node_job(self, run_id: int, node_id: str):
+        return next(job for job in self.store.list_jobs("", limit=100)
+                    if job.run_id == run_id and job.node_id == node_id)
+
+    def test_a_node_job_whose_args_are_not_json_fails_its_run(self):
+        run_id = self.start_run([{"id": "a", "task": "hostile.ok", "queue": QUEUE}])
+        job = self.node_job(run_id, "a")
+        self.execute(f"UPDATE jobs SET args = '{{oops' WHERE id = {self.PARAM} RETURNING id", (job.id,))
+        Worker(self.config(), QUEUE, burst=True).run()
+        self.assertEqual(self.store.drain(""), {"applied": 1, "failed": 0})
+        run = self.store.get_run(run_id, "")
+        self.assertEqual(run.state, dag.FAILED)
+        self.assertIn("column args", run.node("a").error)
+
+    def test_a_completed_node_whose_result_is_not_json_fails_its_run(self):
+        run_id = self.start_run([{"id": "a", "task": "hostile.ok", "queue": QUEUE},
+                                 {"id": "b", "task": "hostile.ok", "queue": QUEUE, "depends_on": ["a"],
+                                  "args": [{"$from": "a"}]}])
+        Worker(self.config(), QUEUE, burst=True).run()
+        job = self.node_job(run_id, "a")
+        self.assertEqual(job.state, COMPLETED)
+        # Spoilt between its completion and the drain of its outbox event.
+        self.execute(f"UPDATE jobs SET result = '{{oops' WHERE id = {self.PARAM} RETURNING id", (job.id,))
+        self.assertEqual(self.store.drain(""), {"applied": 1, "failed": 0})
+        run = self.store.get_run(run_id, "")
+        self.assertEqual(run.state, dag.FAILED)
+        self.assertIn("column result", run.node("a").error)
+        self.assertEqual(run.node("b").state, dag.CANCELLED)
+
+
+class SQLiteHostileRowsTest(HostileRowsContract, TempDirTestCase):
+    def make_database(self) -> str:
+        return self.db
+
+    def execute(self, sql: str, params: tuple) -> Any:
+        with contextlib.closing(sqlite3.connect(self.db)) as conn, conn:
+            return conn.execute(sql, params).fetchone()
+
+    def test_run_at_text(self):
+        self.check(SQLITE_CASES["run_at_text"])
+
+    def test_created_at_text(self):
+        self.check(SQLITE_CASES["created_at_text"])
+
+
+class PostgresHostileRowsTest(HostileRowsContract, TempDirTestCase):
+    """The same rows on a throwaway PostgreSQL database: ``self.db`` is its URL."""
+
+    PARAM = "%s"
+
+    def setUp(self) -> None:
+        import pg_harness
+
+        self.pg = pg_harness.require_pg(self)
+        super().setUp()
+
+    def make_database(self) -> str:
+        url = self.pg.create_database()
+        self.addCleanup(self.pg.drop_database, url)
+        return url
+
+    def execute(self, sql: str, params: tuple) -> Any:
+        from rowfleet.store.postgres import driver
+
+        with contextlib.closing(driver().connect(self.db)) as conn, conn:
+            return conn.execute(sql, params).fetchone()
+
+
+if __name__ == "__main__":
+    unittest.main()
