@@ -53,8 +53,8 @@ class ZipappTest(TempDirTestCase):
         self.assertIn("usage", self.run_pyz("--help").stdout)
         latest = str(queries.latest_version("sqlite"))
         self.assertEqual(self.run_pyz("init").stdout.strip(), latest)  # migrations read from inside the zip
-        job_id = self.run_pyz("enqueue", "edge_tasks:double", "--args", "[21]").stdout.strip()
-        self.run_pyz("worker", "--burst")
+        job_id = self.run_pyz("enqueue", "edge_tasks:double", "--app", "edge_tasks", "--args", "[21]").stdout.strip()
+        self.run_pyz("worker", "--burst", "--app", "edge_tasks")
         job = json.loads(self.run_pyz("job", job_id, "--json").stdout)
         self.assertEqual((job["state"], job["result"]), ("completed", 42))
 

@@ -74,7 +74,7 @@ class WorkflowCommandsTest(CliTestCase):
                                      {"id": "b", "task": "flow.double", "depends_on": ["a"]}]}, "cycle"),
             ({"name": "f", "nodes": [{"id": "a", "task": "flow.double"}, {"id": "a", "task": "flow.double"}]},
              "used twice"),
-            ({"name": "f", "nodes": [{"id": "a", "task": "no_such_module:fn"}]}, "node 'a': unknown task"),
+            ({"name": "f", "nodes": [{"id": "a", "task": "no_such_module:fn"}]}, "node 'a': refused, nothing imported"),
             ({"name": "f", "nodes": [{"id": "a", "task": "flow.double", "args": {"$from": "b"}},
                                      {"id": "b", "task": "flow.double"}]}, "not upstream"),
             ("{not json", "not valid JSON"),
@@ -104,8 +104,10 @@ class WorkflowCommandsTest(CliTestCase):
 
     def test_a_task_check_can_be_skipped_for_a_host_without_the_tasks(self):
         path = self.write_flow({"name": "f", "nodes": [{"id": "a", "task": "gpu_only:fn"}]})
-        self.assert_refused("run", path, says="node 'a': unknown task")
-        run_id = self.cli("run", path, "--no-task-check").stdout.strip()
+        self.assert_refused("run", path, "--app", "flowapp", "--allow-module", "gpu_only",
+                            says="node 'a': unknown task")
+        run_id = self.cli("run", path, "--app", "flowapp", "--allow-module", "gpu_only",
+                          "--no-task-check").stdout.strip()
         self.assertEqual(self.cli_json("runs", run_id)["nodes"][0]["state"], "queued")
 
 

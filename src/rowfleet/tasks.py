@@ -1,9 +1,12 @@
 """Task registration and lookup: ``@rowfleet.task`` and ``module:function`` names, and
 the named workflows that ``rowfleet.workflow`` registers.
 
-A worker runs a job by looking its task name up here: first among the tasks registered
-by the modules it imported (``--app``), then, for a ``module:function`` name, by importing
-that module (from the current folder first, as ``python -m`` does).
+A job's task name is data anyone who can write a row may choose, so a worker runs only
+code it was told to trust: the tasks registered by the modules it imported (``--app``),
+and, for a ``module:function`` name, a function of a module under one of its allowed
+prefixes (``--allow-module``, which the ``--app`` modules join). Any other name is
+refused before anything is imported. Allowed modules are imported from the current
+folder first, as ``python -m`` does.
 
 Imports nothing of rowfleet's but ``errors``: enqueueing lives in the package API.
 """
@@ -15,9 +18,9 @@ import importlib
 import os
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from rowfleet.errors import ConfigError, UnknownTask
+from rowfleet.errors import ConfigError, TaskRefused, UnknownTask
 
 _registry: dict[str, "Task"] = {}
 _workflows: dict[str, Any] = {}  # name -> rowfleet.dag.Workflow
@@ -91,16 +94,65 @@ def import_apps(modules: list[str], folder: str | None = None) -> None:
             raise ConfigError(f"cannot import app module {module!r}: {exc}") from None
 
 
-def resolve(name: str) -> Callable[..., Any]:
-    """The callable behind a task name, or ``UnknownTask``."""
+def allowed(name: str, prefixes: Iterable[str]) -> bool:
+    """Whether a ``module:function`` name lies in a module under one of ``prefixes``: the
+    module itself or a submodule (``pkg`` admits ``pkg`` and ``pkg.sub``, not ``pkgx``).
+
+    >>> allowed("pkg:f", ["pkg"]), allowed("pkg.sub:f", ["pkg"]), allowed("pkgx:f", ["pkg"])
+    (True, True, False)
+    >>> allowed("os:system", ["pkg"]), allowed("pkg", ["pkg"]), allowed("..pkg:f", ["pkg"])
+    (False, False, False)
+    """
+    module, sep, attribute = name.partition(":")
+    if not sep or not attribute or not all(part.isidentifier() for part in module.split(".")):
+        return False
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
+
+
+def trusted_modules(allow_modules: Iterable[str], apps: Iterable[str]) -> tuple[str, ...]:
+    """The prefixes a worker admits: the explicit ones, then the ``--app`` modules.
+
+    >>> trusted_modules(["lib"], ["app", "lib"])
+    ('lib', 'app')
+    """
+    return tuple(dict.fromkeys([*allow_modules, *apps]))
+
+
+def refusal(name: str, allow_modules: Iterable[str]) -> str | None:
+    """Why a worker with these allowed prefixes (and this process's registry) would refuse
+    ``name``, or None when it would take it. Imports nothing."""
+    if registered(name) or allowed(name, allow_modules):
+        return None
+    module, sep, _ = name.partition(":")
+    if not sep:
+        return (f"task {name!r} is not registered by an --app module: a worker runs it only if one "
+                f"of its --app modules registers it")
+    return (f"task {name!r} is not trusted: a worker runs only what its --app modules register and "
+            f"functions of modules under its --allow-module prefixes, and module {module!r} is neither")
+
+
+def registered(name: str) -> bool:
     with _lock:
-        registered = _registry.get(name)
-    if registered is not None:
-        return registered.fn
+        return name in _registry
+
+
+def resolve(name: str, allow_modules: Iterable[str] | None = None) -> Callable[..., Any]:
+    """The callable behind a task name: ``UnknownTask``, or ``TaskRefused`` before any import.
+
+    A worker passes its allowed prefixes, so a row can name only code it trusts; None
+    admits every module, for an application checking its own workflow in its own process.
+    """
+    with _lock:
+        found = _registry.get(name)
+    if found is not None:
+        return found.fn
     module_name, sep, attribute = name.partition(":")
     if not sep or not module_name or not attribute:
         raise UnknownTask(f"unknown task {name!r}: register it with @rowfleet.task in a module "
                           f"given to --app, or name it as module:function")
+    prefixes = None if allow_modules is None else tuple(allow_modules)
+    if prefixes is not None and not allowed(name, prefixes):
+        raise TaskRefused(f"refused, nothing imported: {refusal(name, prefixes)}")
     try:
         target: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
@@ -111,7 +163,23 @@ def resolve(name: str) -> Callable[..., Any]:
         return target.fn
     if not callable(target):
         raise UnknownTask(f"task {name!r} names {type(target).__name__}, not a function")
+    home = getattr(target, "__module__", None) or ""
+    if prefixes is not None and not allowed(f"{home}:{attribute}", prefixes):
+        # An allowed module's imports are reachable by attribute (``app:os.system``).
+        raise TaskRefused(f"refused: task {name!r} is a function of {home or 'the builtins'!r}, which is not "
+                          f"under an --allow-module prefix")
     return target
+
+
+def vet(name: str, allow_modules: Iterable[str], *, strict: bool) -> str | None:
+    """Check a task name where a job is written: None when a worker with these prefixes
+    would run it, else a warning for the writer. With ``strict`` (the writer loaded the
+    apps, so this process knows what a worker would) the name is resolved instead, and a
+    refused or unknown one raises (``UnknownTask``)."""
+    if strict:
+        resolve(name, allow_modules)
+        return None
+    return refusal(name, allow_modules)
 
 
 def timeout_of(name: str) -> float | None:
