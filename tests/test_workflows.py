@@ -17,7 +17,6 @@ from rowfleet import dag
 from rowfleet.errors import Conflict, NotFound
 from rowfleet.job import COMPLETED, Outcome, Retry, decide_outcome
 from rowfleet.orchestrator import Orchestrator
-from rowfleet.store.runs import POISON_AFTER
 from rowfleet.worker import Worker
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase
@@ -300,23 +299,6 @@ class WorkflowContract:
         join_jobs = [job for job in self.store.list_jobs("", limit=100) if job.node_id == "join"]
         self.assertEqual(len(join_jobs), 1, "the fan-in node was enqueued twice")
         self.assertTrue(all(e["processed_at"] for e in self.store.dispatch_events(run_id)))
-
-    def test_a_drain_that_keeps_failing_poisons_the_event_and_fails_the_run(self):
-        run_id = self.start([node("a"), node("b", "workflow.emit", "a")])
-        Worker(self.config(), "default", burst=True).run()
-        self.corrupt_definition(run_id)
-        for attempt in range(1, POISON_AFTER + 1):
-            self.assertEqual(self.store.drain(""), {"applied": 0, "failed": 1})
-            event = self.store.dispatch_events(run_id)[0]
-            self.assertEqual(event["attempts"], attempt)
-            self.assertIn("JSON", event["last_error"])
-        self.assertIsNotNone(event["poisoned_at"])
-        self.assertEqual(self.store.drain(""), {"applied": 0, "failed": 0})
-        state, error = self.run_row(run_id)
-        self.assertEqual(state, dag.FAILED)
-        self.assertIn(f"dispatch event {event['id']} (job_finished of node 'a')", error)
-        self.assertIn(f"failed {POISON_AFTER} times", error)
-        self.assertEqual(self.store.get_run(run_id, "").node("b").state, "cancelled")
 
     def test_a_stranded_run_is_found_and_walked_again(self):
         run_id = self.start([node("a"), node("b", "workflow.emit", "a")])

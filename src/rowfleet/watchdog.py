@@ -11,7 +11,9 @@ It watches the job in hand for three faults, each decided by ``rowfleet.liveness
   window, the long ``gpu_first_window`` until the first progress beat, then ``gpu_window``;
 
 and it carries out an operator's hard switch (79, ``operator_stop``), so that stop takes
-the same path: the policy hands the job back without spending an attempt.
+the same path: the policy hands the job back without spending an attempt; and an
+operator's cancel of the running job (80) once its handler has had ``cancel_grace``
+seconds to stop: the job ends cancelled.
 
 A trip writes the policy's outcome (``liveness.trip_outcome``: re-queue or fail, a
 watchdog retry spent, a forensic ``watchdog_trip`` event) on the watchdog's own
@@ -68,6 +70,7 @@ class Watchdog(threading.Thread):
         self._job: Job | None = None
         self._store: Any = None
         self._operator_stop: str | None = None  # kept across jobs: the process is going down
+        self._cancel: tuple[Job, str, float] | None = None  # a cancelled job, why, and its deadline
         self._reset(None)
 
     # --- called by the worker's main thread ---------------------------------------------
@@ -79,6 +82,13 @@ class Watchdog(threading.Thread):
     def release(self) -> None:
         with self._lock:
             self._reset(None)
+            self._cancel = None  # cleared here, not by watch(): a cancel may be seen before it
+
+    def cancel(self, job: Job, reason: str, grace: float) -> None:
+        """An operator cancelled ``job``: end the process if it is still running it after
+        ``grace`` seconds (its handler was asked to stop)."""
+        with self._lock:
+            self._cancel = (job, reason, time.monotonic() + grace)
 
     def operator_stop(self, reason: str | None) -> None:
         """Stop the job in hand (and any job claimed after it) for an operator's hard switch;
@@ -127,12 +137,15 @@ class Watchdog(threading.Thread):
         with self._lock:
             job, started, budget = self._job, self._since, self._budget
             first_beat, last_beat = self._first_beat, self._last_beat
-            operator_stop = self._operator_stop
+            operator_stop, cancel = self._operator_stop, self._cancel
         if job is None:
             return None
         if operator_stop is not None:
             return job, Trip(exitcodes.OPERATOR_STOP, "operator", operator_stop)
         now = time.monotonic()
+        if cancel is not None and cancel[0] is job and now >= cancel[2]:
+            return job, Trip(exitcodes.CANCELLED, "cancel", f"{cancel[1]}; its handler did not stop within "
+                             f"{self.config.cancel_grace:g}s, so its worker process was ended")
         if liveness.budget_exceeded(started, now, budget):
             return job, Trip(exitcodes.BUDGET, "budget", f"ran {now - started:.1f}s of its {budget:g}s budget")
         if liveness.stall_suspected(first_beat, last_beat, now, self.limits):
@@ -196,11 +209,13 @@ class Watchdog(threading.Thread):
     def _trip(self, job: Job, trip: Trip) -> None:
         outcome, spent, refund = liveness.trip_outcome(job, trip, self.limits, backoff_base=self.config.backoff_base,
                                                       backoff_max=self.config.backoff_max)
-        log.error("job %d: watchdog %s trips (exit %d, %s): %s; the job is %s", job.id, trip.watchdog, trip.code,
-                  exitcodes.meaning(trip.code), trip.reason, outcome.state)
+        tripped = f"watchdog {trip.watchdog} trips (exit {trip.code}, {exitcodes.meaning(trip.code)}): {trip.reason}"
         try:
-            self._connection().watchdog_trip(job, trip.detail(job.attempts, job.watchdog_retries + spent),
-                                             outcome, spent, refund)
+            written = self._connection().watchdog_trip(job, trip.detail(job.attempts, job.watchdog_retries + spent),
+                                                       outcome, spent, refund)
+            # What the store wrote, which may differ from the policy's outcome: a node of a
+            # run that has ended is cancelled rather than re-queued.
+            log.error("job %d: %s; the job is %s", job.id, tripped, written)
         except LeaseLost as exc:
             if self.held() is not job:
                 return  # it finished just now: nothing to stop
@@ -208,7 +223,7 @@ class Watchdog(threading.Thread):
             self.exit(exitcodes.REASSIGNED)
             return
         except RowfleetError as exc:  # the lease lapses and the job is reclaimed: still recovered
-            log.error("job %d: could not record the trip (%s); its lease will lapse", job.id, exc)
+            log.error("job %d: %s; could not record it (%s), so its lease will lapse", job.id, tripped, exc)
         self.exit(trip.code)
 
     def _record(self, job: Job, kind: str, **detail: Any) -> None:

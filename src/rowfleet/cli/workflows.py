@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any, Callable
 
 from rowfleet import api, dag, exitcodes, tasks
 from rowfleet import config as configuration
-from rowfleet.cli.arguments import Parser, json_flag, positive_int
+from rowfleet.cli.arguments import Parser, allow_module_flag, int64, json_flag, positive_int, trusted
 from rowfleet.cli.output import print_json, short, table
-from rowfleet.errors import ConfigError
+from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import iso
 from rowfleet.store import open_store
 
@@ -22,33 +23,35 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--args", default="null", help="JSON: the run's arguments, read by {\"$from\": \"$args...\"}")
     sub.add_argument("--app", action="append", default=[], metavar="MODULE",
                      help="import this module first, for its @rowfleet.task handlers and workflows (repeatable)")
+    allow_module_flag(sub)
     sub.add_argument("--no-task-check", action="store_true",
                      help="do not resolve the nodes' tasks here (for a host without their dependencies)")
     sub.add_argument("--json", action="store_true", help="print the whole run")
 
     sub = command("runs", cmd_runs, "list workflow runs, newest first; or one run with its nodes")
-    sub.add_argument("id", nargs="?", type=int, help="show this run and its nodes")
+    sub.add_argument("id", nargs="?", type=int64, help="show this run and its nodes")
     sub.add_argument("--state", choices=dag.RUN_STATES)
     sub.add_argument("--limit", type=positive_int, default=50)
     sub.add_argument("--json", action="store_true")
 
     sub = command("cancel-run", cmd_cancel_run, "cancel a workflow run and its queued nodes")
-    sub.add_argument("id", type=int)
+    sub.add_argument("id", type=int64)
     sub.add_argument("--json", action="store_true")
 
     sub = command("restart", cmd_restart, "re-run a failed or cancelled run's failed and cancelled nodes "
                   "and what follows them, keeping completed results")
-    sub.add_argument("id", type=int)
+    sub.add_argument("id", type=int64)
     sub.add_argument("--json", action="store_true")
 
     sub = command("submit", cmd_submit, "answer an input node of a run that awaits input")
-    sub.add_argument("id", type=int)
+    sub.add_argument("id", type=int64)
     sub.add_argument("node", help="the input node's id")
     sub.add_argument("--value", required=True, help="JSON: the node's result")
     sub.add_argument("--json", action="store_true")
 
 
 def cmd_run(args: argparse.Namespace, config: configuration.Config) -> int:
+    config = trusted(config, args)
     run_args = json_flag("--args", args.args)
     tasks.import_apps(args.app)
     flow = tasks.workflow_named(args.workflow)
@@ -57,15 +60,32 @@ def cmd_run(args: argparse.Namespace, config: configuration.Config) -> int:
             raise ConfigError(f"{args.workflow!r} is neither a workflow file nor a workflow registered by "
                               f"an --app module")
         flow = api.load_workflow(args.workflow)
-    if not args.no_task_check:
-        api.check_tasks(flow)
+    warnings = [] if args.no_task_check else _vet_tasks(flow, config.allow_modules, strict=bool(args.app))
     with open_store(config) as store:
         run_id = store.start_run(flow, run_args, config.project)
         if args.json:
             print_json(store.get_run(run_id, config.project).to_dict())
         else:
             print(run_id)
+    for warning in warnings:  # once started: a refused command says only why
+        print(f"rowfleet: warning: {warning}", file=sys.stderr)
     return exitcodes.OK
+
+
+def _vet_tasks(flow: dag.Workflow, allow_modules: tuple[str, ...], strict: bool) -> list[str]:
+    """What a worker trusting ``allow_modules`` would refuse of the flow's tasks: one warning
+    per task name, or with ``strict`` (the apps are loaded here) a ``DefinitionError``."""
+    warnings: dict[str, str] = {}
+    for node in flow.nodes:
+        if node.kind != dag.TASK or node.task in warnings:
+            continue
+        try:
+            warning = tasks.vet(node.task, allow_modules, strict=strict)
+        except UnknownTask as exc:
+            raise dag.DefinitionError(f"node {node.id!r}: {exc}") from None
+        if warning:
+            warnings[node.task] = warning
+    return list(warnings.values())
 
 
 def cmd_runs(args: argparse.Namespace, config: configuration.Config) -> int:
@@ -106,7 +126,13 @@ def _show_run(run: Any, as_json: bool, headline: str | None = None) -> int:
         print(headline)
         return exitcodes.OK
     print(f"run {run.id} {run.name}: {run.state}" + (f" ({run.error})" if run.error else ""))
-    rows = [[n.id, n.state, n.attempts, short(json.dumps(n.result)) if n.result is not None else "-",
+    rows = [[n.id, _node_state(n), n.attempts, short(json.dumps(n.result)) if n.result is not None else "-",
              short(n.error or n.prompt or "")] for n in run.nodes]
     print(table(["node", "state", "attempts", "result", "error, skip reason or prompt"], rows))
     return exitcodes.OK
+
+
+def _node_state(node: Any) -> str:
+    """A node's state for people: a node whose jobs have finished but whose dispatch event
+    the orchestrator has not drained yet says so, rather than looking queued."""
+    return f"{node.unapplied}, not yet applied" if node.unapplied else node.state

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from rowfleet import dag
 from rowfleet.errors import ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, NotFound, SchemaMissing
-from rowfleet.job import Job, JobSpec, decode_json, encode_json, iso
+from rowfleet.job import Job, JobSpec, decode_column, decode_json, drain_retry_delay, encode_json, iso
 
 log = logging.getLogger("rowfleet.runs")
 
@@ -28,7 +28,9 @@ POISON_AFTER = 10  # failed drains of one event before it is set aside and its r
 @dataclasses.dataclass(frozen=True)
 class RunNode:
     """A node of a run as an operator sees it. ``state`` shows ``running`` for a queued node
-    one of whose jobs is running; ``attempts`` is its job's (a map node's most tried item's)."""
+    one of whose jobs is running; ``attempts`` is its job's (a map node's most tried item's).
+    ``unapplied`` is the state a queued node's finished jobs make it (``completed``,
+    ``failed`` or ``cancelled``) while their dispatch event waits to be drained; else None."""
 
     id: str
     kind: str
@@ -40,6 +42,7 @@ class RunNode:
     items: int | None
     jobs: tuple[int, ...]
     prompt: str | None
+    unapplied: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"jobs": list(self.jobs)}
@@ -128,10 +131,12 @@ class WorkflowStore:
             state = stored["state"]
             if state == dag.QUEUED and any(job["state"] == "running" for job in current):
                 state = "running"
+            unapplied = _unapplied(state, current, stored["items"])
             # A map node's attempts are its most tried item's, so a retry shows as on one job.
             attempts = max((job["attempts"] for job in current), default=0)
             nodes.append(RunNode(node.id, node.kind, node.task, state, attempts, decode_json(stored["result"]),
-                                 stored["error"], stored["items"], tuple(job["id"] for job in current), node.prompt))
+                                 stored["error"], stored["items"], tuple(job["id"] for job in current), node.prompt,
+                                 unapplied))
         return dataclasses.replace(_run(row), nodes=tuple(nodes))
 
     # --- the walk ----------------------------------------------------------------------
@@ -160,8 +165,7 @@ class WorkflowStore:
         definition: a run whose definition is unreadable can still be ended."""
         jobs: dict[str, list[dag.JobView]] = {}
         for job in tx.all("run_queued_node_jobs", run_id=run_id):
-            jobs.setdefault(job["node_id"], []).append(
-                dag.JobView(job["node_item"], job["state"], decode_json(job["result"]), job["error"]))
+            jobs.setdefault(job["node_id"], []).append(_job_view(job))
         states = {}
         for row in rows:
             node_id = row["node_id"]
@@ -285,9 +289,11 @@ class WorkflowStore:
     def drain(self, project: str, limit: int = 500) -> dict[str, int]:
         """Apply pending dispatch events of ``project``, oldest first: the oldest event's run
         is walked in one transaction that absorbs all of that run's pending events; then
-        the next. An event whose drain raises is left for the next call with the error
-        recorded; after ``POISON_AFTER`` failures it is set aside and its run failed, naming
-        the event. Safe with several drainers at once. Counts events applied and failed."""
+        the next. An event whose drain raises is left with the error recorded and is not
+        tried again before its ``next_attempt_at`` (``drain_retry_delay``: the sweep interval,
+        doubling per failure); after ``POISON_AFTER`` failures it is set aside and its run
+        failed, naming the event. Safe with several drainers at once. Counts events applied
+        and failed."""
         after, applied, failed = 0, 0, 0
         if self.reader().one("dispatch_waiting", project=project) is None:
             return {"applied": 0, "failed": 0}  # the common case, found without the write lock
@@ -317,13 +323,14 @@ class WorkflowStore:
 
     def _drain_failed(self, event: dict[str, Any], exc: Exception) -> None:
         error = f"{type(exc).__name__}: {exc}"
+        delay = drain_retry_delay(event["attempts"] + 1, self.config.interval)
         with self.transaction() as tx:
-            row = tx.one("dispatch_failed", id=event["id"], error=error)
+            row = tx.one("dispatch_failed", id=event["id"], error=error, delay=delay)
             if row is None:
                 return
             if row["attempts"] < POISON_AFTER:
-                log.error("dispatch event %d of run %d failed (attempt %d of %d; retried next sweep): %s",
-                          event["id"], event["run_id"], row["attempts"], POISON_AFTER, error)
+                log.error("dispatch event %d of run %d failed (attempt %d of %d; tried again in %.0fs): %s",
+                          event["id"], event["run_id"], row["attempts"], POISON_AFTER, delay, error)
                 return
             tx.run("dispatch_poison", id=event["id"])
             what = f"dispatch event {event['id']} ({event['kind']}" + \
@@ -344,6 +351,24 @@ class WorkflowStore:
                 tx.run("dispatch_insert", project=project, run_id=run_id, node_id=None, job_id=None,
                        kind="reconcile")
         return stranded
+
+
+def _unapplied(state: str, jobs: list[Any], items: int | None) -> str | None:
+    """The state a queued node's current jobs have brought it to, when the drain has not
+    yet applied it to the run (then the node row still says queued); else None."""
+    if state != dag.QUEUED or not jobs:
+        return None
+    folded = dag.fold((dag.JobView(job["node_item"], job["state"]) for job in jobs), items).state
+    return None if folded == dag.QUEUED else folded
+
+
+def _job_view(row: Any) -> dag.JobView:
+    """A node's job as the walk sees it. A completed job whose result cannot be decoded (a
+    row written by someone else's SQL) has no output to hand on: its node fails, saying why."""
+    result, problem = decode_column("result", row["result"])
+    if problem is not None and row["state"] == dag.COMPLETED:
+        return dag.JobView(row["node_item"], dag.FAILED, None, f"it completed, but its {problem}")
+    return dag.JobView(row["node_item"], row["state"], None if problem else result, row["error"])
 
 
 def _flow(run: Any) -> dag.Workflow:
