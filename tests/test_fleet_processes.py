@@ -16,6 +16,7 @@ SQLite and PostgreSQL.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from typing import Any, Callable
 
@@ -68,6 +69,13 @@ def note():
     os.close(fd)
     return os.getpid()
 '''
+
+
+def _resume(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
 
 
 class FleetContract:
@@ -162,8 +170,12 @@ class FleetContract:
         job = self.job(held)
         self.assertEqual((job.state, job.attempts, job.watchdog_retries), ("queued", 0, 0),
                          "an operator stop hands the job back without spending an attempt or a retry")
-        kinds = [event.kind for event in self.store.events(held)]
-        self.assertEqual(kinds[-2:], ["watchdog_trip", "operator_stop"], kinds)
+        events = self.store.events(held)
+        kinds = [event.kind for event in events]
+        self.assertEqual(kinds[-1], "operator_stop", kinds)
+        self.assertNotIn("watchdog_trip", kinds, "an operator's stop is not a watchdog fault")
+        self.assertEqual((events[-1].detail["code"], events[-1].detail["watchdog"]), (79, "operator"))
+        self.assertIsNone(job.claimed_by, "a handed-back job has no holder; the events keep it")
 
         second = self.child_pid(parent, other_than=first)
         self.wait_state(second, "parked")
@@ -291,6 +303,58 @@ class FleetContract:
         with open(os.path.join(self.dir, "ran.log")) as handle:
             return [(project, int(job_id), int(pid)) for project, job_id, pid in
                     (line.split() for line in handle)]
+
+
+    # --- liveness: what the fleet says of a worker is what is so -------------------------
+
+    def test_a_worker_beating_slower_than_the_sweeper_is_not_declared_dead(self):
+        worker = self.worker("--heartbeat", "2")  # its own cadence: stale only after 6 s
+        held = self.enqueue("fleet.hold")
+        self.started(held)
+        # An orchestrator three beats of whose own (0.3 s) pass in under a second.
+        sweeper = self.launch_logged("orchestrator", "orchestrator", "--heartbeat", "0.3", "--interval", "0.2")
+        self._processes.append(sweeper)
+        self.wait_beats(worker.pid, beats=2)  # the sweeper swept many times meanwhile
+        served = {p["project"]: p for p in self.cli_json("status")["projects"]}
+        self.assertEqual(served[""]["orchestrators"], 1, served)
+        job = self.job(held)
+        self.assertEqual((job.state, job.lease_token), ("running", 1), "a live worker's job was handed on")
+        self.assertIsNone(self.row_of(worker.pid)["flagged_dead_at"], "a live worker was flagged dead")
+        self.open_gate(held)
+        self.assertEqual(self.wait_completed(held).attempts, 1)
+
+    def test_a_supervised_child_killed_by_sigkill_hands_its_job_back_at_once(self):
+        self.worker("--procs", "1")  # the default 600 s lease: only the hand-back can be this quick
+        held = self.enqueue("fleet.hold")
+        first = self.started(held)
+        os.kill(first, signal.SIGKILL)
+        second = self.started(held, attempt=2)
+        self.assertNotEqual(first, second)
+        lost = [event for event in self.store.events(held) if event.kind == "worker_exited"]
+        self.assertEqual(lost[0].detail["holder"], f"{HOST}:{first}", lost)
+        self.assertIn("killed by SIGKILL", self.job(held).error or "")
+        listed = {w["pid"]: w for w in self.cli_json("workers")["workers"]}
+        self.assertEqual(listed[first]["actual"], "killed by SIGKILL")
+        self.open_gate(held)
+        self.wait_completed(held)
+
+    def test_a_frozen_worker_shows_silent_and_once_thawed_exits_77_without_beating_for_its_job(self):
+        worker = self.worker()
+        held = self.enqueue("fleet.hold")
+        self.started(held)
+        os.kill(worker.pid, signal.SIGSTOP)
+        self.addCleanup(_resume, worker.pid)
+        # No orchestrator runs: the listing judges the row by the worker's own cadence.
+        self.wait(lambda: {w["pid"]: w["actual"] for w in self.cli_json("workers")["workers"]}.get(worker.pid)
+                  == "SILENT", "the frozen worker to show as SILENT")
+        flagged = self.wait(lambda: self.store.flag_stale_workers(), "the sweep to flag the frozen worker")
+        self.assertEqual(flagged[0]["jobs"][0]["action"], "reclaimed")
+        os.kill(worker.pid, signal.SIGCONT)
+        self.wait(lambda: worker.poll() is not None, "the thawed worker to exit")
+        self.assertEqual(worker.returncode, 77, self.output(worker))
+        row = self.row_of(worker.pid)
+        self.assertIsNotNone(row["flagged_dead_at"], "the thawed worker beat before it learnt it had lost its job")
+        self.assertEqual(self.job(held).state, "queued")
 
 
 class SQLiteFleetTest(FleetContract, TempDirTestCase):

@@ -93,6 +93,18 @@ class ReadmeOperationsContract:
         self.execute(operations_block("on"))
         self.assertIsNone(self.store.switch_in_force("", "gpu-box-1", "gpu"))
 
+    def test_moving_a_deployment_to_a_named_project_takes_its_queued_rows_along(self):
+        from rowfleet.job import JobSpec
+
+        queued = self.store.enqueue(JobSpec(task="app:work"))
+        self.store.set_switch("", "gpu-box-1", "gpu", "off")
+        for statement in operations_block("move-project").split(";\n"):
+            if statement.strip():
+                self.execute(statement)
+        self.assertEqual(self.store.get_job(queued.id, "billing").state, "queued")
+        self.assertEqual(self.store.list_jobs(""), [])
+        self.assertIsNotNone(self.store.switch_in_force("billing", "gpu-box-1", "gpu"))
+
 
 class SQLiteReadmeOperationsTest(ReadmeOperationsContract, TempDirTestCase):
     dialect = "sqlite"

@@ -13,7 +13,7 @@ import random
 from typing import Any, Callable, Sequence
 
 from rowfleet import exitcodes
-from rowfleet.job import FAILED, QUEUED, Outcome, backoff
+from rowfleet.job import CANCELLED, FAILED, QUEUED, Outcome, backoff
 
 GIB = 2 ** 30
 # A worker that missed this many of its own heartbeats is silent: flagged dead by the sweep,
@@ -161,7 +161,8 @@ def trip_outcome(job: Any, trip: Trip, limits: Limits, *, backoff_base: float = 
     A fault (75, 76, 78) spends a watchdog retry and the attempt it happened in: the job
     is re-queued after a backoff, or fails once the retries (``limits.watchdog_retries``)
     or its attempts are used up. An operator stop (79) is not a fault: the job is
-    re-queued at once and the attempt is given back.
+    re-queued at once and the attempt is given back. A cancel whose handler did not stop
+    in time (80) ends the job cancelled, as the operator asked.
 
     >>> from types import SimpleNamespace as J
     >>> job = J(attempts=1, max_attempts=5, watchdog_retries=0)
@@ -173,9 +174,13 @@ def trip_outcome(job: Any, trip: Trip, limits: Limits, *, backoff_base: float = 
     ('failed', 1, 0)
     >>> trip_outcome(spent, Trip(79, "operator", "turned off"), Limits())[0:3:2]
     (Outcome(state='queued', result=None, error='stopped by an operator: turned off', traceback=None, delay=0.0, event='operator_stop', result_json=None), 1)
+    >>> trip_outcome(spent, Trip(80, "cancel", "cancelled by ops"), Limits())[0].state
+    'cancelled'
     """
     if trip.code == exitcodes.OPERATOR_STOP:
         return Outcome(QUEUED, error=f"stopped by an operator: {trip.reason}", event="operator_stop"), 0, 1
+    if trip.code == exitcodes.CANCELLED:  # what the operator asked for: no fault, no retry
+        return Outcome(CANCELLED, error=trip.reason, event="cancelled"), 0, 0
     error = f"watchdog {trip.watchdog} (exit {trip.code}, {exitcodes.meaning(trip.code)}): {trip.reason}"
     if job.watchdog_retries + 1 > limits.watchdog_retries:
         return Outcome(FAILED, error=f"{error}; watchdog retries used up ({job.watchdog_retries} of "

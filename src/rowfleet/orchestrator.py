@@ -3,10 +3,12 @@
 Draining applies the dispatch events that finished nodes wrote (each in its own
 transaction with the walk it triggers), and runs as soon as one is written: the
 orchestrator sleeps on the store's dispatch waiter (NOTIFY on Postgres, the database file
-on SQLite) between sweeps. A sweep re-queues jobs whose lease lapsed (the only recovery
+on SQLite) between sweeps. An event whose drain failed is skipped until its
+``next_attempt_at`` (the store's backoff), however often the waiter wakes us. A sweep re-queues jobs whose lease lapsed (the only recovery
 path for an orphaned row), flags workers whose heartbeat went stale, gives stranded runs
 a fresh event, and prunes finished rows past the retention period. Every step is a
-guarded write, so two orchestrators may run at once.
+guarded write, so two orchestrators may run at once. Each sweep also beats the
+orchestrator's own row, so ``status`` and ``broker`` can say whether a project is served.
 
 Writes no SQL: everything goes through the store.
 """
@@ -14,12 +16,13 @@ Writes no SQL: everything goes through the store.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
 
 from rowfleet.config import Config
-from rowfleet.errors import RowfleetError
+from rowfleet.errors import DatabaseBroken, RowfleetError
 from rowfleet.store import Store
 
 log = logging.getLogger("rowfleet.orchestrator")
@@ -44,6 +47,8 @@ class Orchestrator:
         self._next_prune = 0.0
         self._stop = threading.Event()
         self._waiter: Any = None
+        # Its row in ``orchestrators``, beaten once per sweep: status shows the project served.
+        self.orchestrator_id = f"{config.host}:{os.getpid()}:{int(time.time() * 1000)}"
 
     def drain(self) -> dict[str, int]:
         """Apply the pending dispatch events of this project."""
@@ -75,6 +80,7 @@ class Orchestrator:
         recovered = reclaimed + [item for worker in flagged for item in worker["jobs"]]
         return {"reclaimed": len([i for i in recovered if i["action"] == "reclaimed"]),
                 "failed": len([i for i in recovered if i["action"] == "failed"]),
+                "cancelled": len([i for i in recovered if i["action"] == "cancelled"]),
                 "flagged_workers": len(flagged), "reconciled_runs": len(stranded),
                 "dispatched": drained["applied"], "dispatch_failures": drained["failed"], "pruned": pruned}
 
@@ -111,12 +117,16 @@ class Orchestrator:
                 self._waiter.drain()  # before the work: what is written from here on wakes us
                 try:
                     if time.monotonic() >= next_sweep:
+                        self.store.orchestrator_beat(self.orchestrator_id, self.config.project,
+                                                     self.config.host, os.getpid())
                         self.run_once()
                         next_sweep = time.monotonic() + self.config.interval
                     elif woke:
                         self._settle()
                     else:
                         self.drain()
+                except DatabaseBroken:
+                    raise  # no retry repairs it: the operator hears of it once, as the exit
                 except RowfleetError as exc:
                     log.error("sweep failed (will retry): %s", exc)
                     self._stop.wait(min(self.config.interval, 1.0))
@@ -125,3 +135,10 @@ class Orchestrator:
                     self._stop.wait(DRAIN_SPACING)
         finally:
             self._waiter.close()
+            self._say_goodbye()
+
+    def _say_goodbye(self) -> None:
+        try:
+            self.store.orchestrator_stopped(self.orchestrator_id)
+        except RowfleetError as exc:
+            log.warning("could not record this orchestrator's stop: %s", exc)

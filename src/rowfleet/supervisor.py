@@ -107,9 +107,10 @@ class Supervisor:
             self.request_stop()
             self.exit_code = code
             return
-        if code == exitcodes.OPERATOR_STOP:  # not a fault: back at once, to park until switched on
+        if code in (exitcodes.OPERATOR_STOP, exitcodes.CANCELLED):  # an operator's doing, not a fault
             self.delays[slot], self.crashes[slot] = 0.0, 0
-            log.info("worker child %d stopped by an operator; restarting it (it parks until switched on)", pid)
+            then = "it parks until switched on" if code == exitcodes.OPERATOR_STOP else "its job was cancelled"
+            log.info("worker child %d %s; restarting it (%s)", pid, exitcodes.describe(code), then)
             self.restarts[slot] = time.monotonic() + self.first_delay
             return
         self.delays[slot] = restart_delay(self.delays[slot], lived, self.first_delay, self.max_delay)

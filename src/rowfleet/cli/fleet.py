@@ -7,7 +7,7 @@ import getpass
 from typing import Any, Callable
 
 from rowfleet import config as configuration
-from rowfleet import control, exitcodes, liveness
+from rowfleet import control, exitcodes, liveness, names
 from rowfleet.cli.arguments import Parser
 from rowfleet.cli.output import print_json, table
 from rowfleet.control import Switch
@@ -89,7 +89,12 @@ def cmd_broker(args: argparse.Namespace, config: configuration.Config) -> int:
         store.require_schema()
         counts = store.counts()
         workers, switches = _fleet(store, config)
+        served = services(store)
     projects: dict[str, Any] = {}
+    for service in served:
+        _project(projects, service["project"]).update(
+            orchestrators=service["orchestrators"], outbox_waiting=service["outbox_waiting"],
+            outbox_oldest_age=service["outbox_oldest_age"])
     for row in counts:
         queue = _project(projects, row["project"])["queues"].setdefault(row["queue"], dict.fromkeys(BROKER_STATES, 0))
         queue[row["state"]] = row["n"]
@@ -104,6 +109,9 @@ def cmd_broker(args: argparse.Namespace, config: configuration.Config) -> int:
             here = [w for w in project["workers"] if w["queue"] == queue]
             rows.append([name or "''", queue, *(tally[state] for state in BROKER_STATES), _worker_tally(here)])
     print(table(["project", "queue", *BROKER_STATES, "workers"], rows) or "no jobs")
+    if served:
+        print()
+        print(services_table(served))
     print()
     print(_workers_table(workers) or "no workers")
     if switches:
@@ -143,8 +151,28 @@ def _fleet(store: Store, config: configuration.Config, include_old: bool = False
     return workers, switches
 
 
+def services(store: Store) -> list[dict[str, Any]]:
+    """Per project: live orchestrators and waiting outbox events, JSON-ready (the age of the
+    oldest waiting event in seconds)."""
+    now = store.clock()
+    found = store.project_services()
+    for service in found:
+        oldest = service.pop("outbox_oldest")
+        service["outbox_oldest_age"] = None if oldest is None else round(now - oldest, 3)
+    return found
+
+
+def services_table(found: list[dict[str, Any]]) -> str:
+    """Whether each project is served: an orchestrator drains its workflows' outbox and
+    recovers its lost jobs; without one, both wait."""
+    rows = [[s["project"] or "''", s["orchestrators"] or "NONE", s["outbox_waiting"],
+             "-" if s["outbox_oldest_age"] is None else f"{s['outbox_oldest_age']:.1f}s"] for s in found]
+    return table(["project", "orchestrators", "outbox waiting", "oldest"], rows)
+
+
 def _project(projects: dict[str, Any], name: str) -> dict[str, Any]:
-    return projects.setdefault(name, {"queues": {}, "workers": []})
+    return projects.setdefault(name, {"queues": {}, "workers": [], "orchestrators": 0, "outbox_waiting": 0,
+                                      "outbox_oldest_age": None})
 
 
 def _workers_table(workers: list[dict[str, Any]]) -> str:
@@ -173,9 +201,10 @@ def _wanted(switch: Switch) -> str:
 
 
 def _word(flag: str, value: str) -> str:
-    if not value or any(c.isspace() for c in value) or value == control.ANY:
-        raise ConfigError(f"{flag} must be a non-empty word (use the --all-... flag for every one), got {value!r}")
-    return value
+    try:
+        return names.check_name(flag, value)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (use the --all-... flag for every one)") from None
 
 
 def _user() -> str:
