@@ -238,7 +238,7 @@ class LifecycleContract:
         self.enqueue()
         job = self.claim(lease=10)
         self.clock.advance(8)
-        self.assertEqual(self.store.renew(job, 10), self.clock.now + 10)
+        self.assertEqual(self.store.renew(job, 10).lease_expires_at, self.clock.now + 10)
         self.clock.advance(8)
         self.assertEqual(self.store.reclaim_lapsed(), [])
 
@@ -295,8 +295,12 @@ class LifecycleContract:
         self.assertIsNone(self.claim())
         running = self.enqueue()
         self.claim()
+        asked = self.store.cancel(running.id, "")  # a running job's worker is asked to stop it
+        self.assertEqual((asked.state, asked.cancel_reason), (RUNNING, "cancelled by an operator"))
+        done = self.enqueue()
+        self.store.finish(self.claim(), Outcome(COMPLETED, result=3))
         with self.assertRaises(Conflict):
-            self.store.cancel(running.id, "")
+            self.store.cancel(done.id, "")
         with self.assertRaises(NotFound):
             self.store.cancel(9999, "")
         with self.assertRaises(NotFound):
@@ -350,6 +354,44 @@ class LifecycleContract:
         self.clock.advance(90)  # 121 s: past 3 of its own beats
         self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers()], ["w40"])
 
+    def test_project_services_count_live_orchestrators_and_waiting_outbox_events(self):
+        self.enqueue()
+        self.store.orchestrator_beat("o1", "", "box", 1)  # sweeping every 5 s (the default)
+        conn = self.caller_connection()
+        self.addCleanup(conn.close)
+        conn.execute("INSERT INTO dispatch_events (project, run_id, kind, created_at) VALUES ('', 1, 'x', 100)")
+        conn.commit()
+        self.clock.advance(14)
+        (served,) = self.store.project_services()
+        self.assertEqual((served["orchestrators"], served["outbox_waiting"], served["outbox_oldest"]), (1, 1, 100))
+        self.clock.advance(2)  # past three of its sweeps: no longer live
+        self.assertEqual(self.store.project_services()[0]["orchestrators"], 0)
+        self.store.orchestrator_beat("o1", "", "box", 1)
+        self.store.orchestrator_stopped("o1")
+        self.assertEqual(self.store.project_services()[0]["orchestrators"], 0)
+
+    def test_a_stopped_worker_leaves_the_listing_after_a_while_and_a_live_slow_one_stays(self):
+        from rowfleet.liveness import LISTED_FOR
+        from rowfleet.store import open_store
+
+        slow = open_store(self.config().replace(heartbeat=400, renew=5), clock=self.clock)
+        self.addCleanup(slow.close)
+        self.store.beat("gone", "", "box", "default", 1, None)
+        self.store.worker_stopped("gone")
+        slow.beat("slow", "", "box", "default", 2, None)
+        self.clock.advance(LISTED_FOR + 1)
+        listed = lambda: [w["worker_id"] for w in self.store.workers(since=self.clock.now - LISTED_FOR)]
+        self.assertEqual(listed(), ["slow"])
+        self.assertEqual(sorted(w["worker_id"] for w in self.store.workers(since=0)), ["gone", "slow"])
+
+    def test_finishing_a_job_twice_differently_says_it_is_already_finished(self):
+        self.enqueue()
+        job = self.claim()
+        self.store.finish(job, Outcome(COMPLETED, event="completed"))
+        with self.assertRaises(LeaseLost) as caught:
+            self.store.finish(job, Outcome(FAILED, error="late", event="failed"))
+        self.assertIn(f"job {job.id} is already completed", str(caught.exception))
+
     def test_an_exited_workers_job_is_handed_back_at_once(self):
         self.enqueue()
         self.store.beat("w1", "", "box", "default", 4242, None)
@@ -400,7 +442,7 @@ class LifecycleContract:
         retried = self.enqueue(task="lifecycle.retry_later", args={})
         unknown = self.enqueue(task="no_such_module_xyz:fn", args={})
         unserialisable = self.enqueue(task="lifecycle.unserialisable", args={}, max_attempts=1)
-        self.run_worker_burst()
+        self.run_worker_burst(allow_modules=("no_such_module_xyz",))  # allowed, so looked for, and missing
         self.assertEqual(self.store.get_job(cancelled.id, "").error, "not wanted any more")
         self.assertEqual(self.store.get_job(cancelled.id, "").state, CANCELLED)
         job = self.store.get_job(retried.id, "")

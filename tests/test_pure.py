@@ -65,9 +65,10 @@ class OutcomeTest(unittest.TestCase):
         self.assertEqual(outcome.state, FAILED)
         self.assertIn("not JSON-serialisable", outcome.error)
 
-    def test_retry_rejects_a_negative_delay(self):
-        with self.assertRaises(ValueError):
-            Retry(delay=-1)
+    def test_retry_rejects_a_delay_that_is_no_time(self):
+        for delay in (-1, float("inf"), float("nan"), 1e12, "5", True):
+            with self.subTest(delay=delay), self.assertRaises(ValueError):
+                Retry(delay=delay)
 
 
 class JobSpecTest(unittest.TestCase):

@@ -14,22 +14,24 @@ configured database on first use.
     job = rowfleet.enqueue(send, {"to": "ops@example.com"})
 """
 
-from rowfleet.api import (cancel_run, enqueue, enqueue_many, get_job, get_run, init, load_workflow, restart_run,
-                          start_run, submit, work, workflow)
+from rowfleet.api import (cancel, cancel_run, enqueue, enqueue_many, get_job, get_run, init, load_workflow,
+                          prioritize, restart_run, start_run, submit, work, workflow)
 from rowfleet.config import Config, configure
 from rowfleet.dag import DefinitionError, Workflow
-from rowfleet.errors import (ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, LeaseLost, MigrationError, NotFound,
-                             RowfleetError, SchemaMissing, StoreUnavailable, UnknownTask)
+from rowfleet.errors import (ConfigError, Conflict, DatabaseBroken, DatabaseBusy, DatabaseUnreachable, LeaseLost,
+                             MigrationError, NotFound, RowfleetError, SchemaMissing, StoreUnavailable, TaskRefused,
+                             UnknownTask)
 from rowfleet.job import Cancel, Job, Retry
 from rowfleet.scheduler import periodic
 from rowfleet.tasks import task
-from rowfleet.worker import current_job, progress
+from rowfleet.worker import cancel_requested, current_job, progress
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Cancel", "Config", "ConfigError", "Conflict", "DatabaseBusy", "DatabaseUnreachable", "DefinitionError", "Job", "LeaseLost",
-    "MigrationError", "NotFound", "Retry", "RowfleetError", "SchemaMissing", "StoreUnavailable", "UnknownTask",
-    "Workflow", "__version__", "cancel_run", "configure", "current_job", "enqueue", "enqueue_many", "get_job",
-    "get_run", "init", "load_workflow", "periodic", "progress", "restart_run", "start_run", "submit", "task", "work", "workflow",
+    "Cancel", "Config", "ConfigError", "Conflict", "DatabaseBroken", "DatabaseBusy", "DatabaseUnreachable",
+    "DefinitionError", "Job", "LeaseLost", "MigrationError", "NotFound", "Retry", "RowfleetError", "SchemaMissing",
+    "StoreUnavailable", "TaskRefused", "UnknownTask",
+    "Workflow", "__version__", "cancel", "cancel_requested", "cancel_run", "configure", "current_job", "enqueue", "enqueue_many", "get_job",
+    "get_run", "init", "load_workflow", "periodic", "prioritize", "progress", "restart_run", "start_run", "submit", "task", "work", "workflow",
 ]

@@ -3,6 +3,8 @@ configured database.
 
 Each thread gets its own store (connections are not shared across threads), opened on
 first use with ``config.current()`` and reopened when ``configure()`` changes it.
+Every argument is checked before the store sees it: jobs through ``JobSpec``, the rest
+(ids, projects, node names, JSON values) with ``names``, so a bad one is a ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import threading
 from typing import Any, Iterable
 
 from rowfleet import config as _config
-from rowfleet import dag, tasks
+from rowfleet import dag, names, tasks
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import Job, JobSpec
 from rowfleet.store import Store, open_store
@@ -48,7 +50,7 @@ def work(queue: str = "default", *, burst: bool = False) -> int:
     ``burst``, until nothing is due; returns how many jobs it ran. Handlers must be
     registered (imported) first. Its watchdogs end this process (``os._exit``, codes
     75-78) if a job runs past its budget or hangs, and a stale token ends it with 77."""
-    worker = Worker(_config.current(), queue, burst=burst)
+    worker = Worker(_config.current(), names.check_name("queue", queue), burst=burst)
     worker.run()
     return worker.jobs_run
 
@@ -74,12 +76,26 @@ def enqueue_many(task: Any, args_list: Iterable[Any], *, queue: str | None = Non
     """Enqueue one job per item of ``args_list`` in one transaction (all or none); returns
     how many. Faster than a loop of ``enqueue`` by far; idempotency keys are not taken."""
     spec = _spec(task, None, queue, priority, run_next, delay, None, None, max_attempts, project)
-    return default_store().enqueue_many(spec, args_list, conn=conn)
+    checked = (names.check_json("args", args) for args in args_list)  # as the store encodes each
+    return default_store().enqueue_many(spec, checked, conn=conn)
 
 
 def get_job(job_id: int, *, project: str | None = None) -> Job:
     """The job with this id in the configured project (or ``NotFound``)."""
-    return default_store().get_job(job_id, _project(project))
+    return default_store().get_job(_id("job id", job_id), _project(project))
+
+
+def cancel(job_id: int, *, reason: str = "cancelled by an operator", project: str | None = None) -> Job:
+    """Cancel a job (like ``rowfleet cancel``): a queued job at once; a running one is asked
+    to stop, and the job returned is still running until its worker has stopped it (see
+    ``rowfleet.cancel_requested``). ``Conflict`` for a job that has finished."""
+    return default_store().cancel(job_id, _project(project), reason)
+
+
+def prioritize(job_id: int, *, project: str | None = None) -> Job:
+    """Make a queued job run next, ahead of every priority (like ``rowfleet prioritize``);
+    a no-op when it already does. ``Conflict`` for a job that is not queued."""
+    return default_store().prioritize(job_id, _project(project))
 
 
 # --- workflows -------------------------------------------------------------------------
@@ -99,7 +115,7 @@ def load_workflow(path: str) -> dag.Workflow:
     """A workflow read from a JSON file (``DefinitionError`` or ``ConfigError`` if it is not one)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+            data = names.parse_json(f"workflow file {path!r}", handle.read())
     except OSError as exc:
         raise ConfigError(f"cannot read workflow file {path!r}: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -126,6 +142,7 @@ def start_run(flow: dag.Workflow | str, args: Any = None, *, project: str | None
     transaction (with ``conn``, the caller's). ``args`` is what ``{"$from": "$args..."}``
     references read. With ``check`` (the default) every task is resolved here first.
     """
+    names.check_json("args", args)
     if isinstance(flow, str):
         found = tasks.workflow_named(flow)
         if found is None:
@@ -138,20 +155,22 @@ def start_run(flow: dag.Workflow | str, args: Any = None, *, project: str | None
 
 def get_run(run_id: int, *, project: str | None = None) -> Run:
     """A run with its nodes (or ``NotFound``)."""
-    return default_store().get_run(run_id, _project(project))
+    return default_store().get_run(_id("run id", run_id), _project(project))
 
 
 def cancel_run(run_id: int, *, project: str | None = None) -> Run:
-    return default_store().cancel_run(run_id, _project(project))
+    return default_store().cancel_run(_id("run id", run_id), _project(project))
 
 
 def restart_run(run_id: int, *, project: str | None = None) -> Run:
-    return default_store().restart_run(run_id, _project(project))
+    return default_store().restart_run(_id("run id", run_id), _project(project))
 
 
 def submit(run_id: int, node: str, value: Any, *, project: str | None = None) -> Run:
     """Answer an input node of a run that awaits input; the run moves on."""
-    return default_store().submit_input(run_id, node, value, _project(project))
+    names.check_node_id("node", node)
+    return default_store().submit_input(_id("run id", run_id), node, names.check_json("value", value),
+                                        _project(project))
 
 
 def _node_dict(node: dict[str, Any]) -> dict[str, Any]:
@@ -174,4 +193,8 @@ def _spec(task: Any, args: Any, queue: str | None, priority: int, run_next: bool
 
 
 def _project(project: str | None) -> str:
-    return _config.current().project if project is None else project
+    return _config.current().project if project is None else names.check_name("project", project, empty=True)
+
+
+def _id(what: str, value: Any) -> int:
+    return names.check_int(what, value, least=1)

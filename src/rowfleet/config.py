@@ -3,8 +3,8 @@
 Precedence is CLI flags > ``ROWFLEET_*`` environment > defaults. This is the only
 module that reads the environment; everything below the CLI is handed a ``Config``.
 
-Imports nothing of rowfleet's but the leaf ``errors`` module: every other module may
-import this one without pulling in the engine.
+Imports nothing of rowfleet's but the leaves ``errors`` and ``names`` (what a value may
+be): every other module may import this one without pulling in the engine.
 """
 
 from __future__ import annotations
@@ -15,9 +15,14 @@ import socket
 import threading
 from typing import Any, Mapping
 
+from rowfleet import names
 from rowfleet.errors import ConfigError
 
 DEFAULT_DB = "rowfleet.db"
+# The knobs that are durations; each must be a positive number of seconds within names.MAX_SECONDS.
+SECONDS = ("lease", "renew", "heartbeat", "poll", "interval", "backoff_base", "backoff_max", "retention",
+           "busy_timeout", "budget", "stall_window", "stall_spacing", "gpu_first_window", "gpu_window",
+           "gpu_sample", "restart_delay", "restart_delay_max", "cancel_grace")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,37 +56,33 @@ class Config:
     nvidia_smi: str = "nvidia-smi"    # the command the GPU readings run
     restart_delay: float = 0.5        # a supervisor's first wait before restarting a child that died ...
     restart_delay_max: float = 30.0   # ... doubling to this while children keep dying young
+    cancel_grace: float = 30.0        # a cancelled running job's handler may take this long to stop
+    allow_modules: tuple[str, ...] = ()  # module prefixes whose functions a worker runs by name
 
     def __post_init__(self) -> None:
         if not self.host:
             object.__setattr__(self, "host", socket.gethostname())
-        if not isinstance(self.db, str) or not self.db.strip():
+        names.check_text("db", self.db)
+        if not self.db.strip():
             raise ConfigError("db must be a non-empty path or URL")
-        if not isinstance(self.project, str):
-            raise ConfigError("project must be a string")
-        for name in ("project", "host"):  # "*" means every one in a worker switch
-            if getattr(self, name) == "*":
-                raise ConfigError(f"{name} cannot be '*', which worker switches use for every {name}")
-        for name in ("lease", "renew", "heartbeat", "poll", "interval", "backoff_base", "backoff_max",
-                     "retention", "busy_timeout", "budget", "stall_window", "stall_spacing", "idle_gpu",
-                     "memory_delta_mb", "gpu_first_window", "gpu_window", "gpu_sample", "restart_delay",
-                     "restart_delay_max"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
-            object.__setattr__(self, name, float(value))
+        names.check_name("project", self.project, empty=True)  # '*' means every one in a worker switch
+        names.check_name("host", self.host)
+        for name in SECONDS:
+            object.__setattr__(self, name, names.check_seconds(name, getattr(self, name)))
+        for name in ("idle_gpu", "memory_delta_mb"):
+            object.__setattr__(self, name, names.check_number(name, getattr(self, name), positive=True))
         for name, least in (("stall_samples", 1), ("watchdog_retries", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(f"{name} must be a whole number of at least {least}, got {value!r}")
+            names.check_int(name, getattr(self, name), least=least, most=names.INT32_MAX)
         if not isinstance(self.nvidia_smi, str) or not self.nvidia_smi.strip():
             raise ConfigError("nvidia_smi must name a command")
+        names.check_text("nvidia_smi", self.nvidia_smi)
         if self.renew >= self.lease:
             raise ConfigError(f"renew ({self.renew:g}s) must be shorter than lease ({self.lease:g}s)")
         synchronous = str(self.synchronous).upper()
         if synchronous not in ("FULL", "NORMAL"):
             raise ConfigError(f"synchronous must be FULL or NORMAL, got {self.synchronous!r}")
         object.__setattr__(self, "synchronous", synchronous)
+        object.__setattr__(self, "allow_modules", _module_prefixes(self.allow_modules))
 
     @property
     def db_shown(self) -> str:
@@ -121,13 +122,32 @@ def _parse(name: str, field: dataclasses.Field, raw: str) -> Any:
         try:
             return float(raw)
         except ValueError:
-            raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a number, got {raw!r}") from None
+            raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a number, got {names.shown(raw)}") from None
     if field.type in ("int", int):
         try:
             return int(raw)
         except ValueError:
-            raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a whole number, got {raw!r}") from None
+            raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a whole number, got {names.shown(raw)}") from None
+    if field.type == "tuple[str, ...]":
+        return tuple(raw.split(","))
     return raw
+
+
+def _module_prefixes(value: Any) -> tuple[str, ...]:
+    """Module prefixes as a tuple: a comma list or an iterable of dotted module names.
+
+    >>> _module_prefixes("app, lib.tasks"), _module_prefixes(["app"])
+    (('app', 'lib.tasks'), ('app',))
+    """
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        prefixes = tuple(str(item).strip() for item in items if str(item).strip())
+    except TypeError:
+        raise ConfigError(f"allow_modules must be module names, got {names.shown(value)}") from None
+    for prefix in prefixes:
+        if not all(part.isidentifier() for part in prefix.split(".")):
+            raise ConfigError(f"allow_modules: {names.shown(prefix)} is not a module name (like pkg or pkg.sub)")
+    return prefixes
 
 
 def redact_url(url: str) -> str:

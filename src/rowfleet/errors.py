@@ -24,15 +24,15 @@ class Conflict(RowfleetError):
 class LeaseLost(Conflict):
     """You no longer hold this job: its lease was reclaimed and given a new token."""
 
-    def __init__(self, job_id: int, token: int, detail: str = "") -> None:
+    def __init__(self, job_id: int, token: int, detail: str = "", *, message: str = "") -> None:
         self.job_id = job_id
         self.token = token
-        message = f"you no longer hold job {job_id} (token {token} is stale)"
+        message = message or f"you no longer hold job {job_id} (token {token} is stale)"
         super().__init__(f"{message}: {detail}" if detail else message)
 
 
 class StoreUnavailable(RowfleetError):
-    """The database cannot be opened or used: wrong path, not a database, locked too long."""
+    """The database cannot be opened or used for now: wrong path, locked too long, a server away."""
 
 
 class DatabaseUnreachable(StoreUnavailable):
@@ -46,6 +46,16 @@ class DatabaseBusy(StoreUnavailable):
 class SchemaMissing(StoreUnavailable):
     """The database does not exist yet, or lacks the current schema: run ``rowfleet init``."""
 
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail or message  # the driver's own words: which table is missing
+
+
+class DatabaseBroken(RowfleetError):
+    """The database cannot be used and no wait will change that: read-only, corrupt, not a
+    database, its tables dropped, or no permission. Not a ``StoreUnavailable``, so no retry
+    loop waits on it: a process that meets it stops (exit 2) until an operator repairs it."""
+
 
 class MigrationError(RowfleetError):
     """The schema is newer than this rowfleet, or a migration failed and was rolled back."""
@@ -53,3 +63,8 @@ class MigrationError(RowfleetError):
 
 class UnknownTask(RowfleetError):
     """No handler is registered under this task name, nor importable as ``module:function``."""
+
+
+class TaskRefused(UnknownTask):
+    """The task names code this process does not trust: neither registered by an ``--app``
+    module nor in a module under an ``--allow-module`` prefix. Nothing was imported."""

@@ -1,6 +1,6 @@
 """Process exit codes, defined once. The README's exit-code tables are this module.
 
-The 75-79 band is a worker's own way out of a job it should not go on running; the
+The 75-80 band is a worker's own way out of a job it should not go on running; the
 supervisor reads it back with ``meaning()``. A leaf: imports nothing but ``signal``.
 """
 
@@ -18,6 +18,7 @@ STALLED = 76        # no progress beat for the stall window, confirmed hung     
 REASSIGNED = 77     # the job's row was taken by another holder: exit, write nothing (not a fault)
 GPU_IDLE = 78       # GPU idle and memory static for a whole window on a GPU job   (a fault)
 OPERATOR_STOP = 79  # an operator turned this worker off, hard                     (not a fault)
+CANCELLED = 80      # an operator cancelled the job, and its handler did not stop in the grace (not a fault)
 
 WATCHDOG_FAULTS = (BUDGET, STALLED, GPU_IDLE)
 
@@ -30,6 +31,7 @@ _MEANINGS = {
     REASSIGNED: "its job was reassigned to another worker",
     GPU_IDLE: "GPU idle and memory static past the window",
     OPERATOR_STOP: "stopped by an operator",
+    CANCELLED: "its job was cancelled by an operator",
     INTERRUPTED: "interrupted",
     137: "killed (SIGKILL, or out of memory)",
 }

@@ -1,7 +1,13 @@
-"""What a job is: its states, its row as a dataclass, and what a handler's run decides.
+"""What a job is: its states, its row as a dataclass, what a handler's run decides, and
+how long retries wait (a job's, and a workflow outbox event's drain).
 
 Pure: no I/O, no database. The store turns rows into ``Job``; the worker turns a handler's
 return or exception into an ``Outcome`` with ``decide_outcome``.
+
+A row may come from anyone's plain SQL, and SQLite keeps whatever it is given, so
+``Job.from_row`` and ``Event.from_row`` never raise on a value: one that cannot be decoded
+is kept as stored and named in ``Job.unreadable``, and a worker fails such a job at once
+(``unreadable_outcome``) instead of dying on it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import random
 import traceback as tb
 from typing import Any, Callable
 
+from rowfleet import names
 from rowfleet.errors import ConfigError, UnknownTask
 
 QUEUED = "queued"
@@ -31,9 +38,10 @@ class Retry(Exception):
     """
 
     def __init__(self, delay: float = 0.0, reason: str = "") -> None:
-        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
-            raise ValueError(f"Retry delay must be a non-negative number of seconds, got {delay!r}")
-        self.delay = float(delay)
+        try:  # the one rule for a delay: finite, and short enough that now + delay is a time
+            self.delay = names.check_seconds("Retry delay", delay, zero=True)
+        except ConfigError as exc:  # a handler's mistake, raised in the handler
+            raise ValueError(str(exc)) from None
         self.reason = reason
         super().__init__(reason or f"retry in {delay:g}s")
 
@@ -64,23 +72,21 @@ class JobSpec:
     model: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.task, str) or not self.task.strip() or any(c.isspace() for c in self.task):
-            raise ConfigError(f"task name must be a non-empty word without spaces, got {self.task!r}")
-        if not isinstance(self.queue, str) or not self.queue or any(c.isspace() for c in self.queue):
-            raise ConfigError(f"queue must be a non-empty word without spaces, got {self.queue!r}")
-        if not _is_int(self.priority):
-            raise ConfigError(f"priority must be an integer, got {self.priority!r}")
-        if not _is_int(self.max_attempts) or self.max_attempts < 1:
-            raise ConfigError(f"max_attempts must be an integer of at least 1, got {self.max_attempts!r}")
-        if isinstance(self.delay, bool) or not isinstance(self.delay, (int, float)) or self.delay < 0:
-            raise ConfigError(f"delay must be a non-negative number of seconds, got {self.delay!r}")
-        if self.key is not None and (not isinstance(self.key, str) or not self.key):
-            raise ConfigError("an idempotency key must be a non-empty string")
-        if self.timeout is not None and (isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float))
-                                         or self.timeout <= 0):
-            raise ConfigError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
-        if self.model is not None and (not isinstance(self.model, str) or not self.model):
-            raise ConfigError("a required model must be a non-empty string")
+        names.check_name("task name", self.task)
+        names.check_name("queue", self.queue)  # '*' too: no worker could ever serve it
+        names.check_name("project", self.project, empty=True)
+        names.check_int("priority", self.priority)
+        names.check_int("max_attempts", self.max_attempts, least=1, most=names.INT32_MAX)
+        object.__setattr__(self, "delay", names.check_seconds("delay", self.delay, zero=True))
+        if self.run_at is not None:
+            object.__setattr__(self, "run_at", names.check_epoch("run_at", self.run_at))
+        if self.key is not None:
+            names.check_text("an idempotency key", self.key)
+        if self.timeout is not None:
+            object.__setattr__(self, "timeout", names.check_seconds("timeout", self.timeout))
+        if self.model is not None:
+            names.check_text("a required model", self.model, most=names.MAX_NAME)
+        names.check_json("args", self.args)
         try:
             object.__setattr__(self, "_args_json", encode_json(self.args))
         except (TypeError, ValueError) as exc:
@@ -88,10 +94,6 @@ class JobSpec:
 
     def args_json(self) -> str:
         return self._args_json  # encoded once, when the spec was validated
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
@@ -104,6 +106,79 @@ def encode_json(value: Any) -> str:
 
 def decode_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# Made once: json.loads with a keyword would build a decoder per call, on the claim's hot path.
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+# What each column of ``jobs`` must hold; every column not named here holds text.
+_JSON_COLUMNS = frozenset({"args", "result"})
+_INTEGER_COLUMNS = frozenset({"id", "priority", "run_next", "attempts", "max_attempts", "lease_token", "run_id",
+                              "node_item", "node_generation", "watchdog_retries"})
+_TIME_COLUMNS = ("run_at", "lease_expires_at", "created_at", "updated_at", "started_at", "finished_at",
+                 "progress_at", "cancel_requested_at")
+_NUMBER_COLUMNS = frozenset(_TIME_COLUMNS + ("timeout", "progress"))
+
+
+def decode_column(name: str, value: Any) -> tuple[Any, str | None]:
+    """A ``jobs`` column's stored value, decoded, and what is wrong with it (None: nothing).
+    Never raises: a value that cannot be decoded comes back as stored (as text), to be shown.
+
+    >>> decode_column("args", '{"a": 1}'), decode_column("run_at", 1.5), decode_column("result", None)
+    (({'a': 1}, None), (1.5, None), (None, None))
+    >>> decode_column("args", "[1,")
+    ('[1,', 'column args is not valid JSON (Expecting value: line 1 column 4 (char 3))')
+    >>> decode_column("run_at", "tomorrow")
+    ('tomorrow', "column run_at is not a number: 'tomorrow'")
+    >>> decode_column("attempts", 2.5)[1]
+    'column attempts is not an integer: 2.5'
+    """
+    if value is None:
+        return None, None
+    if name in _JSON_COLUMNS:
+        return _json_column(name, value)
+    if name in _INTEGER_COLUMNS:
+        fits, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif name in _NUMBER_COLUMNS:
+        fits, kind = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value, "a number"
+    else:
+        fits, kind = isinstance(value, str), "text"
+    if fits:
+        return value, None
+    return raw_text(value), f"column {name} is not {kind}: {_shortened(value)}"
+
+
+def _json_column(name: str, value: Any) -> tuple[Any, str | None]:
+    """Strict JSON (no NaN or infinities, which our encoder never writes), or the value as
+    stored with what is wrong with it. A nesting too deep to decode is wrong too."""
+    try:
+        text = bytes(value).decode() if isinstance(value, (bytes, bytearray, memoryview)) else value
+        return _STRICT_DECODER.decode(text), None
+    except (TypeError, ValueError, RecursionError) as exc:
+        return raw_text(value), f"column {name} is not valid JSON ({exc})"
+
+
+def raw_text(value: Any) -> str:
+    """A stored value that is not what its column should hold, as text to show.
+
+    >>> raw_text("soon"), raw_text(b"\\xff{"), raw_text(2.5)
+    ('soon', '\\ufffd{', '2.5')
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return repr(value)
+
+
+def _shortened(value: Any, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,29 +220,46 @@ class Job:
     progress_at: float | None = None
     cancel_requested_at: float | None = None  # an operator asked its worker to stop it
     cancel_reason: str | None = None
+    # Not a column: what in the row could not be decoded (each such column is kept as
+    # stored, as text), e.g. "column args is not valid JSON (...)"; None for a sound row.
+    unreadable: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":
         """Build from a row of ``jobs``: a dict keyed by column, or a sequence in the
-        table's column order (which the fields follow; ``SELECT *`` and ``RETURNING *``
-        give it)."""
-        values = [row[name] for name in _JOB_FIELDS] if isinstance(row, dict) else list(row)
-        values[_ARGS] = decode_json(values[_ARGS])
-        values[_RESULT] = decode_json(values[_RESULT])
-        values[_RUN_NEXT] = bool(values[_RUN_NEXT])
-        return cls(*values)
+        table's column order (which the fields up to ``unreadable`` follow; ``SELECT *``
+        and ``RETURNING *`` give it). Never raises on a stored value (see ``decode_column``)."""
+        stored = row if isinstance(row, dict) else dict(zip(_JOB_COLUMNS, row))
+        values, problems = {}, []
+        for name, fits in _JOB_COLUMN_TYPES:  # the claim's hot path: a sound value is only type-checked
+            value = stored[name]
+            if value is None or (type(value) in fits and value == value):  # NaN is no number
+                values[name] = value
+                continue
+            values[name], problem = decode_column(name, value)
+            if problem is not None:
+                problems.append(problem)
+        if isinstance(values["run_next"], int):
+            values["run_next"] = bool(values["run_next"])
+        return cls(**values, unreadable="; ".join(problems) or None)
+
+    def undecoded(self, column: str) -> bool:
+        """Whether ``column`` could not be decoded, so that its field holds the text as stored."""
+        return self.unreadable is not None and any(problem.startswith(f"column {column} ")
+                                                   for problem in self.unreadable.split("; "))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: times as ISO-8601 UTC strings."""
+        """JSON-ready: times as ISO-8601 UTC strings (a value that is no time, as stored)."""
         data = dataclasses.asdict(self)
-        for name in ("run_at", "lease_expires_at", "created_at", "updated_at", "started_at", "finished_at",
-                     "progress_at", "cancel_requested_at"):
+        for name in _TIME_COLUMNS:
             data[name] = iso(data[name])
         return data
 
 
-_JOB_FIELDS = tuple(field.name for field in dataclasses.fields(Job))
-_ARGS, _RESULT, _RUN_NEXT = (_JOB_FIELDS.index(name) for name in ("args", "result", "run_next"))
+_JOB_COLUMNS = tuple(field.name for field in dataclasses.fields(Job) if field.name != "unreadable")
+# Each column with the exact types a sound value of it has; JSON columns are always decoded.
+_JOB_COLUMN_TYPES = tuple((name, () if name in _JSON_COLUMNS else (int,) if name in _INTEGER_COLUMNS
+                           else (int, float) if name in _NUMBER_COLUMNS else (str,)) for name in _JOB_COLUMNS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,15 +270,40 @@ class Event:
     kind: str
     detail: dict[str, Any]
 
+    @classmethod
+    def from_row(cls, row: Any) -> "Event":
+        """Build from a row of ``job_events``. Never raises: a detail that is not a JSON
+        object is shown as ``{"raw": <as stored>, "unreadable": <why>}``.
+
+        >>> Event.from_row({"id": 1, "job_id": 2, "at": 0.0, "kind": "note", "detail": "{bad"}).detail["raw"]
+        '{bad'
+        """
+        stored = row["detail"]
+        detail, problem = (None, None) if stored is None else _json_column("detail", stored)
+        if problem is None and not isinstance(detail, (dict, type(None))):
+            detail, problem = raw_text(stored), "column detail is not a JSON object"
+        detail = {"raw": detail, "unreadable": problem} if problem is not None else detail or {}
+        return cls(row["id"], row["job_id"], row["at"], row["kind"], detail)
+
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "job_id": self.job_id, "at": iso(self.at), "kind": self.kind,
                 "detail": self.detail}
 
 
-def iso(epoch: float | None) -> str | None:
+def iso(epoch: Any) -> str | None:
+    """An epoch time as ISO-8601 UTC; a value that is no time (text, or out of range) as stored.
+
+    >>> iso(0), iso(1e300), iso("soon"), iso(None)
+    ('1970-01-01T00:00:00.000Z', '1e+300', 'soon', None)
+    """
     if epoch is None:
         return None
-    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, float)):
+        return raw_text(epoch)
+    try:
+        moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return repr(epoch)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -211,10 +328,25 @@ class Outcome:
             object.__setattr__(self, "result_json", encode_json(self.result))
 
 
+# The longest wait between two drains of a workflow's failing outbox event (unless the
+# sweep interval is longer): from the interval up, doubling, the waits add up to about
+# twenty minutes at the default interval before the event is set aside.
+DRAIN_RETRY_MAX = 300.0
+
+
+def exponential(attempt: int, base: float, cap: float) -> float:
+    """The nominal wait after attempt ``attempt``: ``base * 2**(attempt-1)``, at most ``cap``.
+
+    >>> [exponential(n, 5.0, 60.0) for n in (0, 1, 2, 3, 5, 99)]
+    [5.0, 5.0, 10.0, 20.0, 60.0, 60.0]
+    """
+    return min(cap, base * 2.0 ** min(max(attempt - 1, 0), 62))
+
+
 def backoff(attempt: int, base: float, cap: float, rng: Callable[[], float]) -> float:
     """Seconds to wait before attempt ``attempt + 1``: exponential, capped, half jittered.
 
-    ``rng`` returns a float in [0, 1). The delay lies in [d/2, d) where d = min(cap, base * 2**(attempt-1)),
+    ``rng`` returns a float in [0, 1). The delay lies in [d/2, d) where d = exponential(attempt, base, cap),
     so retries spread out but never come sooner than half the nominal wait.
 
     >>> backoff(1, 2.0, 3600.0, lambda: 0.0), backoff(3, 2.0, 3600.0, lambda: 0.0)
@@ -222,8 +354,21 @@ def backoff(attempt: int, base: float, cap: float, rng: Callable[[], float]) -> 
     >>> backoff(30, 2.0, 60.0, lambda: 0.5)
     45.0
     """
-    nominal = min(cap, base * 2.0 ** min(max(attempt - 1, 0), 62))
+    nominal = exponential(attempt, base, cap)
     return nominal / 2 + nominal / 2 * rng()
+
+
+def drain_retry_delay(attempts: int, interval: float) -> float:
+    """Seconds before an event whose drain has failed ``attempts`` times is drained again:
+    the sweep interval, doubling per failure, capped at ``DRAIN_RETRY_MAX`` (or the interval,
+    if that is longer), so a transient fault gets real time to clear.
+
+    >>> [drain_retry_delay(n, 5.0) for n in (1, 2, 3, 7, 9)]
+    [5.0, 10.0, 20.0, 300.0, 300.0]
+    >>> drain_retry_delay(3, 600.0)
+    600.0
+    """
+    return exponential(attempts, interval, max(DRAIN_RETRY_MAX, interval))
 
 
 def decide_outcome(job: Job, result: Any = None, raised: BaseException | None = None, *,
@@ -255,6 +400,17 @@ def decide_outcome(job: Job, result: Any = None, raised: BaseException | None = 
     message = f"{type(raised).__name__}: {raised}"
     return _fail_or_retry(job, message, text, backoff_base, backoff_max, rng,
                           retryable=not isinstance(raised, UnknownTask))
+
+
+def unreadable_outcome(job: Any) -> Outcome:
+    """A claimed job whose row cannot be decoded fails at once: no handler can be given it,
+    and running it again cannot mend its row.
+
+    >>> from types import SimpleNamespace as J
+    >>> unreadable_outcome(J(unreadable="column args is not valid JSON (...)")).error
+    'its row cannot be decoded, so it was not run: column args is not valid JSON (...)'
+    """
+    return Outcome(FAILED, error=f"its row cannot be decoded, so it was not run: {job.unreadable}", event="failed")
 
 
 def _fail_or_retry(job: Any, error: str, trace: str | None, base: float, cap: float,

@@ -11,6 +11,11 @@ re-checks cheaply before taking the write lock; a missed wake-up costs at most
 A worker that finds its job taken (its token is stale: the job was reclaimed or handed to
 another worker) exits at once with code 77 and writes nothing more.
 
+An operator cancels a running job through its row (``rowfleet cancel JOB``); the keeper's
+next renewal returns the request. The handler is then asked to stop
+(``cancel_requested()``) and the job ends cancelled, whatever it returns; a handler still
+running after ``cancel_grace`` has the watchdog write the cancel and end the process (80).
+
 Operators switch workers off and on with ``worker_controls`` rows (``rowfleet.control``).
 The ``Keeper`` thread reads the worker's switch once per poll, or at once when Postgres
 notifies a change. Off with ``drain``: the job in hand finishes, then the worker parks
@@ -34,7 +39,7 @@ from rowfleet import control, exitcodes, tasks
 from rowfleet.config import Config
 from rowfleet.control import Switch
 from rowfleet.errors import ConfigError, DatabaseUnreachable, LeaseLost, RowfleetError, SchemaMissing, StoreUnavailable
-from rowfleet.job import Job, Outcome, decide_outcome
+from rowfleet.job import CANCELLED, Job, Outcome, decide_outcome, unreadable_outcome
 from rowfleet.store import Store, open_store
 from rowfleet.watchdog import Watchdog
 
@@ -51,11 +56,22 @@ PROGRESS_WRITE_EVERY = 1.0
 _current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("rowfleet_job", default=None)
 _reporter: contextvars.ContextVar[Callable[[float | None, str | None], None] | None] = \
     contextvars.ContextVar("rowfleet_progress", default=None)
+_cancel_check: contextvars.ContextVar[Callable[[], bool] | None] = \
+    contextvars.ContextVar("rowfleet_cancel", default=None)
 
 
 def current_job() -> Job | None:
     """The job the calling handler is running, or None outside a handler."""
     return _current_job.get()
+
+
+def cancel_requested() -> bool:
+    """Inside a handler: has an operator cancelled this job (``rowfleet cancel JOB``)? A
+    handler that runs long may check it and return (or raise ``rowfleet.Cancel``); the job
+    ends cancelled either way, its result discarded. One that does not return within
+    ``cancel_grace`` seconds has its worker process ended. False outside a worker."""
+    check = _cancel_check.get()
+    return check is not None and check()
 
 
 def progress(fraction: float | None = None, message: str | None = None) -> None:
@@ -174,6 +190,7 @@ class Worker:
             except StoreUnavailable as exc:
                 # The database is busy past the timeout or gone for a moment: back off and
                 # carry on. A job in hand whose outcome could not be written is reclaimed.
+                # A DatabaseBroken is no StoreUnavailable: no wait repairs it, so it ends us.
                 job, idle = None, False
                 pause = min(max(pause * 2, 0.1), 10.0)
                 log.error("database unavailable (retrying in %.1fs): %s", pause, exc)
@@ -183,8 +200,8 @@ class Worker:
         """Open the database, waiting (until stopped) for it and its schema to exist.
 
         A missing database or schema, or a server that does not answer yet, is waited for;
-        a file that is not a database, or a schema newer than this rowfleet, is an error
-        for the operator to fix.
+        a file that is not a database, a schema newer than this rowfleet, or any other
+        ``DatabaseBroken`` is an error for the operator to fix: it ends the worker.
         """
         announced = False
         while not self.stopping:
@@ -216,12 +233,21 @@ class Worker:
     def run_job(self, job: Job) -> Job | None:
         """Run a claimed job and write its outcome; the next job when one was claimed with it."""
         self.keeper.hold(job)
-        self.watchdog.watch(job)
+        # A row that cannot be decoded fails at once, unwatched (its budget may be garbage), unrun.
+        readable = job.unreadable is None
+        if readable:
+            self.watchdog.watch(job)
         if control.next_step(self.switch, holding_job=True, has_run_jobs=True) == control.STOP:
             # Switched off hard between the claim and now: the keeper saw no job to stop.
             self.watchdog.operator_stop(_stop_reason(self.switch))
         started = time.monotonic()
-        outcome = self.execute(job)
+        cancel_check = _cancel_check.set(lambda: self.keeper.cancel_reason(job) is not None)
+        outcome = self.execute(job) if readable else unreadable_outcome(job)
+        _cancel_check.reset(cancel_check)
+        cancelled = self.keeper.cancel_reason(job)
+        if cancelled is not None and outcome.state != CANCELLED:  # what it returned is discarded
+            outcome = Outcome(CANCELLED, error=f"{cancelled} (while running; its handler stopped in time)",
+                              event="cancelled")
         self.watchdog.release()
         self.keeper.release()
         self.jobs_run += 1
@@ -257,7 +283,7 @@ class Worker:
         token = _current_job.set(job)
         reporter = _reporter.set(lambda fraction, message: self._report(job, fraction, message))
         try:
-            handler = tasks.resolve(job.task)
+            handler = tasks.resolve(job.task, self.config.allow_modules)  # a row names only trusted code
             result = _call(handler, job.args)
         except (Exception, SystemExit) as exc:  # the handler's failure is the job's, not ours
             return decide_outcome(job, raised=exc, backoff_base=self.config.backoff_base,
@@ -374,6 +400,7 @@ class Keeper(threading.Thread):
         self.worker = worker
         self.config = worker.config
         self._job: Job | None = None
+        self._cancel_reason: str | None = None  # an operator cancelled the job in hand: why
         self._lock = threading.Lock()
         self._halt = threading.Event()
         self._waiter: Any = None  # the control waiter, made with the keeper's connection
@@ -381,10 +408,16 @@ class Keeper(threading.Thread):
     def hold(self, job: Job) -> None:
         with self._lock:
             self._job = job
+            self._cancel_reason = None
 
     def release(self) -> None:
         with self._lock:
             self._job = None
+
+    def cancel_reason(self, job: Job) -> str | None:
+        """Why an operator cancelled ``job``, once a renewal has told us; else None."""
+        with self._lock:
+            return self._cancel_reason if self._job is job else None
 
     def held(self) -> Job | None:
         with self._lock:
@@ -397,14 +430,19 @@ class Keeper(threading.Thread):
         self.join()
 
     def run(self) -> None:
-        chores = {"switch": (self.config.poll, self._look), "beat": (self.config.heartbeat, self.beat),
-                  "renew": (self.config.renew, self._renew)}
+        # The renewal goes before the beat, and with every beat: a process frozen past its
+        # staleness (SIGSTOP, a hang) whose job was handed on learns so from the renewal and
+        # exits 77, before a beat could claim that it still holds the job.
+        chores = {"renew": (self.config.renew, self._renew), "switch": (self.config.poll, self._look),
+                  "beat": (self.config.heartbeat, self.beat)}
         due = dict.fromkeys(chores, 0.0)  # when each chore is next due (monotonic)
         store: Store | None = None
         try:
             while not self._halt.is_set():
                 store = store or self._open()
                 if store is not None:
+                    if time.monotonic() >= due["beat"]:
+                        due["renew"] = 0.0
                     for chore, (every, act) in chores.items():
                         if time.monotonic() >= due[chore]:
                             act(store)
@@ -456,13 +494,28 @@ class Keeper(threading.Thread):
         if job is None:
             return
         try:
-            store.renew(job, self.config.lease)
+            renewal = store.renew(job, self.config.lease)
         except LeaseLost as exc:
             if self.held() is job:  # not merely finished between our read and the renew
                 log.error("job %d: %s; it was given to another worker: exiting", job.id, exc)
                 self.worker.exit(exitcodes.REASSIGNED)
+            return
         except RowfleetError as exc:
             log.warning("lease renewal of job %d failed (will retry): %s", job.id, exc)
+            return
+        if renewal.cancel_requested_at is not None:
+            self._cancel_seen(job, renewal.cancel_reason or "cancelled by an operator")
+
+    def _cancel_seen(self, job: Job, reason: str) -> None:
+        """An operator cancelled the job in hand: its handler is asked to stop (it may check
+        ``cancel_requested()``), and the watchdog ends the process if it has not after the grace."""
+        with self._lock:
+            if self._job is not job or self._cancel_reason is not None:
+                return  # finished meanwhile, or already seen
+            self._cancel_reason = reason
+        log.warning("job %d: %s; asking its handler to stop (the process is ended in %gs if it has not)",
+                    job.id, reason, self.config.cancel_grace)
+        self.worker.watchdog.cancel(job, reason, self.config.cancel_grace)
 
 
 def _stop_reason(switch: Switch) -> str:

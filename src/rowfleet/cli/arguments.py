@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from typing import Any, Callable
 
+from rowfleet import names
+from rowfleet import tasks
+from rowfleet.config import Config
 from rowfleet.errors import ConfigError
 
 
@@ -21,26 +25,29 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def number(convert: Callable[[str], Any], what: str, accept: Callable[[Any], bool],
-           requirement: str) -> Callable[[str], Any]:
-    """An argparse type: ``convert`` the text, then insist that ``accept`` holds."""
+def number(convert: Callable[[str], Any], what: str, check: Callable[[str, Any], Any]) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text, then let a ``names`` check decide whether
+    the value is allowed (its requirement becomes argparse's one-line error)."""
     def parse(text: str) -> Any:
         try:
             value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not accept(value):
-            raise argparse.ArgumentTypeError(f"expected {requirement}, got {text!r}")
-        return value
+        except ValueError:  # also int()'s refusal of more than 4300 digits
+            raise argparse.ArgumentTypeError(f"invalid {convert.__name__} value: {names.shown(text)} "
+                                             f"(expected {what})") from None
+        try:
+            return check("value", value)
+        except names.InvalidValue as exc:
+            raise argparse.ArgumentTypeError(f"expected {exc.requirement}, got {names.shown(text)}") from None
 
     return parse
 
 
-positive_float = number(float, "a number of seconds", lambda v: v > 0, "a positive number of seconds")
-non_negative_float = number(float, "a number of seconds", lambda v: v >= 0,
-                            "a non-negative number of seconds")
-positive_int = number(int, "a whole number", lambda v: v >= 1, "a whole number of at least 1")
-non_negative_int = number(int, "a whole number", lambda v: v >= 0, "a whole number of at least 0")
+positive_float = number(float, "a number of seconds", names.check_seconds)
+non_negative_float = number(float, "a number of seconds", partial(names.check_seconds, zero=True))
+positive_int = number(int, "a whole number", partial(names.check_int, least=1))
+non_negative_int = number(int, "a whole number", partial(names.check_int, least=0))
+int64 = number(int, "a whole number", names.check_int)  # ids, priorities: what both databases hold
+positive_number = number(float, "a number", partial(names.check_number, positive=True))
 
 
 # Every Config knob as a flag; None means "not given", so the environment and defaults apply.
@@ -60,8 +67,8 @@ KNOBS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("--stall-window", positive_float, "seconds without a progress beat before a stall is suspected (default 300)"),
     ("--stall-samples", positive_int, "readings that confirm a stall (default 3)"),
     ("--stall-spacing", positive_float, "seconds between those readings (default 1)"),
-    ("--idle-gpu", positive_float, "GPU utilisation %% under which a GPU is idle (default 5)"),
-    ("--memory-delta-mb", positive_float, "memory moving less than this (MiB) is static (default 5120)"),
+    ("--idle-gpu", positive_number, "GPU utilisation %% under which a GPU is idle (default 5)"),
+    ("--memory-delta-mb", positive_number, "memory moving less than this (MiB) is static (default 5120)"),
     ("--gpu-first-window", positive_float, "GPU jobs: idle window before the first beat (default 1200)"),
     ("--gpu-window", positive_float, "GPU jobs: idle window after the first beat (default 300)"),
     ("--gpu-sample", positive_float, "GPU jobs: seconds between GPU readings (default 10)"),
@@ -69,6 +76,8 @@ KNOBS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("--nvidia-smi", str, "the nvidia-smi command for GPU readings (default nvidia-smi)"),
     ("--restart-delay", positive_float, "supervisor: first wait before restarting a dead child (default 0.5)"),
     ("--restart-delay-max", positive_float, "supervisor: longest wait, doubling from the first (default 30)"),
+    ("--cancel-grace", positive_float, "seconds a cancelled running job's handler has to stop before its "
+                                       "worker process is ended (default 30)"),
 )
 
 
@@ -85,8 +94,24 @@ def knob_names() -> list[str]:
 
 
 
+def allow_module_flag(sub: argparse.ArgumentParser) -> None:
+    """``--allow-module PREFIX``: whose ``module:function`` names a worker runs (see ``trusted``)."""
+    sub.add_argument("--allow-module", action="append", default=None, metavar="PREFIX",
+                     help="also run module:function tasks of this module and its submodules (repeatable; "
+                          "default ROWFLEET_ALLOW_MODULES, a comma list; the --app modules always are)")
+
+
+def trusted(config: Config, args: argparse.Namespace) -> Config:
+    """``config`` with the prefixes this command trusts: ``--allow-module`` (else the
+    environment's), joined by the ``--app`` modules."""
+    explicit = args.allow_module if args.allow_module else config.allow_modules
+    return config.replace(allow_modules=tasks.trusted_modules(explicit, args.app))
+
+
 def json_flag(flag: str, text: str) -> Any:
+    """A flag's JSON value, with every guard of ``names.parse_json`` (depth, huge integers,
+    NaN and Infinity): a refusal is one ``ConfigError`` line naming the flag."""
     try:
-        return json.loads(text)
+        return names.parse_json(flag, text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{flag} is not valid JSON: {exc}") from None

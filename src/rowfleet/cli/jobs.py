@@ -1,19 +1,22 @@
 """Commands for the schema and for single jobs: init, enqueue, status, jobs, job, retry,
-cancel."""
+cancel, prioritize."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from typing import Any, Callable
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, liveness
-from rowfleet.cli.arguments import Parser, json_flag, non_negative_float, positive_float, positive_int
-from rowfleet.cli.fleet import actual_state
+from rowfleet import exitcodes, liveness, tasks
+from rowfleet.cli.arguments import (Parser, allow_module_flag, int64, json_flag, non_negative_float,
+                                  positive_float, positive_int, trusted)
+from rowfleet.cli.fleet import actual_state, services, services_table
 from rowfleet.cli.output import print_json, short, table
 from rowfleet.errors import NotFound
-from rowfleet.job import STATES, JobSpec, iso
+from rowfleet.job import RUNNING, STATES, JobSpec, iso
 from rowfleet.store import Store, open_store
 
 
@@ -23,9 +26,13 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
     sub = command("enqueue", cmd_enqueue, "enqueue one job; print its id")
     sub.add_argument("task", help="a registered task name, or module:function")
+    sub.add_argument("--app", action="append", default=[], metavar="MODULE",
+                     help="import this module first and refuse a task that a worker with it would refuse "
+                          "(repeatable; without it an untrusted task name is only warned of)")
+    allow_module_flag(sub)
     sub.add_argument("--args", default="null", help="JSON: an object (keyword args), a list, or a value")
     sub.add_argument("--queue", default="default")
-    sub.add_argument("--priority", type=int, default=0, help="lower runs sooner; negatives allowed")
+    sub.add_argument("--priority", type=int64, default=0, help="lower runs sooner; negatives allowed")
     sub.add_argument("--run-next", action="store_true", help="run before every priority")
     sub.add_argument("--delay", type=non_negative_float, default=0.0, help="seconds before it may run")
     sub.add_argument("--key", default=None, help="idempotency key: one job per key and project")
@@ -44,15 +51,21 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--json", action="store_true")
 
     sub = command("job", cmd_job, "one job with its events")
-    sub.add_argument("id", type=int)
+    sub.add_argument("id", type=int64)
     sub.add_argument("--json", action="store_true")
 
     sub = command("retry", cmd_retry, "re-queue a failed or cancelled job")
-    sub.add_argument("id", type=int)
+    sub.add_argument("id", type=int64)
     sub.add_argument("--json", action="store_true")
 
-    sub = command("cancel", cmd_cancel, "cancel a queued job")
-    sub.add_argument("id", type=int)
+    sub = command("cancel", cmd_cancel, "cancel a queued job; ask a running job's worker to stop it")
+    sub.add_argument("id", type=int64)
+    sub.add_argument("--wait", type=positive_float, default=None, metavar="SECONDS",
+                     help="for a running job: wait up to SECONDS for it to end, and say how it ended")
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("prioritize", cmd_prioritize, "make a queued job run next, ahead of every priority")
+    sub.add_argument("id", type=int64)
     sub.add_argument("--json", action="store_true")
 
 
@@ -75,15 +88,20 @@ def cmd_init(args: argparse.Namespace, config: configuration.Config) -> int:
 
 
 def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
+    config = trusted(config, args)
     spec = JobSpec(task=args.task, args=json_flag("--args", args.args), queue=args.queue, project=config.project,
                    priority=args.priority, run_next=args.run_next, delay=args.delay, key=args.key,
                    max_attempts=args.max_attempts, timeout=args.timeout)
+    tasks.import_apps(args.app)
+    warning = tasks.vet(args.task, config.allow_modules, strict=bool(args.app))  # with --app: refuse
     with open_store(config) as store:
         job = store.enqueue(spec)
         if args.json:
             print_json(_job_dict(store, job))
         else:
             print(job.id)
+    if warning:  # once written: a refused command says only why
+        print(f"rowfleet: warning: {warning}", file=sys.stderr)
     return exitcodes.OK
 
 
@@ -92,6 +110,7 @@ def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
     with open_store(config) as store:
         store.require_schema()
         counts = store.counts()
+        served = services(store)
         now = store.clock()
         workers = store.workers(since=now - liveness.LISTED_FOR)
         for worker in workers:  # what each busy worker's job last reported
@@ -100,16 +119,20 @@ def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
                 {"fraction": job.progress, "message": job.progress_message, "at": iso(job.progress_at)}
     for worker in workers:
         worker["age"] = round(now - worker["last_seen"], 3)
+        worker["actual"] = actual_state(worker, now)
         for key in ("started_at", "last_seen", "stopped_at", "flagged_dead_at"):
             worker[key] = iso(worker[key])
     if args.json:
-        print_json({"counts": counts, "workers": workers})
+        print_json({"counts": counts, "projects": served, "workers": workers})
         return exitcodes.OK
     print(table(["project", "queue", "state", "jobs"],
                  [[c["project"] or "''", c["queue"], c["state"], c["n"]] for c in counts]) or "no jobs")
+    if served:
+        print()
+        print(services_table(served))
     print()
     rows = [[w["project"] or "''", w["host"], w["queue"], w["pid"], w["current_job"] or "-",
-             _progress_text(w["progress"]), f"{w['age']:.1f}s ago", actual_state(w, now)] for w in workers]
+             _progress_text(w["progress"]), f"{w['age']:.1f}s ago", w["actual"]] for w in workers]
     print(table(["project", "host", "queue", "pid", "job", "progress", "last seen", "state"], rows)
           or "no workers")
     return exitcodes.OK
@@ -125,7 +148,8 @@ def _job_or_none(store: Store, job_id: int | None, project: str) -> Any:
 def _progress_text(progress: dict[str, Any] | None) -> str:
     if progress is None:
         return "-"
-    share = "" if progress["fraction"] is None else f"{progress['fraction']:.0%}"
+    fraction = progress["fraction"]
+    share = "" if fraction is None else f"{fraction:.0%}" if isinstance(fraction, (int, float)) else str(fraction)
     return short(" ".join(part for part in (share, progress["message"] or "") if part), 40)
 
 
@@ -138,23 +162,27 @@ def cmd_jobs(args: argparse.Namespace, config: configuration.Config) -> int:
     rows = [[j.id, j.state, j.queue, j.task, ("next " if j.run_next else "") + str(j.priority),
              f"{j.attempts}/{j.max_attempts}", iso(j.created_at)] for j in found]
     print(table(["id", "state", "queue", "task", "priority", "attempts", "created"], rows) or "no jobs")
+    for job in found:
+        if job.unreadable:
+            print(f"! job {job.id} is unreadable: {job.unreadable}")
     return exitcodes.OK
 
 
 def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
     with open_store(config) as store:
-        data = _job_dict(store, store.get_job(args.id, config.project), with_events=True)
+        job = store.get_job(args.id, config.project)
+        data = _job_dict(store, job, with_events=True)
     if args.json:
         print_json(data)
         return exitcodes.OK
     keys = ["id", "task", "queue", "project", "state", "priority", "run_next", "attempts", "max_attempts", "args",
             "result", "error", "claimed_by", "lease_token", "run_at", "created_at", "started_at", "finished_at"]
     keys += [key for key in ("run_id", "node_id", "node_item", "timeout", "required_model", "progress",
-                             "progress_message", "progress_at") if data[key] is not None]
+                             "progress_message", "progress_at", "cancel_requested_at", "cancel_reason",
+                             "unreadable") if data[key] is not None]
     keys += ["watchdog_retries"] if data["watchdog_retries"] else []
     for key in keys:
-        value = data[key]
-        print(f"{key:>13}: {json.dumps(value) if key in ('args', 'result') else value}")
+        print(f"{key:>13}: {_field_text(job, key, data[key])}")
     if data["traceback"]:
         print("    traceback:\n" + data["traceback"].rstrip())
     print("       events:")
@@ -163,12 +191,47 @@ def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
     return exitcodes.OK
 
 
+def _field_text(job: Any, key: str, value: Any) -> str:
+    """A field of ``rowfleet job``: args and result as JSON, or as stored when not JSON."""
+    if job.undecoded(key):
+        return f"{value}  [as stored: unreadable]"
+    return json.dumps(value) if key in ("args", "result") else str(value)
+
+
 def cmd_retry(args: argparse.Namespace, config: configuration.Config) -> int:
     return _change(args, config, lambda store: store.retry(args.id, config.project), "re-queued")
 
 
 def cmd_cancel(args: argparse.Namespace, config: configuration.Config) -> int:
-    return _change(args, config, lambda store: store.cancel(args.id, config.project), "cancelled")
+    with open_store(config) as store:
+        job = store.cancel(args.id, config.project)
+        if job.state == RUNNING and args.wait is not None:
+            job = _await_end(store, job, args.wait)
+        data = _job_dict(store, job)
+    if args.json:
+        print_json(data)
+    elif job.state == RUNNING:
+        print(f"cancel requested for running job {job.id} (worker {job.claimed_by})")
+    else:
+        print(f"job {job.id} {job.state}")
+    if job.state == RUNNING and args.wait is not None:
+        print(f"rowfleet: job {job.id} is still running {args.wait:g}s after the cancel request", file=sys.stderr)
+        return exitcodes.REFUSED
+    return exitcodes.OK
+
+
+def _await_end(store: Store, job: Any, seconds: float) -> Any:
+    """The job once it has left ``running``, or as it is after ``seconds`` (looked at ten
+    times a second: one cheap read each)."""
+    give_up = time.monotonic() + seconds
+    while job.state == RUNNING and time.monotonic() < give_up:
+        time.sleep(min(0.1, max(0.0, give_up - time.monotonic())))
+        job = store.get_job(job.id, job.project)
+    return job
+
+
+def cmd_prioritize(args: argparse.Namespace, config: configuration.Config) -> int:
+    return _change(args, config, lambda store: store.prioritize(args.id, config.project), "runs next")
 
 
 def _change(args: argparse.Namespace, config: configuration.Config,

@@ -9,8 +9,8 @@ import threading
 from typing import Any, Callable
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, tasks
-from rowfleet.cli.arguments import Parser, positive_int
+from rowfleet import exitcodes, names, tasks
+from rowfleet.cli.arguments import Parser, allow_module_flag, positive_int, trusted
 from rowfleet.cli.output import print_json, report
 from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError
 from rowfleet.orchestrator import Orchestrator
@@ -26,6 +26,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--queue", default="default")
     sub.add_argument("--app", action="append", default=[], metavar="MODULE",
                      help="import this module so its @rowfleet.task handlers register (repeatable)")
+    allow_module_flag(sub)
     sub.add_argument("--procs", type=positive_int, default=None,
                      help="worker processes under a supervising parent that restarts them (1 for one "
                           "supervised worker; without it the worker runs in this process)")
@@ -39,9 +40,9 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
 
 def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
+    config = trusted(config, args)
     tasks.import_apps(args.app)
-    if not args.queue or any(c.isspace() for c in args.queue) or args.queue == "*":
-        raise ConfigError(f"--queue must be a non-empty word (not '*'), got {args.queue!r}")
+    names.check_name("--queue", args.queue)  # '*' too: a switch's wildcard names no queue to serve
 
     def one_worker() -> int:
         worker = Worker(config, args.queue, burst=args.burst, gpu=args.gpu)

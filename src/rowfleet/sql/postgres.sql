@@ -15,6 +15,11 @@ WHERE table_schema = current_schema() AND table_name = 'schema_migrations';
 -- name: schema_version
 SELECT coalesce(max(version), 0) AS version FROM schema_migrations;
 
+-- name: schema_tables
+-- Names every table of the current schema and reads no row: fails naming a table that is gone.
+SELECT 1 AS present FROM jobs, job_events, workers, worker_controls, runs, run_nodes, dispatch_events,
+    schedules, schedule_slots, orchestrators WHERE 1 = 0;
+
 -- name: migration_record
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (%(version)s, %(name)s, rowfleet_now(%(now)s));
 
@@ -69,9 +74,10 @@ WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s AND run_a
 LIMIT 1;
 
 -- name: job_renew
+-- Also tells the holder, at no extra cost, whether an operator asked it to stop the job.
 UPDATE jobs SET lease_expires_at = rowfleet_now(%(now)s) + %(lease)s, updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
-RETURNING lease_expires_at;
+RETURNING lease_expires_at, cancel_requested_at, cancel_reason;
 
 -- name: job_finish
 UPDATE jobs
@@ -88,7 +94,8 @@ WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
 -- name: jobs_lapsed
-SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id FROM jobs
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id, cancel_reason, cancel_requested_at
+FROM jobs
 WHERE state = 'running' AND lease_expires_at < rowfleet_now(%(now)s)
 ORDER BY lease_expires_at
 LIMIT %(limit)s
@@ -102,8 +109,10 @@ WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s AND lease_ex
 RETURNING id;
 
 -- name: job_fail_lapsed
+-- %(state)s is failed, or cancelled for a job that was not to run again (its run ended, or
+-- an operator asked for it to be cancelled).
 UPDATE jobs
-SET state = 'failed', error = %(error)s, lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+SET state = %(state)s, error = %(error)s, lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s AND lease_expires_at < rowfleet_now(%(now)s)
 RETURNING id;
 
@@ -112,10 +121,23 @@ UPDATE jobs SET state = 'cancelled', error = %(reason)s, finished_at = rowfleet_
 WHERE id = %(id)s AND project = %(project)s AND state = 'queued'
 RETURNING *;
 
+-- name: job_cancel_request
+-- Asks the worker holding a running job to stop it; the first request's time and reason stay.
+UPDATE jobs SET cancel_requested_at = rowfleet_now(%(now)s), cancel_reason = %(reason)s,
+    updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND project = %(project)s AND state = 'running' AND cancel_requested_at IS NULL
+RETURNING *;
+
+-- name: job_prioritize
+UPDATE jobs SET run_next = 1, updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND project = %(project)s AND state = 'queued' AND run_next = 0
+RETURNING *;
+
 -- name: job_revive
 UPDATE jobs
 SET state = 'queued', run_at = rowfleet_now(%(now)s), max_attempts = greatest(max_attempts, attempts + 1),
-    error = NULL, traceback = NULL, finished_at = NULL, lease_expires_at = NULL, updated_at = rowfleet_now(%(now)s)
+    error = NULL, traceback = NULL, finished_at = NULL, lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s),
+    cancel_requested_at = NULL, cancel_reason = NULL
 WHERE id = %(id)s AND project = %(project)s AND state IN ('failed', 'cancelled')
 RETURNING *;
 
@@ -311,7 +333,7 @@ FROM jobs JOIN run_nodes ON run_nodes.run_id = jobs.run_id AND run_nodes.node_id
 WHERE jobs.run_id = %(run_id)s AND run_nodes.state = 'queued';
 
 -- name: run_jobs
-SELECT id, node_id, node_generation, state, attempts FROM jobs WHERE run_id = %(run_id)s ORDER BY id;
+SELECT id, node_id, node_item, node_generation, state, attempts FROM jobs WHERE run_id = %(run_id)s ORDER BY id;
 
 -- name: run_jobs_cancel
 UPDATE jobs SET state = 'cancelled', error = %(reason)s, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
@@ -337,13 +359,16 @@ INSERT INTO dispatch_events (project, run_id, node_id, job_id, kind, created_at)
 VALUES (%(project)s, %(run_id)s, %(node_id)s, %(job_id)s, %(kind)s, rowfleet_now(%(now)s));
 
 -- name: dispatch_waiting
+-- An event whose drain failed waits for its next attempt.
 SELECT 1 AS waiting FROM dispatch_events
 WHERE project = %(project)s AND processed_at IS NULL AND poisoned_at IS NULL
+  AND (next_attempt_at IS NULL OR next_attempt_at <= rowfleet_now(%(now)s))
 LIMIT 1;
 
 -- name: dispatch_next
 SELECT * FROM dispatch_events
 WHERE project = %(project)s AND processed_at IS NULL AND poisoned_at IS NULL AND id > %(after)s
+  AND (next_attempt_at IS NULL OR next_attempt_at <= rowfleet_now(%(now)s))
 ORDER BY id
 LIMIT 1
 FOR UPDATE SKIP LOCKED;
@@ -358,7 +383,8 @@ WHERE id IN (SELECT id FROM dispatch_events
              FOR UPDATE SKIP LOCKED);
 
 -- name: dispatch_failed
-UPDATE dispatch_events SET attempts = attempts + 1, last_error = %(error)s
+UPDATE dispatch_events SET attempts = attempts + 1, last_error = %(error)s,
+    next_attempt_at = rowfleet_now(%(now)s) + %(delay)s
 WHERE id = %(id)s AND processed_at IS NULL AND poisoned_at IS NULL
 RETURNING *;
 
@@ -430,7 +456,8 @@ RETURNING id;
 -- The running jobs a worker claimed in its lifetime: since its row was made (its first
 -- heartbeat comes before its first claim), and before a newer worker with the same
 -- host:pid appeared (pids are reused). Rows locked by a frozen renewal are left to their lease.
-SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id FROM jobs
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id, cancel_reason, cancel_requested_at
+FROM jobs
 WHERE state = 'running' AND claimed_by = %(holder)s AND started_at >= %(since)s
   AND NOT EXISTS (SELECT 1 FROM workers AS newer
                   WHERE newer.host = %(host)s AND newer.pid = %(pid)s AND newer.started_at > %(since)s
@@ -438,8 +465,9 @@ WHERE state = 'running' AND claimed_by = %(holder)s AND started_at >= %(since)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: job_orphan_fail
+-- %(state)s as in job_fail_lapsed.
 UPDATE jobs
-SET state = 'failed', error = %(error)s, lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+SET state = %(state)s, error = %(error)s, lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
@@ -492,3 +520,35 @@ DELETE FROM schedule_slots
 WHERE (project, name, slot) IN (SELECT project, name, slot FROM schedule_slots
                                 WHERE fired_at < rowfleet_now(%(now)s) - %(retention)s
                                 ORDER BY fired_at LIMIT %(limit)s);
+
+-- Orchestrators: each beats once per sweep, so status can say whether a project is served.
+
+-- name: orchestrator_beat
+INSERT INTO orchestrators (orchestrator_id, project, host, pid, sweep_interval, started_at, last_seen)
+VALUES (%(orchestrator_id)s, %(project)s, %(host)s, %(pid)s, %(sweep_interval)s, rowfleet_now(%(now)s),
+        rowfleet_now(%(now)s))
+ON CONFLICT (orchestrator_id) DO UPDATE
+SET last_seen = excluded.last_seen, sweep_interval = excluded.sweep_interval, stopped_at = NULL;
+
+-- name: orchestrator_stop
+UPDATE orchestrators SET stopped_at = rowfleet_now(%(now)s), last_seen = rowfleet_now(%(now)s)
+WHERE orchestrator_id = %(orchestrator_id)s;
+
+-- name: project_services
+-- Per project with jobs, an orchestrator or outbox events: its live orchestrators (judged
+-- by each one's own sweep interval) and the outbox events waiting to be drained.
+SELECT project,
+       (SELECT count(*) FROM orchestrators AS o
+        WHERE o.project = p.project AND o.stopped_at IS NULL
+          AND o.last_seen >= rowfleet_now(%(now)s) - %(missed_beats)s * o.sweep_interval) AS orchestrators,
+       (SELECT count(*) FROM dispatch_events AS e
+        WHERE e.project = p.project AND e.processed_at IS NULL AND e.poisoned_at IS NULL) AS outbox_waiting,
+       (SELECT min(created_at) FROM dispatch_events AS e
+        WHERE e.project = p.project AND e.processed_at IS NULL AND e.poisoned_at IS NULL) AS outbox_oldest
+FROM (SELECT DISTINCT project FROM jobs
+      UNION SELECT project FROM orchestrators WHERE stopped_at IS NULL
+      UNION SELECT project FROM dispatch_events WHERE processed_at IS NULL AND poisoned_at IS NULL) AS p
+ORDER BY project;
+
+-- name: prune_orchestrators
+DELETE FROM orchestrators WHERE last_seen < rowfleet_now(%(now)s) - %(retention)s;

@@ -14,6 +14,11 @@ SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'schema_
 -- name: schema_version
 SELECT coalesce(max(version), 0) AS version FROM schema_migrations;
 
+-- name: schema_tables
+-- Names every table of the current schema and reads no row: fails naming a table that is gone.
+SELECT 1 AS present FROM jobs, job_events, workers, worker_controls, runs, run_nodes, dispatch_events,
+    schedules, schedule_slots, orchestrators WHERE 1 = 0;
+
 -- name: migration_record
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now);
 
@@ -64,9 +69,10 @@ WHERE state = 'queued' AND project = :project AND queue = :queue AND run_at <= :
 LIMIT 1;
 
 -- name: job_renew
+-- Also tells the holder, at no extra cost, whether an operator asked it to stop the job.
 UPDATE jobs SET lease_expires_at = :now + :lease, updated_at = :now
 WHERE id = :id AND state = 'running' AND lease_token = :token
-RETURNING lease_expires_at;
+RETURNING lease_expires_at, cancel_requested_at, cancel_reason;
 
 -- name: job_finish
 UPDATE jobs
@@ -83,7 +89,8 @@ WHERE id = :id AND state = 'running' AND lease_token = :token
 RETURNING id;
 
 -- name: jobs_lapsed
-SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id FROM jobs
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id, cancel_reason, cancel_requested_at
+FROM jobs
 WHERE state = 'running' AND lease_expires_at < :now
 ORDER BY lease_expires_at
 LIMIT :limit;
@@ -96,8 +103,10 @@ WHERE id = :id AND state = 'running' AND lease_token = :token AND lease_expires_
 RETURNING id;
 
 -- name: job_fail_lapsed
+-- :state is failed, or cancelled for a job that was not to run again (its run ended, or
+-- an operator asked for it to be cancelled).
 UPDATE jobs
-SET state = 'failed', error = :error, lease_expires_at = NULL, finished_at = :now, updated_at = :now
+SET state = :state, error = :error, lease_expires_at = NULL, finished_at = :now, updated_at = :now
 WHERE id = :id AND state = 'running' AND lease_token = :token AND lease_expires_at < :now
 RETURNING id;
 
@@ -106,10 +115,22 @@ UPDATE jobs SET state = 'cancelled', error = :reason, finished_at = :now, update
 WHERE id = :id AND project = :project AND state = 'queued'
 RETURNING *;
 
+-- name: job_cancel_request
+-- Asks the worker holding a running job to stop it; the first request's time and reason stay.
+UPDATE jobs SET cancel_requested_at = :now, cancel_reason = :reason, updated_at = :now
+WHERE id = :id AND project = :project AND state = 'running' AND cancel_requested_at IS NULL
+RETURNING *;
+
+-- name: job_prioritize
+UPDATE jobs SET run_next = 1, updated_at = :now
+WHERE id = :id AND project = :project AND state = 'queued' AND run_next = 0
+RETURNING *;
+
 -- name: job_revive
 UPDATE jobs
 SET state = 'queued', run_at = :now, max_attempts = max(max_attempts, attempts + 1),
-    error = NULL, traceback = NULL, finished_at = NULL, lease_expires_at = NULL, updated_at = :now
+    error = NULL, traceback = NULL, finished_at = NULL, lease_expires_at = NULL, claimed_by = NULL, updated_at = :now,
+    cancel_requested_at = NULL, cancel_reason = NULL
 WHERE id = :id AND project = :project AND state IN ('failed', 'cancelled')
 RETURNING *;
 
@@ -231,7 +252,7 @@ FROM jobs JOIN run_nodes ON run_nodes.run_id = jobs.run_id AND run_nodes.node_id
 WHERE jobs.run_id = :run_id AND run_nodes.state = 'queued';
 
 -- name: run_jobs
-SELECT id, node_id, node_generation, state, attempts FROM jobs WHERE run_id = :run_id ORDER BY id;
+SELECT id, node_id, node_item, node_generation, state, attempts FROM jobs WHERE run_id = :run_id ORDER BY id;
 
 -- name: run_jobs_cancel
 UPDATE jobs SET state = 'cancelled', error = :reason, finished_at = :now, updated_at = :now
@@ -257,13 +278,16 @@ INSERT INTO dispatch_events (project, run_id, node_id, job_id, kind, created_at)
 VALUES (:project, :run_id, :node_id, :job_id, :kind, :now);
 
 -- name: dispatch_waiting
+-- An event whose drain failed waits for its next attempt.
 SELECT 1 AS waiting FROM dispatch_events
 WHERE project = :project AND processed_at IS NULL AND poisoned_at IS NULL
+  AND (next_attempt_at IS NULL OR next_attempt_at <= :now)
 LIMIT 1;
 
 -- name: dispatch_next
 SELECT * FROM dispatch_events
 WHERE project = :project AND processed_at IS NULL AND poisoned_at IS NULL AND id > :after
+  AND (next_attempt_at IS NULL OR next_attempt_at <= :now)
 ORDER BY id
 LIMIT 1;
 
@@ -273,7 +297,7 @@ UPDATE dispatch_events SET processed_at = :now
 WHERE run_id = :run_id AND processed_at IS NULL AND poisoned_at IS NULL;
 
 -- name: dispatch_failed
-UPDATE dispatch_events SET attempts = attempts + 1, last_error = :error
+UPDATE dispatch_events SET attempts = attempts + 1, last_error = :error, next_attempt_at = :now + :delay
 WHERE id = :id AND processed_at IS NULL AND poisoned_at IS NULL
 RETURNING *;
 
@@ -337,15 +361,17 @@ RETURNING id;
 -- The running jobs a worker claimed in its lifetime: since its row was made (its first
 -- heartbeat comes before its first claim), and before a newer worker with the same
 -- host:pid appeared (pids are reused).
-SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id FROM jobs
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id, cancel_reason, cancel_requested_at
+FROM jobs
 WHERE state = 'running' AND claimed_by = :holder AND started_at >= :since
   AND NOT EXISTS (SELECT 1 FROM workers AS newer
                   WHERE newer.host = :host AND newer.pid = :pid AND newer.started_at > :since
                     AND newer.started_at <= jobs.started_at);
 
 -- name: job_orphan_fail
+-- :state as in job_fail_lapsed.
 UPDATE jobs
-SET state = 'failed', error = :error, lease_expires_at = NULL, finished_at = :now, updated_at = :now
+SET state = :state, error = :error, lease_expires_at = NULL, finished_at = :now, updated_at = :now
 WHERE id = :id AND state = 'running' AND lease_token = :token
 RETURNING id;
 
@@ -397,3 +423,33 @@ DELETE FROM schedule_slots
 WHERE (project, name, slot) IN (SELECT project, name, slot FROM schedule_slots
                                 WHERE fired_at < :now - :retention
                                 ORDER BY fired_at LIMIT :limit);
+
+-- Orchestrators: each beats once per sweep, so status can say whether a project is served.
+
+-- name: orchestrator_beat
+INSERT INTO orchestrators (orchestrator_id, project, host, pid, sweep_interval, started_at, last_seen)
+VALUES (:orchestrator_id, :project, :host, :pid, :sweep_interval, :now, :now)
+ON CONFLICT (orchestrator_id) DO UPDATE
+SET last_seen = excluded.last_seen, sweep_interval = excluded.sweep_interval, stopped_at = NULL;
+
+-- name: orchestrator_stop
+UPDATE orchestrators SET stopped_at = :now, last_seen = :now WHERE orchestrator_id = :orchestrator_id;
+
+-- name: project_services
+-- Per project with jobs, an orchestrator or outbox events: its live orchestrators (judged
+-- by each one's own sweep interval) and the outbox events waiting to be drained.
+SELECT project,
+       (SELECT count(*) FROM orchestrators AS o
+        WHERE o.project = p.project AND o.stopped_at IS NULL
+          AND o.last_seen >= :now - :missed_beats * o.sweep_interval) AS orchestrators,
+       (SELECT count(*) FROM dispatch_events AS e
+        WHERE e.project = p.project AND e.processed_at IS NULL AND e.poisoned_at IS NULL) AS outbox_waiting,
+       (SELECT min(created_at) FROM dispatch_events AS e
+        WHERE e.project = p.project AND e.processed_at IS NULL AND e.poisoned_at IS NULL) AS outbox_oldest
+FROM (SELECT DISTINCT project FROM jobs
+      UNION SELECT project FROM orchestrators WHERE stopped_at IS NULL
+      UNION SELECT project FROM dispatch_events WHERE processed_at IS NULL AND poisoned_at IS NULL) AS p
+ORDER BY project;
+
+-- name: prune_orchestrators
+DELETE FROM orchestrators WHERE last_seen < :now - :retention;

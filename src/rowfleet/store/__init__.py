@@ -1,9 +1,10 @@
 """The storage seam: every read and write of rowfleet's tables goes through a ``Store``.
 
 ``Store`` holds the job lifecycle logic once, written against named queries and a small
-transaction interface (``Tx``); each dialect (``store/sqlite.py``, later Postgres) supplies
-only connections, transactions, error translation and the wake-up mechanism. Above this
-package nothing holds a driver connection or writes SQL.
+transaction interface (``Tx``); each dialect (``store/sqlite.py``, ``store/postgres.py``)
+supplies only connections, transactions, error translation and the wake-up mechanism.
+Above this package nothing holds a driver connection or writes SQL. ``open_store`` is the
+one way in, and refuses a schema newer than this rowfleet.
 """
 
 from __future__ import annotations
@@ -35,7 +36,21 @@ def sqlite_path(url: str) -> str | None:
 
 
 def open_store(config: Config, *, create: bool = False, clock: Callable[[], float] = time.time) -> Store:
-    """Open the database ``config.db`` names. Only ``create=True`` may create a new file."""
+    """Open the database ``config.db`` names. Only ``create=True`` may create a new file.
+
+    Every store checks the recorded schema version once, here: one newer than this rowfleet
+    is refused (``MigrationError``) before any command reads or writes with it.
+    """
+    store = _connect(config, create, clock)
+    try:
+        store.refuse_newer_schema()
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _connect(config: Config, create: bool, clock: Callable[[], float]) -> Store:
     path = sqlite_path(config.db)
     if path is not None:
         from rowfleet.store.sqlite import SQLiteStore

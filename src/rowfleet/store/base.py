@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 from typing import Any, Callable, Iterable
 
 from rowfleet import control, exitcodes, liveness
 from rowfleet import job as jobs
 from rowfleet.config import Config
 from rowfleet.control import Switch
-from rowfleet.errors import ConfigError, Conflict, LeaseLost, MigrationError, NotFound, SchemaMissing
+from rowfleet.errors import (ConfigError, Conflict, DatabaseBroken, LeaseLost, MigrationError, NotFound,
+                             RowfleetError, SchemaMissing)
 from rowfleet.job import Event, Job, JobSpec, Outcome
 from rowfleet.queries import latest_version, migrations, queries
 from rowfleet.store.runs import WorkflowStore
@@ -110,13 +112,22 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
     # --- schema ------------------------------------------------------------------------
 
     def schema_version(self) -> int:
-        tx = self.reader()
-        if not tx.one("migrations_exists")["n"]:
-            return 0
-        return tx.one("schema_version")["version"]
+        """The schema version the database records (0: none yet)."""
+        return recorded_version(self.reader())
+
+    def refuse_newer_schema(self) -> int:
+        """The recorded schema version, or ``MigrationError`` when it is newer than this
+        rowfleet: an older rowfleet's writes could break a newer schema, so every store is
+        checked once, when it is opened (``open_store``), before any command writes."""
+        version = self.schema_version()
+        target = latest_version(self.dialect)
+        if version > target:
+            raise MigrationError(_newer(version, target))
+        return version
 
     def migrate(self) -> int:
-        """Apply every pending migration, each with its bookkeeping row in one transaction.
+        """Apply every pending migration, each with its bookkeeping row in one transaction;
+        then the schema must be whole (``DatabaseBroken`` if its tables were dropped).
 
         Safe to run from two processes at once: the version is re-read under the write lock.
         """
@@ -126,24 +137,25 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
                 tx.script(self.sql["migrations_table"])
                 current = tx.one("schema_version")["version"]
                 if current > target:
-                    raise MigrationError(f"the database schema is version {current}, newer than this "
-                                         f"rowfleet knows ({target}): upgrade rowfleet")
+                    raise MigrationError(_newer(current, target))
                 if current >= migration.version:
                     continue
                 tx.script(migration.sql)
                 tx.run("migration_record", version=migration.version, name=migration.name)
-        return self.schema_version()
+        return self.require_schema()
 
     def require_schema(self) -> int:
-        """The schema version, or ``SchemaMissing`` when it is absent or out of date."""
-        version = self.schema_version()
+        """The schema version; ``SchemaMissing`` when it is absent or out of date (wait, or
+        run init), ``MigrationError`` when newer, ``DatabaseBroken`` when its tables are gone."""
+        version = self.refuse_newer_schema()
         target = latest_version(self.dialect)
         if version < target:
             raise SchemaMissing(f"the database {self.config.db_shown!r} has schema version {version}, "
                                 f"rowfleet needs {target}: run `rowfleet init` (or start the orchestrator)")
-        if version > target:
-            raise MigrationError(f"the database schema is version {version}, newer than this rowfleet "
-                                 f"knows ({target}): upgrade rowfleet")
+        try:
+            self.reader().one("schema_tables")
+        except SchemaMissing as exc:
+            raise schema_gone(version, exc) from None
         return version
 
     # --- enqueue -----------------------------------------------------------------------
@@ -206,13 +218,14 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
         """A cheap read: is anything claimable now? Takes no lock."""
         return self.reader().one("job_due", project=project, queue=queue) is not None
 
-    def renew(self, job: Job, lease: float) -> float:
-        """Extend the lease of a job still held with ``job.lease_token``; the new deadline."""
+    def renew(self, job: Job, lease: float) -> "Renewal":
+        """Extend the lease of a job still held with ``job.lease_token``: the new deadline,
+        and whether an operator has asked for the job to be cancelled."""
         with self.transaction(durable=False) as tx:
             row = tx.one("job_renew", id=job.id, token=job.lease_token, lease=lease)
             if row is None:
                 raise self._stale(tx, job)
-            return row["lease_expires_at"]
+            return Renewal(row["lease_expires_at"], row["cancel_requested_at"], row["cancel_reason"])
 
     def finish(self, job: Job, outcome: Outcome, claim_next: tuple[str, str, str, float] | None = None
                ) -> Job | None:
@@ -229,12 +242,14 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
                 return None
             return self._claim(tx, *claim_next)
 
-    def _write_outcome(self, tx: Tx, job: Job, outcome: Outcome) -> None:
+    def _write_outcome(self, tx: Tx, job: Job, outcome: Outcome) -> Outcome:
+        """Write ``outcome`` (a re-queue of a node whose run has ended becomes cancelled);
+        the outcome as written."""
         if outcome.state == jobs.QUEUED and job.run_id is not None:
             ended = self._run_ended(tx, job.run_id)
             if ended:  # no retry for a node of a run that has ended: nobody may claim it
-                outcome = Outcome(jobs.CANCELLED, error=f"run {job.run_id} {ended}; not retried after: "
-                                  f"{outcome.error}", traceback=outcome.traceback, event="cancelled")
+                outcome = Outcome(jobs.CANCELLED, error=not_retried(f"run {job.run_id} {ended}", outcome.error),
+                                  traceback=outcome.traceback, event="cancelled")
         guard = {"id": job.id, "token": job.lease_token, "error": outcome.error,
                  "traceback": outcome.traceback}
         if outcome.state == jobs.QUEUED:
@@ -243,11 +258,12 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
             row = tx.one("job_finish", state=outcome.state, result=outcome.result_json, **guard)
         if row is None:
             self._check_already_written(tx, job, outcome)
-            return
+            return outcome
         tx.run("event_insert", job_id=job.id, kind=outcome.event or outcome.state,
                detail=outcome_detail(job, outcome))
         if job.run_id is not None and outcome.state in jobs.TERMINAL:
             self._dispatch(tx, job)
+        return outcome
 
     def _check_already_written(self, tx: Tx, job: Job, outcome: Outcome) -> None:
         """The guarded write matched nothing: fine if this holder already wrote this terminal
@@ -262,8 +278,10 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
         holder = holder if holder is not None else tx.one("job_holder", id=job.id)
         if holder is None:
             return LeaseLost(job.id, job.lease_token, "the job no longer exists")
-        return LeaseLost(job.id, job.lease_token,
-                         f"it is {holder['state']} with token {holder['lease_token']}")
+        if holder["lease_token"] == job.lease_token:  # this holder's own claim, already ended
+            return LeaseLost(job.id, job.lease_token, message=f"job {job.id} is already {holder['state']}")
+        return LeaseLost(job.id, job.lease_token, f"it was claimed again (token {holder['lease_token']}) "
+                                                  f"and is {holder['state']}")
 
     # --- recovery and housekeeping -----------------------------------------------------
 
@@ -281,26 +299,40 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
 
     def _recover(self, tx: Tx, row: Any, lost: str, kind: str, requeue: str, fail: str) -> dict[str, Any]:
         """Put an orphaned running job back in the queue with ``requeue``, or end it with
-        ``fail`` when that was its last attempt or its workflow run has ended. What it did."""
+        ``fail``: cancelled when it was not to run again (its workflow run has ended, or an
+        operator asked for it to be cancelled), failed when that was its last attempt. What
+        it did: its ``action`` is the state written (reclaimed for a re-queue), or none."""
         guard = {"id": row["id"], "token": row["lease_token"]}
         detail = {"token": row["lease_token"], "holder": row["claimed_by"], "attempt": row["attempts"]}
-        ended = row["run_id"] is not None and self._run_ended(tx, row["run_id"])
-        if row["attempts"] < row["max_attempts"] and not ended:
+        stopped = self._not_to_run_again(tx, row)
+        if row["attempts"] < row["max_attempts"] and stopped is None:
             if tx.one(requeue, error=f"{lost}; re-queued", **guard):
                 _event(tx, row["id"], kind, **detail)
                 return {"id": row["id"], "action": "reclaimed", **detail}
             return {"id": row["id"], "action": "none", **detail}
-        error = f"{lost} after its run {row['run_id']} {ended}" if ended else \
-            f"{lost} on the last attempt ({row['attempts']} of {row['max_attempts']})"
-        if tx.one(fail, error=error, **guard):
-            _event(tx, row["id"], "failed", error=error, **detail)
+        state, error = (jobs.CANCELLED, not_retried(stopped, lost)) if stopped is not None else \
+            (jobs.FAILED, f"{lost} on the last attempt ({row['attempts']} of {row['max_attempts']})")
+        if tx.one(fail, state=state, error=error, **guard):
+            _event(tx, row["id"], state, error=error, **detail)
             if row["run_id"] is not None:
                 self._dispatch(tx, self._get(tx, row["id"], row["project"]))
-            return {"id": row["id"], "action": "failed", **detail}
+            return {"id": row["id"], "action": state, **detail}
         return {"id": row["id"], "action": "none", **detail}
 
+    def _not_to_run_again(self, tx: Tx, row: Any) -> str | None:
+        """Why an orphaned running job must not run again (its workflow run has ended, or an
+        operator asked for it to be cancelled); None when it may."""
+        ended = row["run_id"] is not None and self._run_ended(tx, row["run_id"])
+        if ended:
+            return f"run {row['run_id']} {ended}"
+        if row["cancel_requested_at"] is not None:
+            return row["cancel_reason"] or "cancelled by an operator"
+        return None
+
     def cancel(self, job_id: int, project: str, reason: str = "cancelled by an operator") -> Job:
-        """Cancel a queued job. Cancelling a cancelled job is a no-op; others conflict."""
+        """Cancel a queued job at once; for a running job, ask its worker to stop it (see
+        ``request_cancel``): the job returned is still running then. Cancelling a cancelled
+        job, or asking twice, is a no-op; a finished job conflicts."""
         with self.transaction() as tx:
             row = tx.one("job_cancel", id=job_id, project=project, reason=reason)
             if row is not None:
@@ -310,9 +342,42 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
                     self._dispatch(tx, job)
                 return job
             job = self._get(tx, job_id, project)
+            if job.state == jobs.RUNNING:
+                return self._request_cancel(tx, job, reason)
             if job.state == jobs.CANCELLED:
                 return job
-            raise Conflict(f"job {job_id} is {job.state}; only queued jobs can be cancelled")
+            raise Conflict(f"job {job_id} is {job.state}; only queued or running jobs can be cancelled")
+
+    def request_cancel(self, job_id: int, project: str, reason: str = "cancelled by an operator") -> Job:
+        """Ask the worker holding a running job to stop it: the worker learns of it with its
+        next lease renewal, asks the handler to stop (``rowfleet.cancel_requested()``), and
+        past ``config.cancel_grace`` ends its own process; the job ends cancelled either way.
+        Asking again is a no-op; a job that is not running conflicts."""
+        with self.transaction() as tx:
+            job = self._get(tx, job_id, project)
+            if job.state != jobs.RUNNING:
+                raise Conflict(f"job {job_id} is {job.state}; only a running job's worker can be asked to stop it")
+            return self._request_cancel(tx, job, reason)
+
+    def _request_cancel(self, tx: Tx, job: Job, reason: str) -> Job:
+        row = tx.one("job_cancel_request", id=job.id, project=job.project, reason=reason)
+        if row is None:  # asked before: the first request's time and reason stand
+            return job
+        _event(tx, job.id, "cancel_requested", reason=reason, token=job.lease_token, holder=job.claimed_by)
+        return Job.from_row(row)
+
+    def prioritize(self, job_id: int, project: str) -> Job:
+        """Make a queued job run next: ahead of every priority (``run_next``). A no-op for a
+        job that already runs next; a job that is not queued conflicts."""
+        with self.transaction() as tx:
+            row = tx.one("job_prioritize", id=job_id, project=project)
+            if row is not None:
+                _event(tx, job_id, "prioritized", run_next=True)
+                return Job.from_row(row)
+            job = self._get(tx, job_id, project)
+            if job.state == jobs.QUEUED:  # already run-next
+                return job
+            raise Conflict(f"job {job_id} is {job.state}; only a queued job can be made to run next")
 
     def retry(self, job_id: int, project: str) -> Job:
         """Revive a failed or cancelled job: queued now, with at least one attempt left."""
@@ -421,20 +486,23 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
             if tx.one("job_progress", id=job.id, token=job.lease_token, progress=fraction, message=message) is None:
                 raise self._stale(tx, job)
 
-    def watchdog_trip(self, job: Job, detail: dict[str, Any], outcome: Outcome, spent: int, refund: int) -> None:
+    def watchdog_trip(self, job: Job, detail: dict[str, Any], outcome: Outcome, spent: int, refund: int) -> str:
         """Write what a watchdog decided for the job in hand, in one transaction: the retry
-        spent (or the attempt given back), the forensic ``watchdog_trip`` event, and the
-        outcome (re-queued, or failed through the outbox like any failure). ``LeaseLost``
+        spent and the forensic ``watchdog_trip`` event, or for an operator's stop the attempt
+        given back and an ``operator_stop`` event (an operator is not a fault), and the
+        outcome (re-queued, or failed through the outbox like any failure). The state written:
+        a re-queue of a node whose run has ended is cancelled instead. ``LeaseLost``
         (writing nothing) when the job is no longer this holder's."""
         with self.transaction() as tx:
             if tx.one("job_watchdog_mark", id=job.id, token=job.lease_token, spent=spent, refund=refund) is None:
                 raise self._stale(tx, job)
-            _event(tx, job.id, "watchdog_trip", **detail)
-            if refund:  # not a fault: back at once, ahead of fresh work
+            if refund and not (job.run_id is not None and self._run_ended(tx, job.run_id)):
+                # an operator's stop, not a fault: back at once, ahead of fresh work
                 tx.one("job_hand_back", id=job.id, token=job.lease_token, error=outcome.error)
-                _event(tx, job.id, outcome.event or "operator_stop", token=job.lease_token)
-            else:
-                self._write_outcome(tx, job, outcome)
+                _event(tx, job.id, outcome.event or "operator_stop", token=job.lease_token, **detail)
+                return jobs.QUEUED
+            _event(tx, job.id, "watchdog_trip", **detail)
+            return self._write_outcome(tx, job, outcome).state
 
     def prune(self, retention: float, batch: int = 1000) -> int:
         """Delete finished jobs (and their events) older than ``retention``; how many jobs."""
@@ -444,6 +512,7 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
                 tx.run("prune_events", retention=retention, limit=batch)
                 deleted = tx.run("prune_jobs", retention=retention, limit=batch)
                 tx.run("prune_workers", retention=retention)
+                tx.run("prune_orchestrators", retention=retention)
                 tx.run("prune_dispatch", retention=retention, limit=batch)
                 tx.run("prune_run_nodes", retention=retention, limit=batch)
                 deleted += tx.run("prune_runs", retention=retention, limit=batch)
@@ -470,12 +539,25 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
         return [Job.from_row(row) for row in rows]
 
     def events(self, job_id: int) -> list[Event]:
-        rows = self.reader().all("events_of_job", job_id=job_id)
-        return [Event(row["id"], row["job_id"], row["at"], row["kind"], jobs.decode_json(row["detail"]) or {})
-                for row in rows]
+        return [Event.from_row(row) for row in self.reader().all("events_of_job", job_id=job_id)]
 
     def counts(self) -> list[dict[str, Any]]:
         return [dict(row) for row in self.reader().all("job_counts")]
+
+    def orchestrator_beat(self, orchestrator_id: str, project: str, host: str, pid: int) -> None:
+        """Upsert an orchestrator's row, with this store's sweep interval (its own cadence)."""
+        with self.transaction(durable=False) as tx:
+            tx.run("orchestrator_beat", orchestrator_id=orchestrator_id, project=project, host=host, pid=pid,
+                   sweep_interval=self.config.interval)
+
+    def orchestrator_stopped(self, orchestrator_id: str) -> None:
+        with self.transaction() as tx:
+            tx.run("orchestrator_stop", orchestrator_id=orchestrator_id)
+
+    def project_services(self) -> list[dict[str, Any]]:
+        """Per project: how many live orchestrators serve it, how many outbox events wait to
+        be drained, and when the oldest of them was written (None when none waits)."""
+        return [dict(row) for row in self.reader().all("project_services", missed_beats=liveness.MISSED_BEATS)]
 
     def workers(self, since: float) -> list[dict[str, Any]]:
         """Live workers, and every worker row seen since ``since`` (stopped, dead or silent)."""
@@ -489,6 +571,24 @@ def _insert_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> di
             "delay": float(spec.delay), "max_attempts": spec.max_attempts, "key": spec.key,
             "timeout": spec.timeout, "model": spec.model,
             **(placement or {"run_id": None, "node_id": None, "node_generation": None})}
+
+
+@dataclasses.dataclass(frozen=True)
+class Renewal:
+    """What a lease renewal tells the holder: the new deadline, and any cancel request."""
+
+    lease_expires_at: float
+    cancel_requested_at: float | None = None
+    cancel_reason: str | None = None
+
+
+def not_retried(why: str, error: str | None) -> str:
+    """The error of a job that ends cancelled instead of running again.
+
+    >>> not_retried("run 4 cancelled", "worker h:1 was lost (lease lapsed)")
+    'run 4 cancelled; not retried after: worker h:1 was lost (lease lapsed)'
+    """
+    return f"{why}; not retried after: {error}" if error else why
 
 
 def outcome_detail(job: Job, outcome: Outcome) -> str:
@@ -510,3 +610,30 @@ def _encode_args(args: Any) -> str:
 
 def _event(tx: Tx, job_id: int, kind: str, **detail: Any) -> None:
     tx.run("event_insert", job_id=job_id, kind=kind, detail=jobs.encode_json(detail))
+
+
+def recorded_version(tx: Tx) -> int:
+    """The schema version the database records (0: none yet)."""
+    if not tx.one("migrations_exists")["n"]:
+        return 0
+    return tx.one("schema_version")["version"]
+
+
+def schema_gone(version: int, missing: SchemaMissing) -> DatabaseBroken:
+    return DatabaseBroken(f"the database records rowfleet schema version {version}, but {missing.detail}: its "
+                          f"tables were dropped; restore it from a backup, or move it aside and run `rowfleet init`")
+
+
+def schema_gone_unless_new(missing: SchemaMissing, tx: Tx, dialect: str) -> RowfleetError:
+    """What a missing table means: a schema not made yet (``SchemaMissing``: wait, or run
+    init), unless the database (read with ``tx``) records the current version, so its tables
+    existed and were dropped since: ``DatabaseBroken``, which no wait repairs."""
+    try:
+        version = recorded_version(tx)
+    except RowfleetError:  # the version cannot be read either: say what we know
+        return missing
+    return schema_gone(version, missing) if version >= latest_version(dialect) else missing
+
+
+def _newer(version: int, target: int) -> str:
+    return f"the database schema is version {version}, newer than this rowfleet knows ({target}): upgrade rowfleet"

@@ -15,10 +15,11 @@ from typing import Any, Callable, Iterator
 
 from rowfleet.config import Config, redact_url
 from rowfleet.control import ANY
-from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError, SchemaMissing, StoreUnavailable
+from rowfleet.errors import (ConfigError, DatabaseBroken, DatabaseUnreachable, RowfleetError, SchemaMissing,
+                             StoreUnavailable)
 from rowfleet.job import TERMINAL, Job, Outcome
 from rowfleet.queries import queries
-from rowfleet.store.base import Store, Tx, outcome_detail
+from rowfleet.store.base import Store, Tx, outcome_detail, schema_gone_unless_new
 from rowfleet.wake import Doorbell
 
 CONNECT_TIMEOUT = 10
@@ -51,7 +52,14 @@ def translate(exc: Exception, what: str = "") -> RowfleetError:
     """Turn a psycopg exception into the rowfleet error that tells the caller what to do."""
     psycopg = driver()
     if isinstance(exc, psycopg.errors.UndefinedTable) or isinstance(exc, psycopg.errors.UndefinedFunction):
-        return SchemaMissing(f"the database has no rowfleet schema ({_first_line(exc)}): run `rowfleet init`")
+        return SchemaMissing(f"the database has no rowfleet schema ({_first_line(exc)}): run `rowfleet init`",
+                             detail=_first_line(exc))
+    # No wait repairs these: a database or role set read-only, privileges withheld, data
+    # corrupt. (A server shutting down or in recovery is an OperationalError: transient.)
+    if isinstance(exc, (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InsufficientPrivilege,
+                        psycopg.errors.DataCorrupted, psycopg.errors.IndexCorrupted)):
+        return DatabaseBroken(f"the database cannot be used{what}: {_first_line(exc)}: an operator must "
+                              f"repair it, as no wait will")
     if isinstance(exc, psycopg.OperationalError):  # the connection or the server, not the statement
         return DatabaseUnreachable(f"database unreachable{what}: {_first_line(exc)}")
     return StoreUnavailable(f"database error{what}: {_first_line(exc)}")
@@ -136,11 +144,17 @@ class PostgresStore(Store):
                 yield PostgresTx(cursor, self.sql, self._now())
         except psycopg.Error as exc:
             self._lost(exc)
-            raise translate(exc) from exc
+            raise self._schema_gone(translate(exc)) from exc
         except RowfleetError as exc:
             if exc.__cause__ is not None:
                 self._lost(exc.__cause__)
-            raise
+            raise self._schema_gone(exc) from exc.__cause__
+
+    def _schema_gone(self, error: RowfleetError) -> RowfleetError:
+        """A missing table, read again outside the failed transaction: made yet, or dropped since?"""
+        if isinstance(error, SchemaMissing) and self._conn is not None:
+            return schema_gone_unless_new(error, self.reader(), self.dialect)
+        return error
 
     def claim(self, project: str, queue: str, holder: str, lease: float) -> Job | None:
         """As ``Store.claim``, in one statement: on Postgres round trips are the cost."""
@@ -215,7 +229,7 @@ class _AutocommitTx(PostgresTx):
             return self.cursor.execute(self.sql[query], params)
         except psycopg.Error as exc:
             self.store._lost(exc)
-            raise translate(exc, f" in {query}") from exc
+            raise self.store._schema_gone(translate(exc, f" in {query}")) from exc
 
 
 class ListenWaiter:

@@ -17,8 +17,8 @@ import time
 from typing import Any, Callable, Iterator
 
 from rowfleet.config import Config
-from rowfleet.errors import DatabaseBusy, RowfleetError, SchemaMissing, StoreUnavailable
-from rowfleet.store.base import Store, Tx
+from rowfleet.errors import ConfigError, DatabaseBroken, DatabaseBusy, RowfleetError, SchemaMissing, StoreUnavailable
+from rowfleet.store.base import Store, Tx, schema_gone_unless_new
 from rowfleet.wake import FileWaiter, Sleeper, Waiter
 
 
@@ -37,7 +37,8 @@ def connect(path: str, config: Config, *, create: bool = False) -> sqlite3.Conne
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=config.busy_timeout,
                                check_same_thread=True)
     except sqlite3.Error as exc:
-        raise StoreUnavailable(f"cannot open database {path!r}: {exc}") from None
+        kind = DatabaseBroken if permanent(exc) else StoreUnavailable
+        raise kind(f"cannot open database {path!r}: {exc}") from None
     try:
         conn.row_factory = sqlite3.Row
         if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
@@ -47,7 +48,11 @@ def connect(path: str, config: Config, *, create: bool = False) -> sqlite3.Conne
         conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise StoreUnavailable(f"{path!r} is not a usable SQLite database: {exc}") from None
+        kind = DatabaseBroken if permanent(exc) else StoreUnavailable
+        raise kind(f"{path!r} is not a usable SQLite database: {exc}") from None
+    except UnicodeError as exc:
+        conn.close()
+        raise unreadable(exc, f" ({path!r})") from None
     return conn
 
 
@@ -57,14 +62,39 @@ def _uri_path(path: str) -> str:
     return quote(os.path.abspath(path))
 
 
+# Primary result codes (``sqlite_errorcode & 0xff``) that no wait repairs: a file that is
+# read-only to this process, corrupt or not a database at all, or access refused. (Not
+# CANTOPEN: a journal file caught mid-delete can raise it once.)
+PERMANENT = {3: "permission denied", 8: "read-only", 11: "corrupt", 23: "access refused", 26: "not a database"}
+
+
 def translate(exc: sqlite3.Error, what: str = "") -> RowfleetError:
     """Turn a driver exception into the rowfleet error that tells the caller what to do."""
     text = str(exc)
     if "no such table" in text:
-        return SchemaMissing(f"the database has no rowfleet schema ({text}): run `rowfleet init`")
+        return SchemaMissing(f"the database has no rowfleet schema ({text}): run `rowfleet init`", detail=text)
+    if permanent(exc):
+        return DatabaseBroken(f"the database cannot be used{what}: {text} ({PERMANENT[permanent(exc)]}): "
+                              f"an operator must repair it, as no wait will")
     if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
         return DatabaseBusy(f"the database stayed locked past the busy timeout{what}: {text}")
     return StoreUnavailable(f"database error{what}: {text}")
+
+
+def unreadable(exc: UnicodeError, what: str = "") -> RowfleetError:
+    """The driver could not convert text, which it raises as a Unicode error rather than a
+    ``sqlite3.Error``: bytes in the file that are not UTF-8 (a corrupt schema, whose error
+    message cannot even be decoded) or a value with non-UTF-8 text on its way in."""
+    if isinstance(exc, UnicodeDecodeError):
+        return DatabaseBroken(f"the database file is corrupt{what}: it holds text that is not UTF-8 "
+                                f"({exc.reason} at byte {exc.start})")
+    return ConfigError(f"a value is not valid UTF-8 text{what}: {exc.reason}")
+
+
+def permanent(exc: sqlite3.Error) -> int:
+    """The primary result code of an error no wait repairs, else 0."""
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    return code if code in PERMANENT else 0
 
 
 def split_script(sql: str) -> list[str]:
@@ -97,7 +127,15 @@ class SQLiteTx(Tx):
         try:
             return self.cursor.execute(self.sql[name], params)
         except sqlite3.Error as exc:
-            raise translate(exc, f" in {name}") from None
+            raise self._translate(exc, f" in {name}") from None
+        except UnicodeError as exc:
+            raise unreadable(exc, f" in {name}") from None
+
+    def _translate(self, exc: sqlite3.Error, what: str) -> RowfleetError:
+        error = translate(exc, what)
+        if isinstance(error, SchemaMissing):  # made yet, or dropped since? The version says.
+            return schema_gone_unless_new(error, self, "sqlite")
+        return error
 
     def one(self, query: str, **params: Any) -> Any | None:
         # fetchall, not fetchone: an UPDATE ... RETURNING finishes only when fully stepped.
@@ -113,6 +151,8 @@ class SQLiteTx(Tx):
             return cursor.fetchall()
         except sqlite3.Error as exc:
             raise translate(exc, f" in {name}") from None
+        except UnicodeError as exc:
+            raise unreadable(exc, f" in {name}") from None
 
     def run(self, query: str, **params: Any) -> int:
         return self._execute(query, params).rowcount
@@ -123,6 +163,8 @@ class SQLiteTx(Tx):
                 self.conn.execute(statement)
             except sqlite3.Error as exc:
                 raise translate(exc, " in a migration") from None
+            except UnicodeError as exc:
+                raise unreadable(exc, " in a migration") from None
 
 
 class SQLiteStore(Store):
@@ -177,6 +219,8 @@ class SQLiteStore(Store):
                 time.sleep(random.uniform(LOCK_RETRY_MIN, LOCK_RETRY_MAX))
         except sqlite3.Error as exc:
             raise translate(exc, " taking the write lock") from None
+        except UnicodeError as exc:
+            raise unreadable(exc, " taking the write lock") from None
         finally:
             self.conn.execute(self._busy_timeout_pragma)
 
@@ -217,6 +261,8 @@ class SQLiteStore(Store):
             return self.conn.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error as exc:
             raise translate(exc) from None
+        except UnicodeError as exc:
+            raise unreadable(exc) from None
 
     def changed(self) -> bool:
         version = self._read_data_version()

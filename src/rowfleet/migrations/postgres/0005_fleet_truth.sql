@@ -13,6 +13,9 @@ ALTER TABLE jobs ADD COLUMN cancel_reason text;
 -- A drain that failed is not tried again before this moment (a growing backoff).
 ALTER TABLE dispatch_events ADD COLUMN next_attempt_at double precision;
 
+-- A priority is any 64-bit integer, as SQLite's INTEGER holds it (names.INT64_MIN..MAX).
+ALTER TABLE jobs ALTER COLUMN priority TYPE bigint;
+
 -- One row per orchestrator process: which project it serves and when it last swept, so
 -- status can say whether a project has a live orchestrator.
 CREATE TABLE orchestrators (
