@@ -24,6 +24,8 @@ import unittest
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, child_env, kill_group, wait_until
 
+SLOW = True  # real command-line and worker processes on both databases
+
 PR_CAPBSET_DROP = 24
 CAP_DAC_OVERRIDE = 1
 MODES = ([], ["--burst"], ["--procs", "1"])  # a worker, a burst worker, a supervised one

@@ -55,6 +55,16 @@ class SwitchContract:
                 self.store.set_switch(*args)
         self.assertEqual(self.store.switches(), [])
 
+    def test_workers_lists_old_rows_only_with_all(self):
+        from rowfleet.store import open_store
+
+        with open_store(self.config(), clock=lambda: self.store.clock() - 3600) as past:
+            past.beat("gone:1:0", "", "gone", "q", 1, None)  # an hour ago, and silent since
+        self.store.beat("here:2:0", "", "here", "q", 2, None)
+        listed = lambda *flags: {w["host"]: w["actual"] for w in self.cli_json("workers", *flags)["workers"]}
+        self.assertEqual(listed(), {"here": "serving"})
+        self.assertEqual(listed("--all"), {"gone": "SILENT", "here": "serving"})
+
     def test_a_burst_worker_switched_off_exits_without_claiming(self):
         self.cli("control", "--queue", "q", "--off", "--host", "box")
         job = self.store.enqueue(JobSpec(task="no.such.task", queue="q"))

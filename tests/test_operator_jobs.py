@@ -24,6 +24,8 @@ from rowfleet.job import CANCELLED, COMPLETED, QUEUED, RUNNING, JobSpec, Outcome
 from rowfleet.watchdog import Watchdog
 from pg_harness import PostgresServerCase
 from support import DEADLINE, TempDirTestCase, wait_until
+
+SLOW = True  # real command-line and worker processes on both databases
 from test_lifecycle import Clock
 
 HOLDER = "testhost:1"

@@ -139,7 +139,7 @@ def _fleet(store: Store, config: configuration.Config, include_old: bool = False
     switch's wish and its actual state."""
     now = store.clock()
     switches = store.switches()
-    workers = store.workers(since=now - (liveness.LISTED_FOR if not include_old else float("inf")))
+    workers = store.workers(since=0.0 if include_old else now - liveness.LISTED_FOR)
     for worker in workers:
         held = control.in_force(switches, worker["project"], worker["host"], worker["queue"])
         worker["desired"] = control.ON if held is None else control.OFF
