@@ -140,6 +140,17 @@ class CommandLineTest(CliTestCase):
         self.assertEqual(status["counts"], [{"project": "", "queue": "a", "state": "queued", "n": 1}])
         self.assertEqual(status["workers"], [])
 
+    def test_output_cut_short_by_its_reader_ends_quietly(self):
+        for _ in range(3):
+            self.cli("enqueue", "mod:fn", "--args", json.dumps({"pad": "x" * 30_000}))
+        reader_gone = subprocess.Popen([sys.executable, "-m", "rowfleet", "--db", self.db, "jobs", "--json"],
+                                       cwd=self.dir, env=child_env(), stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE)
+        reader_gone.stdout.read(10)  # the first bytes, as `| head -c 10` would, then leave
+        reader_gone.stdout.close()
+        stderr = reader_gone.communicate(timeout=60)[1].decode()
+        self.assertEqual((reader_gone.returncode, stderr), (141, ""))
+
     def test_status_shows_what_a_busy_workers_job_last_reported(self):
         store = self.open_store(migrate=False)
         job_id = int(self.cli("enqueue", "mod:fn").stdout)

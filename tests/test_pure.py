@@ -82,6 +82,14 @@ class JobSpecTest(unittest.TestCase):
             with self.subTest(fields=fields), self.assertRaises(ConfigError):
                 JobSpec(**fields)
 
+    def test_task_registrations_follow_the_same_rules(self):
+        from rowfleet import tasks
+
+        for options in ({"queue": "*"}, {"queue": "a b"}, {"timeout": float("inf")}, {"timeout": 0},
+                        {"name": "a b"}, {"name": "*"}):
+            with self.subTest(options=options), self.assertRaises(ConfigError):
+                tasks.task(lambda: None, **options)
+
     def test_valid_spec(self):
         spec = JobSpec(task="m:f", args=[1, {"a": None}], priority=-4, run_next=True, delay=2.5, key="k")
         self.assertEqual(spec.args_json(), '[1,{"a":null}]')

@@ -10,6 +10,7 @@ OK = 0
 REFUSED = 1       # the command ran and the answer is no: no such job, or not in a state that allows it
 USAGE = 2         # bad flags, bad JSON, bad configuration, a database that cannot be used
 INTERRUPTED = 130  # stopped by Ctrl-C before it finished
+BROKEN_PIPE = 141  # its output's reader went away (`rowfleet jobs | head`), as a shell reports SIGPIPE
 
 # Watchdog exits: os._exit, because a wedged native call ignores cooperative cancels and
 # only the death of the process frees its memory and VRAM.
@@ -33,6 +34,7 @@ _MEANINGS = {
     OPERATOR_STOP: "stopped by an operator",
     CANCELLED: "its job was cancelled by an operator",
     INTERRUPTED: "interrupted",
+    BROKEN_PIPE: "its output was closed",
     137: "killed (SIGKILL, or out of memory)",
 }
 

@@ -8,7 +8,8 @@ prefixes (``--allow-module``, which the ``--app`` modules join). Any other name 
 refused before anything is imported. Allowed modules are imported from the current
 folder first, as ``python -m`` does.
 
-Imports nothing of rowfleet's but ``errors``: enqueueing lives in the package API.
+Imports nothing of rowfleet's but ``errors`` and the pure ``names``: enqueueing lives in
+the package API.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import threading
 from typing import Any, Callable, Iterable
 
+from rowfleet import names
 from rowfleet.errors import ConfigError, TaskRefused, UnknownTask
 
 _registry: dict[str, "Task"] = {}
@@ -58,13 +60,13 @@ def task(fn: Callable[..., Any] | None = None, *, name: str | None = None, queue
     The default name is ``module:qualname``, which any worker can also import by name.
     ``timeout`` is the wall-clock budget (seconds) of its jobs, unless a job sets its own.
     """
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise ConfigError(f"a task's timeout must be a positive number of seconds, got {timeout!r}")
+    names.check_name("a task's queue", queue)  # a queue of "*" could never be served
+    if timeout is not None:
+        timeout = names.check_seconds("a task's timeout", timeout)
 
     def register(function: Callable[..., Any]) -> Task:
         task_name = name or f"{function.__module__}:{function.__qualname__}"
-        if not task_name or any(c.isspace() for c in task_name):
-            raise ConfigError(f"task name must be a non-empty word without spaces, got {task_name!r}")
+        names.check_name("task name", task_name)
         registered = Task(function, task_name, queue, timeout)
         with _lock:
             _registry[task_name] = registered

@@ -16,7 +16,8 @@ operator's cancel of the running job (80) once its handler has had ``cancel_grac
 seconds to stop: the job ends cancelled.
 
 A trip writes the policy's outcome (``liveness.trip_outcome``: re-queue or fail, a
-watchdog retry spent, a forensic ``watchdog_trip`` event) on the watchdog's own
+watchdog retry spent, a forensic ``watchdog_trip`` event; for an operator's stop an
+``operator_stop`` event instead, since an operator is not a fault) on the watchdog's own
 connection, then ends the process with ``os._exit(code)``: a wedged native call ignores
 any cooperative cancel, and only the death of the process frees its memory and VRAM.
 """

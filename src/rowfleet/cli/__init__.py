@@ -72,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report(exc)
     except KeyboardInterrupt:
         return exitcodes.INTERRUPTED
+    except BrokenPipeError:  # `rowfleet jobs | head`: the reader left; end as quietly as `cat` would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail
+        return exitcodes.BROKEN_PIPE
 
 
 
