@@ -338,23 +338,20 @@ class FleetContract:
         self.open_gate(held)
         self.wait_completed(held)
 
-    def test_a_frozen_worker_shows_silent_and_once_thawed_exits_77_without_beating_for_its_job(self):
+    def test_a_frozen_worker_shows_silent_where_no_orchestrator_runs(self):
         worker = self.worker()
         held = self.enqueue("fleet.hold")
         self.started(held)
-        os.kill(worker.pid, signal.SIGSTOP)
+        os.kill(worker.pid, signal.SIGSTOP)  # readers are not held up, whatever it was writing
         self.addCleanup(_resume, worker.pid)
-        # No orchestrator runs: the listing judges the row by the worker's own cadence.
-        self.wait(lambda: {w["pid"]: w["actual"] for w in self.cli_json("workers")["workers"]}.get(worker.pid)
-                  == "SILENT", "the frozen worker to show as SILENT")
-        flagged = self.wait(lambda: self.store.flag_stale_workers(), "the sweep to flag the frozen worker")
-        self.assertEqual(flagged[0]["jobs"][0]["action"], "reclaimed")
+        # No orchestrator flags it: the listing judges the row by the worker's own cadence.
+        actual = lambda: {w["pid"]: w["actual"] for w in self.cli_json("workers")["workers"]}.get(worker.pid)
+        self.wait(lambda: actual() == "SILENT", "the frozen worker to show as SILENT")
+        self.assertIsNone(self.row_of(worker.pid)["flagged_dead_at"])
         os.kill(worker.pid, signal.SIGCONT)
-        self.wait(lambda: worker.poll() is not None, "the thawed worker to exit")
-        self.assertEqual(worker.returncode, 77, self.output(worker))
-        row = self.row_of(worker.pid)
-        self.assertIsNotNone(row["flagged_dead_at"], "the thawed worker beat before it learnt it had lost its job")
-        self.assertEqual(self.job(held).state, "queued")
+        self.wait(lambda: actual() == "serving", "the thawed worker to beat and serve again")
+        self.open_gate(held)
+        self.wait_completed(held)
 
 
 class SQLiteFleetTest(FleetContract, TempDirTestCase):

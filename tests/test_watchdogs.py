@@ -561,6 +561,9 @@ class WatchdogContract:
         self.assert_exits(frozen, 77)
         self.assertEqual(self.job(job_id), settled, "the woken worker wrote to the job")
         self.assertEqual(self.events(job_id), events, "the woken worker wrote an event")
+        # Its renewal and heartbeat were both overdue: it renewed first and learnt it had
+        # lost the job, so no heartbeat claimed the job (and cleared the flag) on its way out.
+        self.assertIsNotNone(self.worker_row(frozen.pid)["flagged_dead_at"], "the woken worker beat first")
         self.stop(orchestrator, rescuer)
 
     def test_a_worker_frozen_right_after_a_claim_has_that_job_handed_back_too(self):
