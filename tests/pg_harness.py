@@ -593,6 +593,10 @@ class PostgresServerCase:
     """A TestCase mixin: the harness's server as ``self.pg`` (skipped loudly without one),
     and ``empty_database()``, a fresh ``*_test`` database's URL, dropped at cleanup."""
 
+    # A server to start and a database per test: the full suite runs these, ``--quick``
+    # (the SQLite and pure tests of the same contracts) leaves them out.
+    SLOW = True
+
     def setUp(self) -> None:
         self.pg = require_pg(self)
         super().setUp()

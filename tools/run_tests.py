@@ -1,7 +1,8 @@
 """Run rowfleet's unittest suite: the one test command behind ``python make.py test``.
 
-Owns test discovery and selection (``--quick`` leaves out modules that set ``SLOW = True``,
-``-k`` filters test names, positional arguments name modules) and the summary line
+Owns test discovery and selection (``--quick`` leaves out modules and test classes that
+set ``SLOW = True``, the PostgreSQL ones among them, ``-k`` filters test names, positional
+arguments name modules) and the summary line
 ``N passed, N failed, N skipped`` that is always the last line printed.
 
 Usage: ``python tools/run_tests.py [--quick] [-v] [-k PATTERN] [test_module ...]``.
@@ -99,9 +100,18 @@ def build_suite(loader: unittest.TestLoader, names: list[str], quick: bool) -> t
             tests = _import_problem(name, exc)
         if quick and is_slow(name):
             left_out.append(name)
+        elif quick:
+            suite.addTests(test for test in _flatten(tests) if getattr(test, "SLOW", False) is not True)
         else:
             suite.addTest(tests)
     return suite, left_out
+
+
+def _flatten(tests: unittest.TestSuite | unittest.TestCase) -> list[unittest.TestCase]:
+    """The test cases of a suite, however nested (a class may set ``SLOW = True`` too)."""
+    if isinstance(tests, unittest.TestSuite):
+        return [case for inner in tests for case in _flatten(inner)]
+    return [tests]
 
 
 def summary(result: CountingResult) -> tuple[str, bool]:
@@ -123,7 +133,8 @@ def prepare_paths() -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="run_tests.py", description="Run rowfleet's tests.")
     parser.add_argument("tests", nargs="*", help="test modules (e.g. test_store) or names in them")
-    parser.add_argument("--quick", action="store_true", help="leave out modules with SLOW = True")
+    parser.add_argument("--quick", action="store_true",
+                        help="leave out modules and test classes with SLOW = True (the PostgreSQL ones among them)")
     parser.add_argument("-k", dest="patterns", action="append", default=[],
                         help="only test names matching this substring or glob (repeatable)")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per test")
@@ -139,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [module_name(a) for a in args.tests] or discover_module_names(TESTS)
     suite, left_out = build_suite(loader, names, args.quick)
     if left_out:
-        print(f"--quick: left out slow modules: {', '.join(left_out)}", file=sys.stderr)
+        print(f"--quick: left out slow modules: {', '.join(left_out)}, and the PostgreSQL test classes",
+              file=sys.stderr)
     runner = unittest.TextTestRunner(
         verbosity=2 if args.verbose else 1, buffer=True, resultclass=CountingResult
     )
