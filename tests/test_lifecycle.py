@@ -460,6 +460,19 @@ class SQLiteLifecycleTest(LifecycleContract, TempDirTestCase):
     def caller_connection(self):
         return sqlite3.connect(self.db)
 
+    def test_a_lapsed_job_whose_counts_are_no_numbers_fails_alone_and_the_sweep_goes_on(self):
+        bad = self.enqueue()
+        good = self.enqueue()
+        self.claim(lease=10)
+        self.claim(lease=10)
+        with sqlite3.connect(self.db) as conn:  # as any program's plain SQL could leave it
+            conn.execute("UPDATE jobs SET max_attempts = 'x' WHERE id = ?", (bad.id,))
+        conn.close()
+        self.clock.advance(11)
+        actions = {item["id"]: item["action"] for item in self.store.reclaim_lapsed()}
+        self.assertEqual(actions, {bad.id: FAILED, good.id: "reclaimed"})
+        self.assertIn("column max_attempts is not an integer: 'x'", self.store.get_job(bad.id, "").error)
+
     def test_schema_is_required_and_migration_is_idempotent(self):
         from rowfleet.store import open_store
 

@@ -305,13 +305,21 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
         guard = {"id": row["id"], "token": row["lease_token"]}
         detail = {"token": row["lease_token"], "holder": row["claimed_by"], "attempt": row["attempts"]}
         stopped = self._not_to_run_again(tx, row)
-        if row["attempts"] < row["max_attempts"] and stopped is None:
+        # A row from plain SQL may hold anything: counts that are no numbers end the job here,
+        # rather than the sweep (and every other lapsed job in its batch) on a TypeError.
+        unreadable = "; ".join(problem for problem in (jobs.decode_column(name, row[name])[1]
+                                                       for name in ("attempts", "max_attempts")) if problem)
+        if not unreadable and stopped is None and row["attempts"] < row["max_attempts"]:
             if tx.one(requeue, error=f"{lost}; re-queued", **guard):
                 _event(tx, row["id"], kind, **detail)
                 return {"id": row["id"], "action": "reclaimed", **detail}
             return {"id": row["id"], "action": "none", **detail}
-        state, error = (jobs.CANCELLED, not_retried(stopped, lost)) if stopped is not None else \
-            (jobs.FAILED, f"{lost} on the last attempt ({row['attempts']} of {row['max_attempts']})")
+        if stopped is not None:
+            state, error = jobs.CANCELLED, not_retried(stopped, lost)
+        elif unreadable:
+            state, error = jobs.FAILED, f"{lost}; not re-queued, since its row cannot be decoded: {unreadable}"
+        else:
+            state, error = jobs.FAILED, f"{lost} on the last attempt ({row['attempts']} of {row['max_attempts']})"
         if tx.one(fail, state=state, error=error, **guard):
             _event(tx, row["id"], state, error=error, **detail)
             if row["run_id"] is not None:
