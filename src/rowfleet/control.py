@@ -15,13 +15,15 @@ newest. The worker acts on that one switch (``next_step``):
   it again and the fresh process parks. A fresh process that has run nothing parks at
   once instead of exiting, so hard off cannot become a restart loop.
 
-Imports nothing of rowfleet's.
+Imports only ``rowfleet.job.by_name``, the one way a row is read by column name.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Iterable
+
+from rowfleet.job import by_name
 
 ON, OFF = "on", "off"
 HARD, DRAIN = "hard", "drain"
@@ -47,8 +49,14 @@ class Switch:
 
     @classmethod
     def from_row(cls, row: Any) -> "Switch":
-        return cls(row["project"], row["host"], row["queue"], row["desired"], row["policy"], row["changed_by"],
-                   row["changed_at"])
+        """Build from a row of ``worker_controls``, by column name (see ``by_name``).
+
+        >>> Switch.from_row({"queue": "gpu", "host": "box", "project": "", "desired": OFF, "policy": HARD,
+        ...                  "changed_by": "ops", "changed_at": 1.0}).scope()
+        "queue gpu of host box in project ''"
+        """
+        stored = by_name(row, "worker_controls", _SWITCH_COLUMNS)
+        return cls(**{name: stored[name] for name in _SWITCH_COLUMNS})
 
     def applies_to(self, project: str, host: str, queue: str) -> bool:
         """
@@ -73,6 +81,9 @@ class Switch:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_SWITCH_COLUMNS = frozenset(field.name for field in dataclasses.fields(Switch))
 
 
 def in_force(switches: Iterable[Switch], project: str, host: str, queue: str) -> Switch | None:

@@ -7,7 +7,9 @@ return or exception into an ``Outcome`` with ``decide_outcome``.
 A row may come from anyone's plain SQL, and SQLite keeps whatever it is given, so
 ``Job.from_row`` and ``Event.from_row`` never raise on a value: one that cannot be decoded
 is kept as stored and named in ``Job.unreadable``, and a worker fails such a job at once
-(``unreadable_outcome``) instead of dying on it.
+(``unreadable_outcome``) instead of dying on it. Every row type reads its row by column
+name (``by_name``), never by position, so a column added out of order shifts nothing; a
+row lacking a column its type needs is a query's bug and raises ``MissingColumn``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import datetime
 import json
 import random
 import traceback as tb
+from collections.abc import Mapping, Set
 from typing import Any, Callable
 
 from rowfleet import names
@@ -163,6 +166,39 @@ def _json_column(name: str, value: Any) -> tuple[Any, str | None]:
         return raw_text(value), f"column {name} is not valid JSON ({exc})"
 
 
+class MissingColumn(LookupError):
+    """A row lacks a column its type is built from: the query that read it must select it.
+    A bug in our SQL, not bad data, so it is raised rather than kept as unreadable."""
+
+
+def by_name(row: Any, table: str, columns: Set[str]) -> dict[str, Any]:
+    """A row of ``table`` keyed by column name, in whatever order its query listed them: a
+    dict as it is, a ``sqlite3.Row`` by its own keys, any other mapping copied. Reading
+    by position would shift every value after a column added out of order, so a row
+    without names is refused. Raises ``MissingColumn`` when one of ``columns`` is absent.
+
+    >>> by_name({"kind": "note", "id": 1}, "job_events", frozenset({"id", "kind"}))
+    {'kind': 'note', 'id': 1}
+    >>> by_name({"id": 1}, "job_events", frozenset({"id", "kind"}))
+    Traceback (most recent call last):
+    ...
+    rowfleet.job.MissingColumn: a row of job_events lacks column kind: the query that read it must select it
+    """
+    if isinstance(row, dict):
+        stored = row
+    elif isinstance(row, Mapping):
+        stored = dict(row)
+    elif callable(getattr(row, "keys", None)):  # sqlite3.Row: its names and values, in one order
+        stored = dict(zip(row.keys(), row))
+    else:
+        raise TypeError(f"a row of {table} must be keyed by column name, not a {type(row).__name__}")
+    if not stored.keys() >= columns:
+        missing = sorted(columns - stored.keys())
+        raise MissingColumn(f"a row of {table} lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}: "
+                            f"the query that read it must select {'them' if len(missing) > 1 else 'it'}")
+    return stored
+
+
 def raw_text(value: Any) -> str:
     """A stored value that is not what its column should hold, as text to show.
 
@@ -226,10 +262,10 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":
-        """Build from a row of ``jobs``: a dict keyed by column, or a sequence in the
-        table's column order (which the fields up to ``unreadable`` follow; ``SELECT *``
-        and ``RETURNING *`` give it). Never raises on a stored value (see ``decode_column``)."""
-        stored = row if isinstance(row, dict) else dict(zip(_JOB_COLUMNS, row))
+        """Build from a row of ``jobs`` keyed by column name (see ``by_name``), its columns
+        in any order. Never raises on a stored value (see ``decode_column``); a column the
+        row lacks raises ``MissingColumn``."""
+        stored = by_name(row, "jobs", _JOB_COLUMN_SET)
         values, problems = {}, []
         for name, fits in _JOB_COLUMN_TYPES:  # the claim's hot path: a sound value is only type-checked
             value = stored[name]
@@ -257,6 +293,7 @@ class Job:
 
 
 _JOB_COLUMNS = tuple(field.name for field in dataclasses.fields(Job) if field.name != "unreadable")
+_JOB_COLUMN_SET = frozenset(_JOB_COLUMNS)
 # Each column with the exact types a sound value of it has; JSON columns are always decoded.
 _JOB_COLUMN_TYPES = tuple((name, () if name in _JSON_COLUMNS else (int,) if name in _INTEGER_COLUMNS
                            else (int, float) if name in _NUMBER_COLUMNS else (str,)) for name in _JOB_COLUMNS)
@@ -278,6 +315,7 @@ class Event:
         >>> Event.from_row({"id": 1, "job_id": 2, "at": 0.0, "kind": "note", "detail": "{bad"}).detail["raw"]
         '{bad'
         """
+        row = by_name(row, "job_events", _EVENT_COLUMNS)
         stored = row["detail"]
         detail, problem = (None, None) if stored is None else _json_column("detail", stored)
         if problem is None and not isinstance(detail, (dict, type(None))):
@@ -288,6 +326,9 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "job_id": self.job_id, "at": iso(self.at), "kind": self.kind,
                 "detail": self.detail}
+
+
+_EVENT_COLUMNS = frozenset(field.name for field in dataclasses.fields(Event))
 
 
 def iso(epoch: Any) -> str | None:
