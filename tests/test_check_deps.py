@@ -183,6 +183,45 @@ class CleanTreeTests(unittest.TestCase):
         self.assertIn("not a directory", out)
 
 
+class ImportCycleTests(unittest.TestCase):
+    """Modules under src/ whose load-time imports form a cycle fail the check; an import
+    inside a function body (run when called) or of a package on the way does not count."""
+
+    TREE = {
+        "src/rowfleet/__init__.py": "from rowfleet.api import enqueue\n",
+        "src/rowfleet/api.py": "import os\nfrom rowfleet import worker\n",
+        "src/rowfleet/worker.py": "from . import watchdog\n",
+        "src/rowfleet/watchdog.py": "from rowfleet.tasks import timeout_of\n",
+        "src/rowfleet/tasks.py": "import rowfleet\n\ndef enqueue():\n    from rowfleet import api\n",
+    }
+
+    def check(self, files: dict[str, str]):
+        with tempfile.TemporaryDirectory() as tmp:
+            plant(Path(tmp), files)
+            return check_deps.check(Path(tmp)).violations()
+
+    def test_a_load_time_cycle_is_one_violation_naming_the_path(self):
+        cyclic = {**self.TREE, "src/rowfleet/tasks.py": "import rowfleet.api\n"}
+        found = self.check(cyclic)
+        self.assertEqual([(v.path, v.line) for v in found], [("src/rowfleet/api.py", 2)])
+        self.assertIn("rowfleet.api -> rowfleet.worker -> rowfleet.watchdog -> rowfleet.tasks -> rowfleet.api",
+                      found[0].reason)
+
+    def test_a_function_level_import_and_the_package_on_the_way_are_no_cycle(self):
+        self.assertEqual(self.check(self.TREE), [])
+
+    def test_cycle_paths(self):
+        cases = [
+            ({"a": {"b": 1}, "b": {"a": 2}}, [["a", "b", "a"]]),
+            ({"a": {"b": 1, "c": 1}, "b": {"c": 1}, "c": {"a": 1}}, [["a", "c", "a"]]),  # the shortest
+            ({"a": {"b": 1}, "b": {"a": 1}, "x": {"y": 1}, "y": {"x": 1}}, [["a", "b", "a"], ["x", "y", "x"]]),
+            ({"a": {"b": 1}, "b": {"c": 1}, "c": {}}, []),
+        ]
+        for graph, expected in cases:
+            with self.subTest(graph=graph):
+                self.assertEqual(check_deps.import_cycles(graph), expected)
+
+
 class ImportsOfTests(unittest.TestCase):
     def test_table(self):
         cases = [

@@ -12,6 +12,11 @@ collects each import, and gives every imported top-level module a verdict:
   tests/tools file whose name has ``pg`` or ``postgres`` as a word part;
 * VIOLATION    -- anything else, and any file that does not parse.
 
+It also owns "no import cycle inside rowfleet": among the modules under ``src/``, the
+imports that run when a module loads (not those inside function bodies, which wait until
+called) must not form a cycle, since then whichever module is imported first decides
+whether its partner is found half-initialised. Each cycle is one violation.
+
 Usage: ``python tools/check_deps.py [ROOT]``; exit 0 when clean, 1 on violations.
 Imports nothing from rowfleet (it must judge a tree it does not trust) and nothing
 outside the stdlib.
@@ -48,13 +53,15 @@ class Import:
 
     ``name`` is the dotted module name as written (``""`` for ``from . import x``),
     ``level`` the number of leading dots, ``top_level`` whether it runs when the file
-    is imported (anywhere outside a function body, class bodies included).
+    is imported (anywhere outside a function body, class bodies included), ``names``
+    what a ``from`` import takes (``()`` for a plain import or a dynamic one).
     """
 
     line: int
     name: str
     top_level: bool
     level: int = 0
+    names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,9 +85,10 @@ class Report:
     files: int = 0
     modules: dict[str, ModuleUse] = field(default_factory=dict)
     parse_errors: list[Violation] = field(default_factory=list)
+    cycles: list[Violation] = field(default_factory=list)
 
     def violations(self) -> list[Violation]:
-        found = list(self.parse_errors)
+        found = list(self.parse_errors) + list(self.cycles)
         for use in self.modules.values():
             found.extend(use.violations)
         return sorted(found, key=lambda v: (v.path, v.line))
@@ -98,15 +106,15 @@ class _ImportCollector(ast.NodeVisitor):
         self.in_function = False
         self.found: list[Import] = []
 
-    def _add(self, node: ast.AST, name: str, level: int = 0) -> None:
-        self.found.append(Import(node.lineno, name, not self.in_function, level))
+    def _add(self, node: ast.AST, name: str, level: int = 0, names: tuple[str, ...] = ()) -> None:
+        self.found.append(Import(node.lineno, name, not self.in_function, level, names))
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._add(node, alias.name)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        self._add(node, node.module or "", node.level)
+        self._add(node, node.module or "", node.level, tuple(alias.name for alias in node.names))
 
     def visit_Call(self, node: ast.Call) -> None:
         target = _literal_import_target(node, self.importlib_names, self.import_module_names)
@@ -271,6 +279,108 @@ def _psycopg_verdict(imp: Import, path: str, name: str) -> tuple[str, str | None
     return LAZY_PSYCOPG, None
 
 
+# --- import cycles among the modules under src/ (pure) ------------------------------
+
+
+def module_of(path: str) -> str | None:
+    """The dotted module a file under ``src/`` is, or None for a file elsewhere.
+
+    >>> module_of("src/rowfleet/store/__init__.py"), module_of("src/rowfleet/api.py"), module_of("tests/t.py")
+    ('rowfleet.store', 'rowfleet.api', None)
+    """
+    parts = path.removesuffix(".py").split("/")
+    if parts[0] != "src" or len(parts) < 2:
+        return None
+    return ".".join(parts[1:-1] if parts[-1] == "__init__" else parts[1:])
+
+
+def imported_modules(imp: Import, path: str, known: set[str]) -> set[str]:
+    """The modules of ``known`` that an import in the file at ``path`` loads by name. The
+    packages above that file are left out, as are those Python loads on the way to a
+    submodule: a package is loading before anything below it, so naming it starts nothing.
+
+    >>> known = {"rowfleet", "rowfleet.api", "rowfleet.tasks", "rowfleet.store"}
+    >>> sorted(imported_modules(Import(1, "rowfleet", True, 0, ("tasks", "__version__")), "src/rowfleet/api.py", known))
+    ['rowfleet.tasks']
+    >>> imported_modules(Import(1, "tasks", True, 1, ("task",)), "src/rowfleet/api.py", known)
+    {'rowfleet.tasks'}
+    >>> imported_modules(Import(1, "rowfleet", True, 0, ("store",)), "src/rowfleet/store/sqlite.py", known)
+    set()
+    """
+    module = module_of(path) or ""
+    if imp.level:
+        package = module.split(".") if path.endswith("/__init__.py") else module.split(".")[:-1]
+        package = package[:len(package) - (imp.level - 1)]
+        base = ".".join(package + ([imp.name] if imp.name else []))
+    else:
+        base = imp.name
+    found = {f"{base}.{name}" for name in imp.names if f"{base}.{name}" in known}
+    if base in known and (not imp.names or len(found) < len(imp.names)):
+        found.add(base)  # a plain import, or a name that is no submodule: from the module itself
+    parts = module.split(".")
+    return found - {".".join(parts[:end]) for end in range(1, len(parts) + 1)}
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Each cycle of ``graph`` (module -> {module it imports: line}) as a closed path that
+    starts at its smallest module; one per group of modules that reach each other.
+
+    >>> import_cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}})
+    [['a', 'b', 'c', 'a']]
+    >>> import_cycles({"a": {"b": 1}, "b": {}})
+    []
+    """
+    cycles = []
+    seen: set[str] = set()
+    for start in sorted(graph):
+        if start in seen or start not in _reach(graph, start, strict=True):
+            continue
+        group = {node for node in _reach(graph, start) if start in _reach(graph, node)}
+        seen |= group
+        cycles.append(_path(graph, start, group))
+    return cycles
+
+
+def _reach(graph: dict[str, dict[str, int]], start: str, strict: bool = False) -> set[str]:
+    """The modules ``start`` imports, directly or not (itself too unless ``strict``)."""
+    found: set[str] = set()
+    frontier = list(graph.get(start, {})) if strict else [start]
+    while frontier:
+        node = frontier.pop()
+        if node not in found:
+            found.add(node)
+            frontier.extend(graph.get(node, {}))
+    return found
+
+
+def _path(graph: dict[str, dict[str, int]], start: str, group: set[str]) -> list[str]:
+    """A shortest closed path from ``start`` back to itself through ``group``."""
+    came_from = {start: start}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph.get(node, {})):
+                if target == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [*reversed(path), start]
+                if target in group and target not in came_from:
+                    came_from[target] = node
+                    following.append(target)
+        frontier = following
+    return [start, start]
+
+
+def cycle_violations(graph: dict[str, dict[str, int]], files: dict[str, str]) -> list[Violation]:
+    """One violation per import cycle, at the first module's import of the next."""
+    return [Violation(files[cycle[0]], graph[cycle[0]][cycle[1]], (
+                f"import cycle when modules load: {' -> '.join(cycle)}; import one of them inside "
+                "the function that needs it, or move what both need into a module of its own"))
+            for cycle in import_cycles(graph)]
+
+
 # --- walking the tree (I/O) ---------------------------------------------------------
 
 
@@ -301,13 +411,20 @@ def check(root: Path) -> Report:
     paths = python_files(root)
     local_names = local_module_names(paths)
     report = Report(files=len(paths))
+    files = {module: path for path in paths if (module := module_of(path))}
+    graph: dict[str, dict[str, int]] = {module: {} for module in files}
     for path in paths:
         tree = parse_file(root, path)
         if isinstance(tree, Violation):
             report.parse_errors.append(tree)
             continue
+        module = module_of(path)
         for imp in imports_of(tree):
             _record(report, imp, path, local_names)
+            if module is not None and imp.top_level:
+                for target in imported_modules(imp, path, set(files)):
+                    graph[module].setdefault(target, imp.line)
+    report.cycles = cycle_violations(graph, files)
     return report
 
 
@@ -338,6 +455,9 @@ def format_report(report: Report) -> str:
         use = report.modules[name]
         lines.append(f"{name:<{width}}  {use.verdict:<20}  {_shortened(use.files)}")
         lines.extend(f"    {v.path}:{v.line}: {v.reason}" for v in use.violations)
+    for cycle in report.cycles:
+        lines.append(f"{'(cycle)':<{width}}  {VIOLATION:<20}  {cycle.path}")
+        lines.append(f"    {cycle.path}:{cycle.line}: {cycle.reason}")
     for error in report.parse_errors:
         lines.append(f"{'(unparsable)':<{width}}  {VIOLATION:<20}  {error.path}")
         lines.append(f"    {error.path}:{error.line}: {error.reason}")

@@ -104,8 +104,8 @@ def prioritize(job_id: int, *, project: str | None = None) -> Job:
 def workflow(name: str, nodes: Iterable[dict[str, Any]]) -> dag.Workflow:
     """Define a workflow from node dicts in the JSON format (see the README) and register it
     under ``name``, so ``rowfleet run NAME --app MODULE`` finds it. A node's ``task`` may be
-    a ``@rowfleet.task`` (its queue is then the node's default) or a task name. Invalid
-    definitions raise ``DefinitionError`` naming the node."""
+    a ``@rowfleet.task`` or a task name; a registered task's queue and timeout are the
+    node's defaults. Invalid definitions raise ``DefinitionError`` naming the node."""
     flow = dag.parse_workflow({"name": name, "nodes": [_node_dict(node) for node in nodes]})
     tasks.register_workflow(flow)
     return flow
@@ -177,19 +177,20 @@ def _node_dict(node: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(node, dict):
         raise dag.DefinitionError(f"a node must be a dict, got {type(node).__name__}")
     task = node.get("task")
-    if isinstance(task, tasks.Task):
-        return {"queue": task.queue, **node, "task": task.name}
-    return node
+    if node.get("kind", dag.TASK) != dag.TASK or not isinstance(task, (tasks.Task, str)):
+        return node  # dag.parse_workflow says what is wrong with it
+    stamp = tasks.stamp(task, timeout=node.get("timeout"))  # into the definition: its jobs read no registry
+    stamped = {"queue": stamp.queue, **node, "task": stamp.task}
+    return stamped if stamp.timeout is None else {**stamped, "timeout": stamp.timeout}
 
 
 def _spec(task: Any, args: Any, queue: str | None, priority: int, run_next: bool, delay: float,
           run_at: float | None, key: str | None, max_attempts: int, project: str | None,
           timeout: float | None = None) -> JobSpec:
-    name = getattr(task, "name", task)
-    default_queue = getattr(task, "queue", "default")
-    return JobSpec(task=name, args=args, queue=queue or default_queue, project=_project(project),
+    stamp = tasks.stamp(task, queue or None, timeout)
+    return JobSpec(task=stamp.task, args=args, queue=stamp.queue, project=_project(project),
                    priority=priority, run_next=run_next, delay=delay, run_at=run_at, key=key,
-                   max_attempts=max_attempts, timeout=timeout)
+                   max_attempts=max_attempts, timeout=stamp.timeout)
 
 
 def _project(project: str | None) -> str:

@@ -79,7 +79,8 @@ class Schedule:
     one of ``cron`` (a 5-field expression or a macro, read in ``zone``) or ``every``
     (seconds). ``hours=(start, end)`` keeps only slots from local hour ``start`` to
     ``end`` (excluded; (22, 6) wraps midnight). ``missed`` and ``at_boot``: see the module
-    docstring. ``queue`` defaults to the task's own when it is registered, else "default".
+    docstring. ``queue`` and ``timeout`` default to the task's own when it is registered
+    (when the schedule is built), else "default" and the worker's budget.
 
     >>> Schedule("refresh", "app:refresh", cron="*/15 * * * *", hours=[8, 18]).hours
     (8, 18)
@@ -116,8 +117,9 @@ class Schedule:
                 raise InvalidSchedule(self.name, "hours", f"needs [start, end] local hours, e.g. [8, 18], "
                                                           f"got {self.hours!r}")
             object.__setattr__(self, "hours", tuple(self.hours))
-        if self.queue is None:
-            object.__setattr__(self, "queue", tasks.queue_of(self.task) or "default")
+        stamp = tasks.stamp(self.task, self.queue, self.timeout)  # now: a fired job reads no registry
+        object.__setattr__(self, "queue", stamp.queue)
+        object.__setattr__(self, "timeout", stamp.timeout)
         object.__setattr__(self, "timing", self._timing())
         try:
             self.spec("")
@@ -218,7 +220,7 @@ def load_schedule_file(path: str) -> list[Schedule]:
 
     Any problem (unreadable, not JSON, an unknown key, a bad value, a name given twice) is
     one ``ConfigError`` line naming the file, the entry (counted from 1) and the key.
-    Tasks named in it are looked up for their queue, so import the apps first.
+    Tasks named in it are looked up for their queue and timeout, so import the apps first.
     """
     where = f"schedule file {path}"
     try:
@@ -295,7 +297,7 @@ def periodic(cron: str | None = None, *, every: float | None = None, name: str |
     def register(function: Callable[..., Any]) -> tasks.Task:
         registered = tasks.task(function, name=name, queue=queue, timeout=timeout)
         schedule = Schedule(name=registered.name, task=registered.name, cron=cron, every=every, args=args,
-                            queue=registered.queue, zone=zone, hours=hours,
+                            queue=registered.queue, timeout=registered.timeout, zone=zone, hours=hours,
                             missed=missed, at_boot=at_boot, priority=priority, max_attempts=max_attempts)
         with _lock:
             _schedules[schedule.name] = schedule  # a module imported again registers again, as tasks do

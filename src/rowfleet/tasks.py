@@ -8,12 +8,17 @@ prefixes (``--allow-module``, which the ``--app`` modules join). Any other name 
 refused before anything is imported. Allowed modules are imported from the current
 folder first, as ``python -m`` does.
 
+What a job needs of its task's registration (its queue, its timeout) is stamped into the
+job when it is written (``stamp``); nothing that claims or runs a job reads the registry
+for it, so a job runs alike in a worker that never imported its task's module.
+
 Imports nothing of rowfleet's but ``errors`` and the pure ``names``: enqueueing lives in
 the package API.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import os
@@ -46,8 +51,7 @@ class Task:
         """Enqueue a job of this task; options as for ``rowfleet.enqueue``."""
         from rowfleet import api  # the API needs a store; registration must not
 
-        options.setdefault("queue", self.queue)
-        return api.enqueue(self.name, args, **options)
+        return api.enqueue(self, args, **options)  # the API stamps this task's queue and timeout
 
     def __repr__(self) -> str:
         return f"<rowfleet task {self.name!r} on queue {self.queue!r}>"
@@ -184,18 +188,46 @@ def vet(name: str, allow_modules: Iterable[str], *, strict: bool) -> str | None:
     return refusal(name, allow_modules)
 
 
+@dataclasses.dataclass(frozen=True)
+class Stamp:
+    """What a job takes from its task's registration when it is written: the engine then
+    reads the job's row alone, whichever process runs it and whatever that process imported."""
+
+    task: str
+    queue: str
+    timeout: float | None
+
+
+def stamp(task: Any, queue: str | None = None, timeout: float | None = None) -> Stamp:
+    """The task name, queue and timeout to write into a job of ``task`` (a ``Task``, or a
+    name looked up in this process's registry, never imported): the writer's own queue and
+    timeout, else the task's, else ``"default"`` and None (the worker's budget).
+
+    >>> stamp("nowhere:f"), stamp("nowhere:f", "io", 5.0).timeout
+    (Stamp(task='nowhere:f', queue='default', timeout=None), 5.0)
+    >>> stamp(Task(print, "app:log", "io", 30.0)), stamp(Task(print, "app:log", "io", 30.0), timeout=2.0).timeout
+    (Stamp(task='app:log', queue='io', timeout=30.0), 2.0)
+    """
+    registered = task if isinstance(task, Task) else _registration(task)
+    name = task.name if isinstance(task, Task) else task  # a name that is no name: JobSpec says so
+    if queue is None:
+        queue = registered.queue if registered is not None else "default"
+    if timeout is None and registered is not None:
+        timeout = registered.timeout
+    return Stamp(name, queue, timeout)
+
+
 def timeout_of(name: str) -> float | None:
     """The timeout its ``@task`` registration gave a task name, if any (never imports)."""
-    with _lock:
-        registered = _registry.get(name)
+    registered = _registration(name)
     return registered.timeout if registered is not None else None
 
 
-def queue_of(name: str) -> str | None:
-    """The queue its ``@task`` registration gave a task name, if it is registered (never imports)."""
+def _registration(name: Any) -> Task | None:
+    if not isinstance(name, str):
+        return None
     with _lock:
-        registered = _registry.get(name)
-    return registered.queue if registered is not None else None
+        return _registry.get(name)
 
 
 def _put_first_on_path(folder: str) -> None:

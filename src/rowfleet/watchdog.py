@@ -2,7 +2,8 @@
 
 It watches the job in hand for three faults, each decided by ``rowfleet.liveness``:
 
-* 75, the wall-clock budget: the job's own timeout, else its task's, else ``config.budget``;
+* 75, the wall-clock budget: the job's ``timeout`` (its own, else its task's, stamped when
+  it was enqueued), else ``config.budget``;
 * 76, a stall: a job that reported progress (``rowfleet.progress``) and then went quiet
   for ``stall_window``, confirmed by ``stall_samples`` readings ``stall_spacing`` apart that
   all show an idle GPU and static memory; otherwise a ``stall_suspected`` event, and it
@@ -31,7 +32,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from rowfleet import exitcodes, liveness, tasks
+from rowfleet import exitcodes, liveness
 from rowfleet.config import Config
 from rowfleet.errors import LeaseLost, RowfleetError
 from rowfleet.job import Job
@@ -51,8 +52,10 @@ def limits_of(config: Config) -> liveness.Limits:
 
 
 def budget_of(job: Job, config: Config) -> float:
-    """The job's wall-clock budget: its own, else its task's, else the worker's."""
-    return job.timeout or tasks.timeout_of(job.task) or config.budget
+    """The job's wall-clock budget: its row's ``timeout`` (its own, else its task's, written
+    by the enqueue), else the worker's. Never the task registry: a worker need not have
+    imported a job's task to watch it."""
+    return job.timeout or config.budget
 
 
 class Watchdog(threading.Thread):

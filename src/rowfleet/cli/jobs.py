@@ -4,6 +4,7 @@ cancel, prioritize."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -31,14 +32,16 @@ def add_commands(command: Callable[..., Parser]) -> None:
                           "(repeatable; without it an untrusted task name is only warned of)")
     allow_module_flag(sub)
     sub.add_argument("--args", default="null", help="JSON: an object (keyword args), a list, or a value")
-    sub.add_argument("--queue", default="default")
+    sub.add_argument("--queue", default=None,
+                     help="default: its task's queue when an --app module registers it, else 'default'")
     sub.add_argument("--priority", type=int64, default=0, help="lower runs sooner; negatives allowed")
     sub.add_argument("--run-next", action="store_true", help="run before every priority")
     sub.add_argument("--delay", type=non_negative_float, default=0.0, help="seconds before it may run")
     sub.add_argument("--key", default=None, help="idempotency key: one job per key and project")
     sub.add_argument("--max-attempts", type=positive_int, default=5)
     sub.add_argument("--timeout", type=positive_float, default=None,
-                     help="seconds of wall clock this job may run (default: its task's, else the worker's --budget)")
+                     help="seconds of wall clock this job may run (default: its task's when an --app module "
+                          "registers it, else the worker's --budget)")
     sub.add_argument("--json", action="store_true", help="print the whole job")
 
     sub = command("status", cmd_status, "job counts per project/queue/state, and workers")
@@ -89,11 +92,14 @@ def cmd_init(args: argparse.Namespace, config: configuration.Config) -> int:
 
 def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
     config = trusted(config, args)
-    spec = JobSpec(task=args.task, args=json_flag("--args", args.args), queue=args.queue, project=config.project,
+    spec = JobSpec(task=args.task, args=json_flag("--args", args.args),
+                   queue="default" if args.queue is None else args.queue, project=config.project,
                    priority=args.priority, run_next=args.run_next, delay=args.delay, key=args.key,
-                   max_attempts=args.max_attempts, timeout=args.timeout)
+                   max_attempts=args.max_attempts, timeout=args.timeout)  # checked before any app is imported
     tasks.import_apps(args.app)
     warning = tasks.vet(args.task, config.allow_modules, strict=bool(args.app))  # with --app: refuse
+    stamp = tasks.stamp(args.task, args.queue, args.timeout)  # what the --app modules registered
+    spec = dataclasses.replace(spec, queue=stamp.queue, timeout=stamp.timeout)
     with open_store(config) as store:
         job = store.enqueue(spec)
         if args.json:
