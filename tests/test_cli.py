@@ -14,6 +14,7 @@ import sys
 import unittest
 
 from rowfleet import queries
+from rowfleet.claim import Claim
 from support import TempDirTestCase, child_env
 
 
@@ -155,7 +156,7 @@ class CommandLineTest(CliTestCase):
         store = self.open_store(migrate=False)
         job_id = int(self.cli("enqueue", "mod:fn").stdout)
         store.beat("box:7:0", "", "box", "default", 7, None)
-        job = store.claim("", "default", "box:7", 600.0)
+        job = store.claim(Claim("", "default", "box:7", 600.0))
         store.beat("box:7:0", "", "box", "default", 7, job_id)
         store.progress(job, 0.5, "half way")
         [worker] = self.cli_json("status")["workers"]

@@ -34,6 +34,7 @@ import time
 import unittest
 from typing import NamedTuple
 
+from rowfleet.claim import Claim
 from rowfleet.job import JobSpec
 from pg_harness import PostgresServerCase
 from support import DEADLINE, TempDirTestCase, child_env, wait_until
@@ -419,7 +420,7 @@ class CrashPointContract:
 
     def test_crash_inside_the_reclaim_transaction(self):
         ids = self.enqueue_three()
-        orphan = self.store.claim("", "default", "ghost:1", 0.05)  # a holder that vanished
+        orphan = self.store.claim(Claim("", "default", "ghost:1", 0.05))  # a holder that vanished
         self.assertEqual(orphan.id, ids[0])
         wait_until(lambda: time.time() > orphan.lease_expires_at, message="the orphan's lease to lapse")
         self.crash_at("in_reclaim_commit")

@@ -9,6 +9,7 @@ test_fleet_processes.py; the pure choice of the switch in force is doctested in
 from __future__ import annotations
 
 from rowfleet import control, dag
+from rowfleet.claim import Claim
 from rowfleet.errors import ConfigError
 from rowfleet.job import COMPLETED, JobSpec, Outcome
 from rowfleet.orchestrator import Orchestrator
@@ -96,7 +97,7 @@ class SharedBrokerContract:
 
     def test_any_projects_orchestrator_reclaims_lapsed_leases(self):
         job = self.store.enqueue(JobSpec(task="t", project="beta"))
-        claimed = self.store.claim("beta", "default", "gone:1", lease=0.05)
+        claimed = self.store.claim(Claim("beta", "default", "gone:1", lease=0.05))
         self.past(claimed.lease_expires_at)
         with self.assertLogs("rowfleet.orchestrator", "WARNING"):
             self.assertEqual(self.alpha.run_once()["reclaimed"], 1)
@@ -104,7 +105,7 @@ class SharedBrokerContract:
 
     def test_any_projects_orchestrator_prunes(self):
         job = self.store.enqueue(JobSpec(task="t", project="beta"))
-        claimed = self.store.claim("beta", "default", "box:1", lease=60)
+        claimed = self.store.claim(Claim("beta", "default", "box:1", lease=60))
         self.store.finish(claimed, Outcome(COMPLETED, result=None))
         self.past(self.store.get_job(job.id, "beta").finished_at + 0.05)
         self.assertEqual(self.alpha.run_once()["pruned"], 1)
@@ -113,7 +114,7 @@ class SharedBrokerContract:
         flow = dag.parse_workflow({"name": "one", "nodes": [{"id": "a", "task": "t"}, {"id": "b", "task": "t",
                                                                                      "depends_on": ["a"]}]})
         run_id = self.store.start_run(flow, None, "beta")
-        node = self.store.claim("beta", "default", "box:1", lease=60)
+        node = self.store.claim(Claim("beta", "default", "box:1", lease=60))
         self.store.finish(node, Outcome(COMPLETED, result=1))
         self.assertEqual(self.alpha.drain()["applied"], 0, "alpha's orchestrator moved beta's run on")
         self.assertEqual(self.store.drain("beta")["applied"], 1)

@@ -12,6 +12,7 @@ import unittest
 
 import rowfleet
 from rowfleet import queries
+from rowfleet.claim import Claim
 from rowfleet.errors import ConfigError, Conflict, LeaseLost, NotFound, SchemaMissing
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, Cancel, JobSpec, Outcome, Retry, \
     decide_outcome
@@ -90,7 +91,7 @@ class LifecycleContract:
                                           **options))
 
     def claim(self, queue: str = "default", project: str = "", lease: float = 60.0):
-        return self.store.claim(project, queue, HOLDER, lease)
+        return self.store.claim(Claim(project, queue, HOLDER, lease))
 
     def kinds(self, job_id: int) -> list[str]:
         return [event.kind for event in self.store.events(job_id)]
@@ -147,10 +148,10 @@ class LifecycleContract:
 
     def test_delay_holds_a_job_until_due(self):
         job = self.enqueue(delay=10)
-        self.assertFalse(self.store.has_due("", "default"))
+        self.assertFalse(self.store.has_due(Claim("", "default", HOLDER, 60.0)))
         self.assertIsNone(self.claim())
         self.clock.advance(10)
-        self.assertTrue(self.store.has_due("", "default"))
+        self.assertTrue(self.store.has_due(Claim("", "default", HOLDER, 60.0)))
         self.assertEqual(self.claim().id, job.id)
 
     def test_within_a_priority_jobs_run_in_due_order(self):
@@ -183,7 +184,7 @@ class LifecycleContract:
         second = self.enqueue()
         job = self.claim()
         following = self.store.finish(job, Outcome(COMPLETED, event="completed"),
-                                      claim_next=("", "default", HOLDER, 60.0))
+                                      claim_next=Claim("", "default", HOLDER, 60.0))
         self.assertEqual((following.id, following.state), (second.id, RUNNING))
 
     def test_a_stale_finish_claims_nothing_and_a_repeat_claims_on(self):
@@ -195,11 +196,11 @@ class LifecycleContract:
         waiting = self.enqueue()
         with self.assertRaises(LeaseLost):
             self.store.finish(stale, Outcome(COMPLETED, result=1, event="completed"),
-                              claim_next=("", "default", HOLDER, 60.0))
+                              claim_next=Claim("", "default", HOLDER, 60.0))
         self.assertEqual(self.store.get_job(waiting.id, "").state, QUEUED)
         done = Outcome(COMPLETED, result=2, event="completed")
         self.store.finish(fresh, done)
-        following = self.store.finish(fresh, done, claim_next=("", "default", HOLDER, 60.0))
+        following = self.store.finish(fresh, done, claim_next=Claim("", "default", HOLDER, 60.0))
         self.assertEqual((following.id, following.state), (waiting.id, RUNNING))
         self.assertEqual(self.kinds(fresh.id).count("completed"), 1)
 
@@ -395,7 +396,7 @@ class LifecycleContract:
     def test_an_exited_workers_job_is_handed_back_at_once(self):
         self.enqueue()
         self.store.beat("w1", "", "box", "default", 4242, None)
-        job = self.store.claim("", "default", "box:4242", 600.0)
+        job = self.store.claim(Claim("", "default", "box:4242", 600.0))
         self.assertEqual(self.store.worker_exited("box", 4242, -9)[0]["action"], "reclaimed")
         back = self.store.get_job(job.id, "")
         self.assertEqual((back.state, back.claimed_by), (QUEUED, None))

@@ -19,6 +19,7 @@ import os
 import unittest
 
 from rowfleet import dag, exitcodes
+from rowfleet.claim import Claim
 from rowfleet.errors import Conflict, NotFound
 from rowfleet.job import CANCELLED, COMPLETED, QUEUED, RUNNING, JobSpec, Outcome
 from rowfleet.watchdog import Watchdog
@@ -81,7 +82,7 @@ class OperatorJobsContract:
         return self.store.enqueue(JobSpec(task=task, **spec)).id
 
     def claim(self, holder: str = HOLDER, lease: float = 60.0):
-        return self.store.claim("", "default", holder, lease)
+        return self.store.claim(Claim("", "default", holder, lease))
 
     def kinds(self, job_id: int, store=None) -> list[str]:
         return [event.kind for event in (store or self.store).events(job_id)]

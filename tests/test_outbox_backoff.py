@@ -13,6 +13,7 @@ import threading
 import unittest
 
 from rowfleet import dag
+from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, Outcome, drain_retry_delay
 from rowfleet.orchestrator import Orchestrator
 from rowfleet.store.runs import POISON_AFTER
@@ -64,7 +65,7 @@ class OutboxBackoffContract:
         """A run whose first node finished (writing its dispatch event) and whose definition
         no longer parses, so every drain of that event raises; the run's id."""
         run_id = self.store.start_run(FLOW, None, "")
-        job = self.store.claim("", "default", "test:1", 60.0)
+        job = self.store.claim(Claim("", "default", "test:1", 60.0))
         self.store.finish(job, Outcome(COMPLETED, result=1))
         self.corrupt_definition(run_id)
         return run_id

@@ -25,6 +25,7 @@ import time
 import unittest
 import urllib.parse
 
+from rowfleet.claim import Claim
 from rowfleet.job import JobSpec
 from support import DEADLINE, TempDirTestCase, child_env, wait_until
 from test_processes import _blocked_in, _can_see
@@ -311,7 +312,7 @@ class PostgresFleetTest(TempDirTestCase):
 
         # The orchestrator sweeps again: a lease lapsing now is reclaimed.
         orphan_id = self.enqueue("note", queue="nobody")[0]
-        self.assertEqual(self.store.claim("", "nobody", "ghost:1", 0.2).id, orphan_id)
+        self.assertEqual(self.store.claim(Claim("", "nobody", "ghost:1", 0.2)).id, orphan_id)
         wait_until(lambda: "reclaimed" in [e.kind for e in self.store.events(orphan_id)],
                    message="the orchestrator to reclaim a lease that lapsed after the restart")
 

@@ -22,6 +22,7 @@ import time
 import unittest
 import urllib.parse
 
+from rowfleet.claim import Claim
 from rowfleet.errors import LeaseLost, StoreUnavailable
 from rowfleet.job import JobSpec, Outcome
 from rowfleet.store import open_store
@@ -352,7 +353,7 @@ class ProcessContract:
         frozen = time.time()
         with open_store(self.config(), clock=lambda: frozen) as ghost:
             for spec in specs:
-                self.assertIsNotNone(ghost.claim("", spec.queue, "ghost:1", 1.0))
+                self.assertIsNotNone(ghost.claim(Claim("", spec.queue, "ghost:1", 1.0)))
         wait_until(lambda: time.time() > frozen + 1.0, message="the leases to lapse")
         # Then the write lock is held until both orchestrators wait behind it, so both
         # sweeps begin after the lapse and meet the same lapsed rows when it is released.

@@ -141,6 +141,31 @@ class SqlFilesTest(unittest.TestCase):
         self.assertEqual([(m.version, m.name) for m in queries.migrations("sqlite")],
                          [(m.version, m.name) for m in queries.migrations("postgres")])
 
+    def test_both_dialects_define_the_same_fragments_and_use_each(self):
+        from importlib import resources
+
+        from rowfleet.store.postgres import PostgresStore
+
+        sqlite, postgres = queries.fragments("sqlite"), queries.fragments("postgres")
+        self.assertEqual(set(sqlite), set(postgres) - PostgresStore.own_fragments)
+        self.assertLessEqual(PostgresStore.own_fragments, set(postgres))
+        for dialect in ("sqlite", "postgres"):
+            with self.subTest(dialect=dialect):
+                text = resources.files("rowfleet.sql").joinpath(f"{dialect}.sql").read_text("utf-8")
+                unused = {name for name in queries.fragments(dialect) if "{{" + name + "}}" not in text}
+                self.assertEqual(unused, set(), "fragments no query includes")
+                self.assertFalse(any("{{" in sql for sql in queries.queries(dialect).values()))
+
+    def test_fragments_are_not_queries(self):
+        text = "-- fragment: due\nrun_at <= :now\n-- name: due_jobs\nSELECT id FROM jobs WHERE {{due}};"
+        self.assertEqual(set(queries.parse_queries(text)), {"due_jobs"})
+        for bad in ("-- name: a\nSELECT 1 WHERE {{missing}};",  # an unknown fragment
+                    "-- fragment: a\nx = 1 -- why\n-- name: b\nSELECT 1 WHERE {{a}};",  # a comment would eat the line
+                    "-- fragment: a\nx = 1\n-- fragment: a\nx = 2\n-- name: b\nSELECT {{a}};",
+                    "-- fragment: a\nx = 1\n-- fragment: b\n{{a}}\n-- name: c\nSELECT {{b}};"):
+            with self.subTest(sql=bad), self.assertRaises(ValueError):
+                queries.parse_queries(bad)
+
     def test_parse_queries_rejects_duplicates(self):
         with self.assertRaises(ValueError):
             queries.parse_queries("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;")

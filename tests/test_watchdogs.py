@@ -32,6 +32,7 @@ import time
 import unittest
 from typing import Any, Callable
 
+from rowfleet.claim import Claim
 from rowfleet.job import JobSpec
 from pg_harness import PostgresServerCase
 from support import DEADLINE, ROOT, TempDirTestCase, child_env, proc_stat, process_alive, wait_until
@@ -704,7 +705,7 @@ class PostgresWatchdogTest(PostgresServerCase, WatchdogContract, TempDirTestCase
         self.addCleanup(ghosts.close)
         ghosts.beat("ghost:1:0", "", "ghost", "default", 1, None)  # the frozen one
         ghosts.beat("ghost:2:0", "", "ghost", "default", 2, None)  # dead, about to hold the job
-        self.assertIsNotNone(self.store.claim("", "default", "ghost:2", 600.0))  # a worker beats, then claims
+        self.assertIsNotNone(self.store.claim(Claim("", "default", "ghost:2", 600.0)))  # a worker beats, then claims
         beaten = self.store.clock()
         wait_until(lambda: self.store.clock() > beaten + 1.0, message="both heartbeats to go stale")
         with contextlib.closing(connect(self.db, autocommit=False)) as frozen:

@@ -14,6 +14,7 @@ import time
 
 import rowfleet
 from rowfleet import dag
+from rowfleet.claim import Claim
 from rowfleet.errors import Conflict, NotFound
 from rowfleet.job import COMPLETED, Outcome, Retry, decide_outcome
 from rowfleet.orchestrator import Orchestrator
@@ -177,7 +178,7 @@ class WorkflowContract:
         self.assertIn("node 'doomed' failed", run.error)
         self.assertIn("boom", run.error)
         self.assertEqual(self.node_states(run), {"doomed": "failed", "sibling": "cancelled", "later": "cancelled"})
-        self.assertIsNone(self.store.claim("", "elsewhere", "test:1", 60), "a node of a failed run was claimable")
+        self.assertIsNone(self.store.claim(Claim("", "elsewhere", "test:1", 60)), "a node of a failed run was claimable")
 
     def test_a_node_retries_within_its_attempts(self):
         run_id = self.start([node("wobbly", "workflow.retry_once")])
@@ -207,18 +208,18 @@ class WorkflowContract:
         run = self.store.cancel_run(run_id, "")
         self.assertEqual(run.state, dag.CANCELLED)
         self.assertEqual(set(self.node_states(run).values()), {"cancelled"})
-        self.assertIsNone(self.store.claim("", "default", "test:1", 60))
+        self.assertIsNone(self.store.claim(Claim("", "default", "test:1", 60)))
         self.assertEqual(self.store.cancel_run(run_id, "").state, dag.CANCELLED, "cancelling twice is a no-op")
 
     def test_a_running_node_of_a_cancelled_run_is_not_retried(self):
         run_id = self.start([node("a", "workflow.boom", max_attempts=3)])
-        job = self.store.claim("", "default", "test:1", 60)
+        job = self.store.claim(Claim("", "default", "test:1", 60))
         self.store.cancel_run(run_id, "")
         outcome = decide_outcome(job, raised=ValueError("boom"))  # its handler failed on attempt 1 of 3
         self.assertEqual(outcome.state, "queued")
         self.store.finish(job, outcome)  # the retry must not make it claimable again
         self.assertEqual(self.store.get_job(job.id, "").state, "cancelled")
-        self.assertIsNone(self.store.claim("", "default", "test:1", 60))
+        self.assertIsNone(self.store.claim(Claim("", "default", "test:1", 60)))
         self.store.drain("")
         self.assertEqual(self.store.get_run(run_id, "").node("a").state, "cancelled")
 
@@ -367,7 +368,7 @@ class SQLiteWorkflowTest(WorkflowContract, TempDirTestCase):
                          "VALUES ('default', 'workflow.emit', 0, 0, 0)")
         with open_store(self.config().replace(db=path)) as store:
             self.assertEqual(store.migrate(), len(migrations("sqlite")))
-            job = store.claim("", "default", "test:1", 60)
+            job = store.claim(Claim("", "default", "test:1", 60))
             self.assertIsNone(job.run_id)
             store.finish(job, Outcome(COMPLETED, result=None))
             self.assertEqual(store.get_job(job.id, "").state, COMPLETED)

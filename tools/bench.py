@@ -59,6 +59,7 @@ if str(SRC) not in sys.path:
 
 import rowfleet  # noqa: E402  (needs the sys.path line above)
 from rowfleet import tasks  # noqa: E402
+from rowfleet.claim import Claim  # noqa: E402
 from rowfleet.cli import Parser, UsageError, positive_int  # noqa: E402
 from rowfleet.config import Config  # noqa: E402
 from rowfleet.queries import queries  # noqa: E402
@@ -742,7 +743,7 @@ class Bench:
                 raise RuntimeError("the claim benchmark ran out of queued jobs")
 
         def ours() -> None:
-            if store.claim(PROJECT, QUEUE, holder, 600.0) is None:
+            if store.claim(Claim(PROJECT, QUEUE, holder, 600.0)) is None:
                 raise RuntimeError("the claim benchmark ran out of queued jobs")
 
         try:

@@ -43,6 +43,7 @@ from bench import (NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Row, count, pai
                    ratio, shares, short)
 
 import rowfleet
+from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.job import JobSpec
 from rowfleet.store import open_store
@@ -559,7 +560,7 @@ class PostgresBench:
                 raise RuntimeError("the claim benchmark ran out of queued jobs")
 
         def ours() -> None:
-            if store.claim(PROJECT, QUEUE, holder, 600.0) is None:
+            if store.claim(Claim(PROJECT, QUEUE, holder, 600.0)) is None:
                 raise RuntimeError("the claim benchmark ran out of queued jobs")
 
         try:

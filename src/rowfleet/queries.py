@@ -4,6 +4,11 @@ Each dialect keeps its queries in ``rowfleet/sql/<dialect>.sql`` as ``-- name: N
 blocks and its migrations in ``rowfleet/migrations/<dialect>/NNNN_title.sql``. Both are
 read with ``importlib.resources`` so they load from inside the ``.pyz`` too.
 
+A rule several queries share (which jobs a claim may take, and in what order) is written
+once per dialect as a ``-- fragment: NAME`` block and included with ``{{NAME}}``; the
+loader expands it when the file is read, so a fragment is fixed text of the package, never
+a caller's, and is not itself a query anyone can run.
+
 Imports nothing of rowfleet's but ``errors``; knows nothing of any driver.
 """
 
@@ -17,27 +22,75 @@ from importlib import resources
 from rowfleet.errors import MigrationError
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
+_FRAGMENT_LINE = re.compile(r"^--\s*fragment:\s*([a-z_][a-z0-9_]*)\s*$")
+_INCLUDE = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
 def parse_queries(text: str) -> dict[str, str]:
-    """Split a ``-- name:`` annotated SQL file into ``{name: sql}``.
+    """Split a ``-- name:`` annotated SQL file into ``{name: sql}``, with every
+    ``{{fragment}}`` replaced by its ``-- fragment:`` block.
 
     >>> parse_queries("-- name: one\\nSELECT 1;\\n-- name: two\\nSELECT 2;")
     {'one': 'SELECT 1;', 'two': 'SELECT 2;'}
+    >>> parse_queries("-- fragment: due\\nrun_at <= :now\\n-- name: due_jobs\\nSELECT id FROM jobs WHERE {{due}};")
+    {'due_jobs': 'SELECT id FROM jobs WHERE run_at <= :now;'}
+    >>> parse_queries("-- name: one\\nSELECT 1 WHERE {{nowhere}};")
+    Traceback (most recent call last):
+    ...
+    ValueError: query 'one' includes {{nowhere}}, which no -- fragment: block defines
     """
-    queries: dict[str, list[str]] = {}
+    named, fragments = _blocks(text)
+    return {name: _expand(name, sql, fragments) for name, sql in named.items()}
+
+
+def parse_fragments(text: str) -> dict[str, str]:
+    """The ``-- fragment:`` blocks of a SQL file, ``{name: text}``.
+
+    >>> parse_fragments("-- fragment: due\\n-- Due now.\\nrun_at <= :now\\n-- name: one\\nSELECT 1;")
+    {'due': 'run_at <= :now'}
+    """
+    return _blocks(text)[1]
+
+
+def _blocks(text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Both kinds of block, ``(queries, fragments)``, each as written (nothing expanded)."""
+    kinds: dict[str, dict[str, list[str]]] = {"query": {}, "fragment": {}}
     current: list[str] | None = None
     for line in text.splitlines():
-        match = _NAME_LINE.match(line.strip())
-        if match:
-            name = match.group(1)
-            if name in queries:
-                raise ValueError(f"query {name!r} is defined twice")
-            current = queries[name] = []
-        elif current is not None:
-            current.append(line)
-    return {name: _without_leading_comments(lines) for name, lines in queries.items()}
+        for kind, pattern in (("query", _NAME_LINE), ("fragment", _FRAGMENT_LINE)):
+            match = pattern.match(line.strip())
+            if match:
+                name = match.group(1)
+                if name in kinds[kind]:
+                    raise ValueError(f"{kind} {name!r} is defined twice")
+                current = kinds[kind][name] = []
+                break
+        else:
+            if current is not None:
+                current.append(line)
+    named = {name: _without_leading_comments(lines) for name, lines in kinds["query"].items()}
+    return named, {name: _fragment_text(name, lines) for name, lines in kinds["fragment"].items()}
+
+
+def _fragment_text(name: str, lines: list[str]) -> str:
+    """A fragment's SQL without its comment lines. It lands mid-line in a query, where a
+    comment would swallow the rest of that line, so one left inside it is refused."""
+    text = "\n".join(line for line in lines if not line.lstrip().startswith("--")).strip()
+    if "--" in text:
+        raise ValueError(f"fragment {name!r} has a comment inside it; put it on a line of its own above")
+    if _INCLUDE.search(text):  # one level only: a fragment reads the same wherever it is used
+        raise ValueError(f"fragment {name!r} includes another fragment; write it out instead")
+    return text
+
+
+def _expand(name: str, sql: str, fragments: dict[str, str]) -> str:
+    def fragment(match: re.Match[str]) -> str:
+        if match.group(1) not in fragments:
+            raise ValueError(f"query {name!r} includes {{{{{match.group(1)}}}}}, which no -- fragment: block defines")
+        return fragments[match.group(1)]
+
+    return _INCLUDE.sub(fragment, sql)
 
 
 def _without_leading_comments(lines: list[str]) -> str:
@@ -51,8 +104,17 @@ def _without_leading_comments(lines: list[str]) -> str:
 @functools.cache
 def queries(dialect: str) -> dict[str, str]:
     """All named queries of one dialect (``sqlite`` or ``postgres``)."""
-    text = resources.files("rowfleet.sql").joinpath(f"{dialect}.sql").read_text("utf-8")
-    return parse_queries(text)
+    return parse_queries(_sql_file(dialect))
+
+
+@functools.cache
+def fragments(dialect: str) -> dict[str, str]:
+    """The fragments one dialect's queries include, by name (to check, not to run)."""
+    return parse_fragments(_sql_file(dialect))
+
+
+def _sql_file(dialect: str) -> str:
+    return resources.files("rowfleet.sql").joinpath(f"{dialect}.sql").read_text("utf-8")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,6 +36,7 @@ import time
 from typing import Any, Callable
 
 from rowfleet import control, exitcodes, tasks
+from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.control import Switch
 from rowfleet.errors import ConfigError, DatabaseUnreachable, LeaseLost, RowfleetError, SchemaMissing, StoreUnavailable
@@ -227,8 +228,12 @@ class Worker:
 
     # --- one job -----------------------------------------------------------------------
 
+    def _claim_request(self) -> Claim:
+        """What this worker asks the store for, each time it claims or looks for due work."""
+        return Claim(self.config.project, self.queue, self.holder, self.config.lease)
+
     def _claim(self) -> Job | None:
-        return self.store.claim(self.config.project, self.queue, self.holder, self.config.lease)
+        return self.store.claim(self._claim_request())
 
     def run_job(self, job: Job) -> Job | None:
         """Run a claimed job and write its outcome; the next job when one was claimed with it."""
@@ -268,7 +273,7 @@ class Worker:
         pause = 0.1
         while True:
             serving = not self.stopping and self.switch is None
-            claim_next = (self.config.project, self.queue, self.holder, self.config.lease) if serving else None
+            claim_next = self._claim_request() if serving else None
             try:
                 return self.store.finish(job, outcome, claim_next)
             except StoreUnavailable as exc:
@@ -342,7 +347,7 @@ class Worker:
         return False
 
     def _due(self) -> bool:
-        return self.store.has_due(self.config.project, self.queue)
+        return self.store.has_due(self._claim_request())
 
     # --- the operator's switch ---------------------------------------------------------
 

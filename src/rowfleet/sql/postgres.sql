@@ -23,6 +23,18 @@ SELECT 1 AS present FROM jobs, job_events, workers, worker_controls, runs, run_n
 -- name: migration_record
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (%(version)s, %(name)s, rowfleet_now(%(now)s));
 
+-- name: savepoint_begin
+-- A composite write inside a caller's open transaction runs in this savepoint, so a failure
+-- undoes only our statements. A fixed name: savepoints of one name nest, innermost first.
+SAVEPOINT rowfleet_write;
+
+-- name: savepoint_release
+RELEASE SAVEPOINT rowfleet_write;
+
+-- name: savepoint_rollback
+-- Leaves the savepoint in place, empty; savepoint_release then ends it.
+ROLLBACK TO SAVEPOINT rowfleet_write;
+
 -- name: job_insert
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
@@ -57,20 +69,36 @@ SELECT * FROM jobs WHERE id = %(id)s AND project = %(project)s;
 -- name: job_holder
 SELECT state, lease_token, claimed_by FROM jobs WHERE id = %(id)s;
 
+-- fragment: claim_candidates
+-- The jobs a claim may take: queued and due, in its project's queue. Every claim query and
+-- job_due include this, so "is anything due?" and "take it" cannot disagree.
+state = 'queued' AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+
+-- fragment: claim_order
+-- Which candidate a claim takes first; the jobs_claim index is in this order.
+ORDER BY run_next DESC, priority, run_at, id
+
+-- fragment: claimed_detail
+-- The claimed event's detail, built from the claimed row inside the statement that claims
+-- it (its token and attempt exist only there). The same keys as Python's
+-- rowfleet.store.base.claimed_detail, which the other dialect uses; tests/test_claim.py
+-- compares them.
+json_build_object('token', lease_token, 'holder', claimed_by, 'attempt', attempts)::text
+
 -- name: job_claim
 UPDATE jobs
 SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
     claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s, started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
 WHERE id = (SELECT id FROM jobs
-            WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-            ORDER BY run_next DESC, priority, run_at, id
+            WHERE {{claim_candidates}}
+            {{claim_order}}
             LIMIT 1
             FOR UPDATE SKIP LOCKED)
 RETURNING *;
 
 -- name: job_due
 SELECT 1 AS due FROM jobs
-WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+WHERE {{claim_candidates}}
 LIMIT 1;
 
 -- name: job_renew
@@ -230,17 +258,15 @@ WITH finished AS (
         claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s,
         started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
     WHERE id = (SELECT id FROM jobs
-                WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s
-                  AND run_at <= rowfleet_now(%(now)s)
-                ORDER BY run_next DESC, priority, run_at, id
+                WHERE {{claim_candidates}}
+                {{claim_order}}
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED)
       AND EXISTS (SELECT 1 FROM finished)
     RETURNING *
 ), claimed_event AS (
     INSERT INTO job_events (job_id, at, kind, detail)
-    SELECT id, rowfleet_now(%(now)s), 'claimed',
-           json_build_object('token', lease_token, 'holder', claimed_by, 'attempt', attempts)::text
+    SELECT id, rowfleet_now(%(now)s), 'claimed', {{claimed_detail}}
     FROM claimed
 )
 SELECT (SELECT count(*) FROM finished) AS finished, claimed.*
@@ -254,16 +280,14 @@ WITH claimed AS (
         claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s,
         started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
     WHERE id = (SELECT id FROM jobs
-                WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s
-                  AND run_at <= rowfleet_now(%(now)s)
-                ORDER BY run_next DESC, priority, run_at, id
+                WHERE {{claim_candidates}}
+                {{claim_order}}
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED)
     RETURNING *
 ), claimed_event AS (
     INSERT INTO job_events (job_id, at, kind, detail)
-    SELECT id, rowfleet_now(%(now)s), 'claimed',
-           json_build_object('token', lease_token, 'holder', claimed_by, 'attempt', attempts)::text
+    SELECT id, rowfleet_now(%(now)s), 'claimed', {{claimed_detail}}
     FROM claimed
 )
 SELECT * FROM claimed;

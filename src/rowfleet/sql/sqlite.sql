@@ -22,6 +22,18 @@ SELECT 1 AS present FROM jobs, job_events, workers, worker_controls, runs, run_n
 -- name: migration_record
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now);
 
+-- name: savepoint_begin
+-- A composite write inside a caller's open transaction runs in this savepoint, so a failure
+-- undoes only our statements. A fixed name: savepoints of one name nest, innermost first.
+SAVEPOINT rowfleet_write;
+
+-- name: savepoint_release
+RELEASE SAVEPOINT rowfleet_write;
+
+-- name: savepoint_rollback
+-- Leaves the savepoint in place, empty; savepoint_release then ends it.
+ROLLBACK TO SAVEPOINT rowfleet_write;
+
 -- name: job_insert
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
@@ -53,19 +65,28 @@ SELECT * FROM jobs WHERE id = :id AND project = :project;
 -- name: job_holder
 SELECT state, lease_token, claimed_by FROM jobs WHERE id = :id;
 
+-- fragment: claim_candidates
+-- The jobs a claim may take: queued and due, in its project's queue. Every claim query and
+-- job_due include this, so "is anything due?" and "take it" cannot disagree.
+state = 'queued' AND project = :project AND queue = :queue AND run_at <= :now
+
+-- fragment: claim_order
+-- Which candidate a claim takes first; the jobs_claim index is in this order.
+ORDER BY run_next DESC, priority, run_at, id
+
 -- name: job_claim
 UPDATE jobs
 SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
     claimed_by = :holder, lease_expires_at = :now + :lease, started_at = :now, updated_at = :now
 WHERE id = (SELECT id FROM jobs
-            WHERE state = 'queued' AND project = :project AND queue = :queue AND run_at <= :now
-            ORDER BY run_next DESC, priority, run_at, id
+            WHERE {{claim_candidates}}
+            {{claim_order}}
             LIMIT 1)
 RETURNING *;
 
 -- name: job_due
 SELECT 1 AS due FROM jobs
-WHERE state = 'queued' AND project = :project AND queue = :queue AND run_at <= :now
+WHERE {{claim_candidates}}
 LIMIT 1;
 
 -- name: job_renew

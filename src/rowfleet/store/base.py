@@ -2,7 +2,8 @@
 
 A dialect subclass provides ``transaction()`` (a write transaction that takes the write
 lock up front), ``reader()`` (reads outside a transaction), ``caller_transaction(conn)``
-(statements on a caller's own connection, committed by the caller), the waiters
+(a context manager: statements on a caller's own connection inside a savepoint, committed
+by the caller), the waiters
 (``waiter()``, ``dispatch_waiter()``, ``control_waiter()``) and ``close()``. Every state change is a guarded UPDATE; one that matches nothing is an
 answer (``LeaseLost``, ``Conflict``), decided here rather than swallowed.
 """
@@ -12,10 +13,11 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from rowfleet import control, exitcodes, liveness
 from rowfleet import job as jobs
+from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.control import Switch
 from rowfleet.errors import (ConfigError, Conflict, DatabaseBroken, LeaseLost, MigrationError, NotFound,
@@ -81,8 +83,18 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
         """Statements that only read, each seeing the latest committed state."""
 
     @abc.abstractmethod
-    def caller_transaction(self, conn: Any) -> Tx:
-        """Statements on the caller's own connection; the caller commits or rolls back."""
+    def caller_transaction(self, conn: Any) -> contextlib.AbstractContextManager[Tx]:
+        """Statements on the caller's own connection, which the caller commits or rolls back.
+
+        A connection is borrowed, never trusted to roll back for us: inside the caller's open
+        transaction the statements run in a ``savepoint``, so a failure undoes them and leaves
+        the caller's own work committable; with none open they are a transaction of their own
+        (committed at once where the connection autocommits, else left for the caller's commit).
+        """
+
+    def _writing(self, conn: Any = None) -> contextlib.AbstractContextManager[Tx]:
+        """A write transaction: on the caller's ``conn`` when given, else one of our own."""
+        return self.transaction() if conn is None else self.caller_transaction(conn)
 
     @abc.abstractmethod
     def waiter(self, queue: str) -> Waiter:
@@ -166,9 +178,7 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
         With ``conn`` the insert runs on the caller's connection and commits with the
         caller's transaction, or not at all.
         """
-        if conn is not None:
-            return self._insert(self.caller_transaction(conn), spec)
-        with self.transaction() as tx:
+        with self._writing(conn) as tx:
             return self._insert(tx, spec)
 
     def _insert(self, tx: Tx, spec: JobSpec, placement: dict[str, Any] | None = None) -> Job:
@@ -186,9 +196,7 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
         transaction (all or none); returns how many. Idempotency keys are one-by-one only."""
         if spec.key is not None:
             raise ConfigError("enqueue_many does not take an idempotency key: enqueue keyed jobs one by one")
-        if conn is not None:
-            return self._insert_many(self.caller_transaction(conn), spec, args_list)
-        with self.transaction() as tx:
+        with self._writing(conn) as tx:
             return self._insert_many(tx, spec, args_list)
 
     def _insert_many(self, tx: Tx, spec: JobSpec, args_list: Iterable[Any],
@@ -201,22 +209,23 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
 
     # --- claim, renew, finish ----------------------------------------------------------
 
-    def claim(self, project: str, queue: str, holder: str, lease: float) -> Job | None:
-        """Take the next due job of (project, queue), or None when there is none."""
+    def claim(self, claim: Claim) -> Job | None:
+        """Take the next due job of the claim's (project, queue), or None when there is none."""
         with self.transaction(durable=False) as tx:
-            return self._claim(tx, project, queue, holder, lease)
+            return self._claim(tx, claim)
 
-    def _claim(self, tx: Tx, project: str, queue: str, holder: str, lease: float) -> Job | None:
-        row = tx.one("job_claim", project=project, queue=queue, holder=holder, lease=lease)
+    def _claim(self, tx: Tx, claim: Claim) -> Job | None:
+        row = tx.one("job_claim", **claim_params(claim))
         if row is None:
             return None
         job = Job.from_row(row)
-        _event(tx, job.id, "claimed", token=job.lease_token, holder=holder, attempt=job.attempts)
+        tx.run("event_insert", job_id=job.id, kind="claimed", detail=claimed_detail(job))
         return job
 
-    def has_due(self, project: str, queue: str) -> bool:
-        """A cheap read: is anything claimable now? Takes no lock."""
-        return self.reader().one("job_due", project=project, queue=queue) is not None
+    def has_due(self, claim: Claim) -> bool:
+        """A cheap read: would ``claim`` find a job now? Takes no lock. It takes the whole
+        claim, not its queue alone, so that every input that narrows a claim narrows this too."""
+        return self.reader().one("job_due", **claim_params(claim)) is not None
 
     def renew(self, job: Job, lease: float) -> "Renewal":
         """Extend the lease of a job still held with ``job.lease_token``: the new deadline,
@@ -227,11 +236,9 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
                 raise self._stale(tx, job)
             return Renewal(row["lease_expires_at"], row["cancel_requested_at"], row["cancel_reason"])
 
-    def finish(self, job: Job, outcome: Outcome, claim_next: tuple[str, str, str, float] | None = None
-               ) -> Job | None:
-        """Write a run's outcome, guarded by the job's token; optionally claim the next job
-        of ``claim_next = (project, queue, holder, lease)`` in the same transaction, so a
-        busy worker pays one commit per job.
+    def finish(self, job: Job, outcome: Outcome, claim_next: Claim | None = None) -> Job | None:
+        """Write a run's outcome, guarded by the job's token; optionally take the next job
+        for ``claim_next`` in the same transaction, so a busy worker pays one commit per job.
 
         Raises ``LeaseLost`` (writing nothing) when the token is stale. Finishing again
         with the same token and the same terminal state is a no-op.
@@ -240,7 +247,7 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
             self._write_outcome(tx, job, outcome)
             if claim_next is None:
                 return None
-            return self._claim(tx, *claim_next)
+            return self._claim(tx, claim_next)
 
     def _write_outcome(self, tx: Tx, job: Job, outcome: Outcome) -> Outcome:
         """Write ``outcome`` (a re-queue of a node whose run has ended becomes cancelled);
@@ -599,8 +606,29 @@ def not_retried(why: str, error: str | None) -> str:
     return f"{why}; not retried after: {error}" if error else why
 
 
+def claim_params(claim: Claim) -> dict[str, Any]:
+    """The bound parameters of every claim query (job_claim, job_due, and a dialect's own).
+
+    >>> claim_params(Claim("", "default", "box:7", 600.0))
+    {'project': '', 'queue': 'default', 'holder': 'box:7', 'lease': 600.0}
+    """
+    return dict(vars(claim))  # its fields, flat; dataclasses.asdict would deep-copy, on every claim
+
+
+def claimed_detail(job: Job) -> str:
+    """The JSON detail of the event that records a claim, from the claimed job. (A dialect
+    that claims and logs in one statement builds the same keys in its SQL, from the same row.)
+
+    >>> from types import SimpleNamespace
+    >>> claimed_detail(SimpleNamespace(lease_token=5, claimed_by="box:7", attempts=2))
+    '{"token":5,"holder":"box:7","attempt":2}'
+    """
+    return jobs.encode_json({"token": job.lease_token, "holder": job.claimed_by, "attempt": job.attempts})
+
+
 def outcome_detail(job: Job, outcome: Outcome) -> str:
-    """The JSON detail of the event that records a run's outcome."""
+    """The JSON detail of the event that records a run's outcome (every dialect writes this
+    one, bound as a parameter)."""
     detail: dict[str, Any] = {"token": job.lease_token, "attempt": job.attempts}
     if outcome.error:
         detail["error"] = outcome.error
@@ -614,6 +642,24 @@ def _encode_args(args: Any) -> str:
         return jobs.encode_json(args)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"args must be JSON-serialisable: {exc}") from None
+
+
+@contextlib.contextmanager
+def savepoint(tx: Tx) -> Iterator[Tx]:
+    """``tx``'s statements in a savepoint of the transaction open on its connection: released
+    when they succeed, rolled back to on any error, so the transaction's earlier work stays
+    as it was (and, on PostgreSQL, committable after a failed statement)."""
+    tx.run("savepoint_begin")
+    try:
+        yield tx
+    except BaseException:
+        # An error that ended the whole transaction (a lost connection) took the savepoint
+        # with it: the error to raise is the first one.
+        with contextlib.suppress(RowfleetError):
+            tx.run("savepoint_rollback")
+            tx.run("savepoint_release")
+        raise
+    tx.run("savepoint_release")
 
 
 def _event(tx: Tx, job_id: int, kind: str, **detail: Any) -> None:

@@ -13,13 +13,14 @@ import contextlib
 import select
 from typing import Any, Callable, Iterator
 
+from rowfleet.claim import Claim
 from rowfleet.config import Config, redact_url
 from rowfleet.control import ANY
 from rowfleet.errors import (ConfigError, DatabaseBroken, DatabaseUnreachable, RowfleetError, SchemaMissing,
                              StoreUnavailable)
 from rowfleet.job import TERMINAL, Job, Outcome
 from rowfleet.queries import queries
-from rowfleet.store.base import Store, Tx, outcome_detail, schema_gone_unless_new
+from rowfleet.store.base import Store, Tx, claim_params, outcome_detail, savepoint, schema_gone_unless_new
 from rowfleet.wake import Doorbell
 
 CONNECT_TIMEOUT = 10
@@ -109,6 +110,8 @@ class PostgresStore(Store):
     # Queries only this dialect has: composite operations SQLite cannot do in one statement.
     own_queries = frozenset({"job_finish_and_claim", "job_claim_logged", "database_time", "listen_jobs",
                              "listen_dispatch", "listen_control"})
+    # Fragments only this dialect's own queries include.
+    own_fragments = frozenset({"claimed_detail"})
 
     def __init__(self, url: str, config: Config, *, clock: Callable[[], float] | None = None) -> None:
         super().__init__(config, self._database_time)
@@ -156,39 +159,60 @@ class PostgresStore(Store):
             return schema_gone_unless_new(error, self.reader(), self.dialect)
         return error
 
-    def claim(self, project: str, queue: str, holder: str, lease: float) -> Job | None:
-        """As ``Store.claim``, in one statement: on Postgres round trips are the cost."""
-        row = _AutocommitTx(self).one("job_claim_logged", project=project, queue=queue, holder=holder, lease=lease)
+    def claim(self, claim: Claim) -> Job | None:
+        """As ``Store.claim``, in one statement: on Postgres round trips are the cost. The
+        statement logs the claim itself, with the detail of the ``claimed_detail`` fragment
+        (the token and attempt exist only inside it, so Python cannot bind them)."""
+        row = _AutocommitTx(self).one("job_claim_logged", **claim_params(claim))
         return None if row is None else Job.from_row(row)
 
-    def finish(self, job: Job, outcome: Outcome, claim_next: tuple[str, str, str, float] | None = None
-               ) -> Job | None:
+    def finish(self, job: Job, outcome: Outcome, claim_next: Claim | None = None) -> Job | None:
         """As ``Store.finish``; a terminal outcome followed by a claim is one statement here,
         since on Postgres a busy worker is bound by round trips, not by commits."""
         if claim_next is None or outcome.state not in TERMINAL:
             return super().finish(job, outcome, claim_next)
-        project, queue, holder, lease = claim_next
         row = _AutocommitTx(self).one(
             "job_finish_and_claim", id=job.id, token=job.lease_token, state=outcome.state,
             result=outcome.result_json, error=outcome.error, traceback=outcome.traceback,
             kind=outcome.event or outcome.state, detail=outcome_detail(job, outcome),
-            project=project, queue=queue, holder=holder, lease=lease)
+            **claim_params(claim_next))
         if not row["finished"]:  # nothing was written: an idempotent repeat, or a stale holder
             with self.transaction() as tx:
                 self._check_already_written(tx, job, outcome)
-            return self.claim(*claim_next)
+            return self.claim(claim_next)
         return Job.from_row(row) if row["id"] is not None else None
 
     def reader(self) -> Tx:
         return _AutocommitTx(self)
 
-    def caller_transaction(self, conn: Any) -> Tx:
+    @contextlib.contextmanager
+    def caller_transaction(self, conn: Any) -> Iterator[Tx]:
         psycopg = driver()
+        from psycopg.pq import TransactionStatus
         from psycopg.rows import dict_row
 
         if not isinstance(conn, psycopg.Connection):
             raise TypeError(f"conn must be a psycopg Connection for a Postgres store, got {type(conn).__name__}")
-        return PostgresTx(conn.cursor(row_factory=dict_row), self.sql, self._now())
+        tx = PostgresTx(conn.cursor(row_factory=dict_row), self.sql, self._now())
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            with savepoint(tx):
+                yield tx
+        elif conn.autocommit:  # nothing of the caller's pending: a transaction of our own
+            try:
+                with conn.transaction():
+                    yield tx
+            except psycopg.Error as exc:
+                raise translate(exc, " on the caller's connection") from exc
+        else:
+            # psycopg opens the caller's transaction before our first statement (its own
+            # transaction() here would commit at the end, behind the caller): left open for
+            # the caller's commit, and rolled back whole on a failure, as all of it is ours.
+            try:
+                yield tx
+            except BaseException:
+                with contextlib.suppress(psycopg.Error):
+                    conn.rollback()
+                raise
 
     def waiter(self, queue: str) -> "ListenWaiter":
         return ListenWaiter(self.url, queue)

@@ -1,7 +1,7 @@
 """Workflow runs over named queries: start, advance, drain the outbox, cancel, restart, input.
 
 Written once for both dialects, below the storage seam, as a part of ``Store`` (which
-provides ``transaction()``, ``reader()`` and the job inserts). Every change to a run
+provides ``transaction()``, ``_writing(conn)``, ``reader()`` and the job inserts). Every change to a run
 happens in a transaction that first locks the run's row (``run_lock``), so the pure walk
 in ``rowfleet.dag`` decides on the state it then changes, even with two orchestrators
 draining events of the same run. Nodes advance in three ways, each one transaction:
@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from rowfleet import dag
 from rowfleet.errors import ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, NotFound, SchemaMissing
-from rowfleet.job import Job, JobSpec, decode_column, decode_json, drain_retry_delay, encode_json, iso
+from rowfleet.job import Job, JobSpec, by_name, decode_column, decode_json, drain_retry_delay, encode_json, iso
 
 log = logging.getLogger("rowfleet.runs")
 
@@ -59,7 +59,15 @@ class Run:
     created_at: float
     updated_at: float
     finished_at: float | None
-    nodes: tuple[RunNode, ...] = ()
+    nodes: tuple[RunNode, ...] = ()  # not a column: gathered from run_nodes and the jobs
+
+    @classmethod
+    def from_row(cls, row: Any) -> "Run":
+        """Build from a row of ``runs``, by column name (see ``by_name``), without its nodes.
+        Its ``definition`` is no field: a run's view shows the nodes walked from it instead."""
+        stored = by_name(row, "runs", _RUN_COLUMNS)
+        return cls(stored["id"], stored["project"], stored["name"], stored["state"], decode_json(stored["args"]),
+                   stored["error"], stored["created_at"], stored["updated_at"], stored["finished_at"])
 
     def node(self, node_id: str) -> RunNode:
         for node in self.nodes:
@@ -76,6 +84,9 @@ class Run:
         return data
 
 
+_RUN_COLUMNS = frozenset(field.name for field in dataclasses.fields(Run) if field.name != "nodes")
+
+
 class WorkflowStore:
     """The workflow half of ``Store``."""
 
@@ -83,11 +94,10 @@ class WorkflowStore:
 
     def start_run(self, flow: dag.Workflow, args: Any, project: str, conn: Any = None) -> int:
         """Create a run of ``flow`` (its definition snapshotted) and enqueue its first nodes,
-        in one transaction; the run's id. With ``conn``, inside the caller's transaction."""
+        in one transaction; the run's id. With ``conn``, inside the caller's transaction, where
+        a run that cannot start leaves nothing behind and the caller's own work intact."""
         encoded_args = encode_json(args)
-        if conn is not None:
-            return self._start(self.caller_transaction(conn), flow, encoded_args, project)
-        with self.transaction() as tx:
+        with self._writing(conn) as tx:
             return self._start(tx, flow, encoded_args, project)
 
     def _start(self, tx: Any, flow: dag.Workflow, encoded_args: str, project: str) -> int:
@@ -110,7 +120,7 @@ class WorkflowStore:
     def list_runs(self, project: str, state: str | None = None, limit: int = 50) -> list[Run]:
         """Runs, newest first, without their nodes."""
         rows = self.reader().all("runs_list", project=project, state=state, limit=limit)
-        return [_run(row) for row in rows]
+        return [Run.from_row(row) for row in rows]
 
     def dispatch_events(self, run_id: int) -> list[dict[str, Any]]:
         return [dict(row) for row in self.reader().all("dispatch_of_run", run_id=run_id)]
@@ -137,7 +147,7 @@ class WorkflowStore:
             nodes.append(RunNode(node.id, node.kind, node.task, state, attempts, decode_json(stored["result"]),
                                  stored["error"], stored["items"], tuple(job["id"] for job in current), node.prompt,
                                  unapplied))
-        return dataclasses.replace(_run(row), nodes=tuple(nodes))
+        return dataclasses.replace(Run.from_row(row), nodes=tuple(nodes))
 
     # --- the walk ----------------------------------------------------------------------
 
@@ -380,8 +390,3 @@ def _parse_definition(text: str) -> dag.Workflow:
     """A run's definition never changes, and a wide one takes milliseconds to validate:
     parsed once per text, not once per event drained."""
     return dag.parse_workflow(decode_json(text))
-
-
-def _run(row: Any) -> Run:
-    return Run(row["id"], row["project"], row["name"], row["state"], decode_json(row["args"]), row["error"],
-               row["created_at"], row["updated_at"], row["finished_at"])

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, DatabaseBroken, DatabaseBusy, RowfleetError, SchemaMissing, StoreUnavailable
-from rowfleet.store.base import Store, Tx, schema_gone_unless_new
+from rowfleet.store.base import Store, Tx, savepoint, schema_gone_unless_new
 from rowfleet.wake import FileWaiter, Sleeper, Waiter
 
 
@@ -167,6 +167,23 @@ class SQLiteTx(Tx):
                 raise unreadable(exc, " in a migration") from None
 
 
+def _autocommits(conn: sqlite3.Connection) -> bool:
+    """Whether a caller's connection commits each statement as it runs: ``autocommit=True``
+    (Python 3.12 on), or legacy transaction control with ``isolation_level=None``."""
+    autocommit = getattr(conn, "autocommit", None)  # True, False, or the legacy marker (-1)
+    if isinstance(autocommit, bool):
+        return autocommit
+    return conn.isolation_level is None
+
+
+def _on_callers(conn: sqlite3.Connection, statement: str, what: str) -> None:
+    """Transaction control on a caller's connection, its driver errors translated."""
+    try:
+        conn.execute(statement)
+    except sqlite3.Error as exc:
+        raise translate(exc, what) from None
+
+
 class SQLiteStore(Store):
     dialect = "sqlite"
 
@@ -241,10 +258,30 @@ class SQLiteStore(Store):
     def reader(self) -> Tx:
         return SQLiteTx(self.conn, self.sql, self.clock())
 
-    def caller_transaction(self, conn: Any) -> Tx:
+    @contextlib.contextmanager
+    def caller_transaction(self, conn: Any) -> Iterator[Tx]:
         if not isinstance(conn, sqlite3.Connection):
             raise TypeError(f"conn must be a sqlite3.Connection for a SQLite store, got {type(conn).__name__}")
-        return SQLiteTx(conn, self.sql, self.clock())
+        tx = SQLiteTx(conn, self.sql, self.clock())
+        if conn.in_transaction:
+            with savepoint(tx):
+                yield tx
+            return
+        # None open: one of our own, taking the write lock up front. (A savepoint here would
+        # open a transaction and commit it at its release, behind a caller who commits.) It
+        # commits at once where each of the caller's statements does; under Python's legacy
+        # transaction control it is left open, as its implicit BEGIN would be, for the
+        # caller's commit() or rollback().
+        _on_callers(conn, "BEGIN IMMEDIATE", " taking the write lock")
+        try:
+            yield tx
+            if _autocommits(conn):
+                _on_callers(conn, "COMMIT", " committing")
+        except BaseException:
+            if conn.in_transaction:  # ours alone: nothing of the caller's was pending
+                with contextlib.suppress(RowfleetError):
+                    _on_callers(conn, "ROLLBACK", " rolling back")
+            raise
 
     def waiter(self, queue: str) -> Waiter:
         return FileWaiter(self.path, self.config.poll)  # a file write names no queue

@@ -1,0 +1,120 @@
+"""The claim contract: what a claim, a finish that claims the next job, and a plain claim
+write, compared across backends event by event.
+
+PostgreSQL claims and logs in one statement (``job_claim_logged``, ``job_finish_and_claim``)
+and builds the claimed event's detail in SQL; SQLite claims, then logs with Python's
+``claimed_detail``. ``ClaimContract`` holds one expected list of event rows that both
+backends must write, so the two ways of logging cannot drift apart. Also runs the doctests
+of ``rowfleet.claim`` and ``rowfleet.store.base``.
+"""
+
+from __future__ import annotations
+
+import doctest
+import json
+import unittest
+
+from rowfleet import claim as claim_module
+from rowfleet.claim import Claim
+from rowfleet.job import COMPLETED, FAILED, QUEUED, RUNNING, JobSpec, Outcome
+from rowfleet.store import base
+from pg_harness import PostgresDatabaseCase
+from support import TempDirTestCase
+from test_lifecycle import Clock
+
+HOLDER = "box:7"
+TURN = Claim("", "default", HOLDER, 60.0)
+
+
+def load_tests(loader, tests, pattern):
+    for module in (claim_module, base):
+        tests.addTests(doctest.DocTestSuite(module))
+    return tests
+
+
+class ClaimContract:
+    """Every backend must pass these. Subclasses provide ``config()`` naming their database."""
+
+    # (job, seconds after the start, kind, detail) for each event, job by job: one literal
+    # for every backend. The times are the test clock's, so every value here is exact.
+    EXPECTED = [
+        ("first", 0.0, "claimed", {"token": 1, "holder": HOLDER, "attempt": 1}),
+        ("first", 0.0, "completed", {"token": 1, "attempt": 1}),
+        ("second", 0.0, "claimed", {"token": 1, "holder": HOLDER, "attempt": 1}),
+        ("second", 0.0, "retried", {"token": 1, "attempt": 1, "error": "try again", "delay": 5.0}),
+        ("second", 5.0, "claimed", {"token": 2, "holder": HOLDER, "attempt": 2}),
+        ("second", 5.0, "failed", {"token": 2, "attempt": 2, "error": "bad"}),
+        ("third", 0.0, "claimed", {"token": 1, "holder": HOLDER, "attempt": 1}),
+        ("third", 5.0, "completed", {"token": 1, "attempt": 1}),
+    ]
+
+    def setUp(self) -> None:
+        super().setUp()
+        from rowfleet.store import open_store
+
+        self.clock = Clock()
+        self.store = open_store(self.config(), create=True, clock=self.clock)
+        self.addCleanup(self.store.close)
+        self.store.migrate()
+
+    def enqueue(self) -> int:
+        return self.store.enqueue(JobSpec(task="claim.noop", args={})).id
+
+    def turns(self) -> dict[str, int]:
+        """A worker's turns: claim, finish-and-claim (terminal, then a retry), claim while
+        nothing is due and once it is, finish-and-claim with nothing left, a plain finish."""
+        ids = {"first": self.enqueue(), "second": self.enqueue(), "third": self.enqueue()}
+        first = self.store.claim(TURN)
+        second = self.store.finish(first, Outcome(COMPLETED, result=1, event="completed"), claim_next=TURN)
+        third = self.store.finish(second, Outcome(QUEUED, error="try again", delay=5.0, event="retried"),
+                                  claim_next=TURN)
+        self.assertEqual([first.id, second.id, third.id], [ids["first"], ids["second"], ids["third"]])
+        self.assertFalse(self.store.has_due(TURN))
+        self.assertIsNone(self.store.claim(TURN), "a retry was claimed before its delay")
+        self.clock.advance(5.0)
+        self.assertTrue(self.store.has_due(TURN))
+        again = self.store.claim(TURN)
+        self.assertEqual((again.id, again.state, again.attempts), (ids["second"], RUNNING, 2))
+        self.assertIsNone(self.store.finish(again, Outcome(FAILED, error="bad", event="failed"), claim_next=TURN))
+        self.assertIsNone(self.store.finish(third, Outcome(COMPLETED, result=3, event="completed")))
+        return ids
+
+    def test_claims_and_finishes_write_the_expected_event_rows(self):
+        start = self.clock.now
+        ids = self.turns()
+        written = [(name, event.at - start, event.kind, event.detail)
+                   for name, job_id in ids.items() for event in self.store.events(job_id)]
+        self.assertEqual([(kind, sorted(detail)) for _, _, kind, detail in written],
+                         [(kind, sorted(detail)) for _, _, kind, detail in self.EXPECTED])
+        self.assertEqual(written, self.EXPECTED)
+
+    def test_the_claimed_event_is_claimed_detail_of_the_claimed_job(self):
+        # On PostgreSQL the statement builds the detail; it must say what Python's would.
+        self.enqueue()
+        self.enqueue()
+        first = self.store.claim(TURN)
+        second = self.store.finish(first, Outcome(COMPLETED, result=None, event="completed"), claim_next=TURN)
+        for job in (first, second):
+            with self.subTest(job=job.id):
+                claimed = [event for event in self.store.events(job.id) if event.kind == "claimed"]
+                self.assertEqual([event.detail for event in claimed], [json.loads(base.claimed_detail(job))])
+
+    def test_a_claim_of_another_queue_or_project_finds_nothing(self):
+        self.enqueue()
+        for other in (Claim("", "gpu", HOLDER, 60.0), Claim("beta", "default", HOLDER, 60.0)):
+            with self.subTest(claim=other):
+                self.assertFalse(self.store.has_due(other))
+                self.assertIsNone(self.store.claim(other))
+        self.assertTrue(self.store.has_due(TURN))
+
+
+class SQLiteClaimTest(ClaimContract, TempDirTestCase):
+    pass
+
+
+class PostgresClaimTest(PostgresDatabaseCase, ClaimContract, TempDirTestCase):
+    """The same contract on a throwaway PostgreSQL database (skipped loudly without one)."""
+
+
+if __name__ == "__main__":
+    unittest.main()
