@@ -11,6 +11,8 @@ run on SQLite and PostgreSQL; the watchdog's lookup needs no database.
 
 from __future__ import annotations
 
+import json
+import os
 import unittest
 
 import rowfleet
@@ -92,6 +94,18 @@ class StampContract:
         self.assertEqual({node: (job.timeout, job.queue) for node, job in found.items()},
                          {"by_task": (TIMEOUT, "stamps-io"), "by_name": (TIMEOUT, "stamps-io"),
                           "own": (1.0, "mine")})
+
+    def test_a_workflow_file_run_with_its_app_stamps_its_nodes(self):
+        self.write_module("stampapp", APP_SOURCE)
+        path = os.path.join(self.dir, "flow.json")
+        with open(path, "w") as handle:
+            json.dump({"name": "stamps.file", "nodes": [{"id": "a", "task": "stampapp.slow"},
+                                                        {"id": "b", "task": "stampapp.slow", "timeout": 1}]},
+                      handle)
+        run_id = int(self.cli("run", path, "--app", "stampapp").stdout)
+        run = rowfleet.get_run(run_id)
+        self.assertEqual({node.id: (self.row(node.jobs[0]).timeout, self.row(node.jobs[0]).queue)
+                          for node in run.nodes}, {"a": (9.0, "stampapp-io"), "b": (1.0, "stampapp-io")})
 
     def test_a_schedules_fired_job_carries_its_tasks_timeout(self):
         schedule = Schedule("stamps.every", "stamps.slow", every=60)
