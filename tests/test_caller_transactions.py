@@ -199,7 +199,8 @@ class PostgresCallerTransactionTest(PostgresDatabaseCase, CallerTransactionContr
             conn.execute("BEGIN")
 
     def open_transaction(self, conn) -> bool:
-        # Through the store's lazy driver: this file is not one of the *pg* files that may import it.
+        from rowfleet.store.postgres import driver  # lazily: this is not one of the *pg* files
+
         return conn.info.transaction_status != driver().pq.TransactionStatus.IDLE
 
 
