@@ -15,6 +15,8 @@ from rowfleet import tasks
 from rowfleet.errors import TaskRefused
 from support import TempDirTestCase
 
+SLOW = True  # real worker processes on both databases
+
 APP = """\
 import rowfleet
 
