@@ -217,7 +217,7 @@ class PeriodicTest(unittest.TestCase):
 
         self.assertEqual(refresh(full=False), {"full": False})  # still a plain function to call
         self.assertIs(tasks.resolve("periodic.refresh"), refresh.fn)
-        self.assertEqual(tasks.timeout_of("periodic.refresh"), 30)
+        self.assertEqual(tasks.stamp("periodic.refresh").timeout, 30)
         schedule = next(s for s in scheduler.registered_schedules() if s.name == "periodic.refresh")
         self.assertEqual(schedule, Schedule("periodic.refresh", "periodic.refresh", cron="*/15 * * * *",
                                             args={"full": True}, queue="maintenance", hours=(8, 18),

@@ -153,7 +153,7 @@ class BudgetLookupTest(TempDirTestCase):
 
     def test_a_row_without_a_timeout_gets_the_workers_budget_whatever_the_registry_says(self):
         job = self.job("stamps.slow")  # written as plain SQL would: no timeout stamped
-        self.assertEqual(tasks.timeout_of(job.task), TIMEOUT)
+        self.assertEqual(tasks.stamp(job.task).timeout, TIMEOUT)  # the registry has one
         self.assertEqual(watchdog.budget_of(job, Config(budget=60)), 60.0)
 
 

@@ -128,7 +128,8 @@ class Schedule:
 
     def _check_options(self) -> None:
         checks = [
-            ("queue", self.queue is None or _is_word(self.queue), "must be a non-empty word without spaces"),
+            ("queue", self.queue is None or _is_word(self.queue),
+             "must be a non-empty word without spaces, other than '*' (which no worker serves)"),
             ("zone", isinstance(self.zone, str), "must be an IANA time zone name such as 'Europe/Berlin'"),
             ("missed", self.missed in MISSED_POLICIES, f"must be {' or '.join(map(repr, MISSED_POLICIES))}"),
             ("at_boot", isinstance(self.at_boot, bool), "must be true or false"),

@@ -217,12 +217,6 @@ def stamp(task: Any, queue: str | None = None, timeout: float | None = None) -> 
     return Stamp(name, queue, timeout)
 
 
-def timeout_of(name: str) -> float | None:
-    """The timeout its ``@task`` registration gave a task name, if any (never imports)."""
-    registered = _registration(name)
-    return registered.timeout if registered is not None else None
-
-
 def _registration(name: Any) -> Task | None:
     if not isinstance(name, str):
         return None

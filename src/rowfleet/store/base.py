@@ -345,9 +345,11 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
         return None
 
     def cancel(self, job_id: int, project: str, reason: str = "cancelled by an operator") -> Job:
-        """Cancel a queued job at once; for a running job, ask its worker to stop it (see
-        ``request_cancel``): the job returned is still running then. Cancelling a cancelled
-        job, or asking twice, is a no-op; a finished job conflicts."""
+        """Cancel a queued job at once; for a running job, ask its worker to stop it: the
+        worker learns of it with its next lease renewal, asks the handler to stop
+        (``rowfleet.cancel_requested()``), and past ``config.cancel_grace`` ends its own
+        process; the job ends cancelled either way, and the job returned is still running.
+        Cancelling a cancelled job, or asking twice, is a no-op; a finished job conflicts."""
         with self.transaction() as tx:
             row = tx.one("job_cancel", id=job_id, project=project, reason=reason)
             if row is not None:
@@ -362,17 +364,6 @@ class Store(WorkflowStore, ScheduleStore, abc.ABC):
             if job.state == jobs.CANCELLED:
                 return job
             raise Conflict(f"job {job_id} is {job.state}; only queued or running jobs can be cancelled")
-
-    def request_cancel(self, job_id: int, project: str, reason: str = "cancelled by an operator") -> Job:
-        """Ask the worker holding a running job to stop it: the worker learns of it with its
-        next lease renewal, asks the handler to stop (``rowfleet.cancel_requested()``), and
-        past ``config.cancel_grace`` ends its own process; the job ends cancelled either way.
-        Asking again is a no-op; a job that is not running conflicts."""
-        with self.transaction() as tx:
-            job = self._get(tx, job_id, project)
-            if job.state != jobs.RUNNING:
-                raise Conflict(f"job {job_id} is {job.state}; only a running job's worker can be asked to stop it")
-            return self._request_cancel(tx, job, reason)
 
     def _request_cancel(self, tx: Tx, job: Job, reason: str) -> Job:
         row = tx.one("job_cancel_request", id=job.id, project=job.project, reason=reason)
