@@ -51,9 +51,16 @@ def check_deps(args: list[str]) -> int:
     return run_script("tools/check_deps.py", args)
 
 
+def settings_table(args: list[str]) -> int:
+    """Rewrite the README's settings tables from the settings' declarations (--check: only compare)."""
+    return run_script("tools/settings_table.py", args)
+
+
 def bench(args: list[str]) -> int:
-    """Run the benchmarks."""
-    return run_script("tools/bench.py", args)
+    """Run the benchmarks (--section NAME for one section, --quick for a sanity run)."""
+    # The bench is a package (tools/bench/), run with -m so its sections find their harness.
+    code = subprocess.call([sys.executable, "-m", "tools.bench", *args], cwd=ROOT)
+    return 128 - code if code < 0 else code
 
 
 def demo(args: list[str]) -> int:
@@ -108,6 +115,7 @@ TASKS = {
     "test": test,
     "test-quick": test_quick,
     "check-deps": check_deps,
+    "settings-table": settings_table,
     "bench": bench,
     "demo": demo,
     "clean": clean,

@@ -1,8 +1,12 @@
 """The benchmark still runs: its numbers are never asserted, but a bench that no longer
-starts (a renamed import, a moved query) must fail the suite, not the next release."""
+starts (a renamed import, a moved query) must fail the suite, not the next release.
+Also holds the package's layering (tools/bench/: the command line imports the sections,
+each section imports only the harness) and its registry (every section module is run)."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import re
 import subprocess
@@ -11,7 +15,8 @@ import unittest
 
 from support import DEADLINE, ROOT, child_env
 
-BENCH = os.path.join(ROOT, "tools", "bench.py")
+PACKAGE = os.path.join(ROOT, "tools", "bench")
+FRAME = {"__init__", "__main__", "harness"}  # the package's modules that are not sections
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -19,15 +24,42 @@ def run(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=DEADLINE * 4)
 
 
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return run("-m", "tools.bench", *args)
+
+
+def sibling_imports(module: str) -> set[str]:
+    """The package's own modules that ``module`` imports (relative imports), wherever they run."""
+    with open(os.path.join(PACKAGE, module + ".py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update([node.module] if node.module else [alias.name for alias in node.names])
+    return found
+
+
+def package_modules() -> set[str]:
+    return {name.removesuffix(".py") for name in os.listdir(PACKAGE) if name.endswith(".py")}
+
+
 class BenchSmokeTest(unittest.TestCase):
     def test_a_quick_section_prints_its_table(self):
-        result = run(BENCH, "--quick", "--only", "batch")
+        result = bench("--quick", "--section", "batch")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(result.stdout.startswith("benchmark"), result.stdout)
         self.assertIn("batch enqueue", result.stdout)
+        self.assertIn("  baselines   enqueue:", result.stdout)  # its legend lines ...
+        self.assertNotIn("  pg rows", result.stdout)  # ... and no other section's
+
+    def test_the_make_task_runs_a_section_named_positionally(self):
+        result = run("make.py", "bench", "--quick", "batch")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("batch enqueue", result.stdout)
+        self.assertNotIn("enqueue, 1 job/transaction", result.stdout)
 
     def test_the_dag_section_prints_its_rows_with_numbers(self):
-        result = run(BENCH, "--quick", "--only", "dag")
+        result = bench("--quick", "--section", "dag")
         self.assertEqual(result.returncode, 0, result.stderr)
         rows = {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in result.stdout.splitlines()}
         for label in ("dag fan-out, 2 workers (nodes/s)", "dag map, 2 workers (nodes/s)"):
@@ -43,14 +75,41 @@ class BenchSmokeTest(unittest.TestCase):
         self.assertIn("pg dag fan-out", result.stdout)  # not run with --quick, but named
 
     def test_the_postgres_rows_import(self):
-        code = f"import sys; sys.path.insert(0, {os.path.join(ROOT, 'tools')!r}); import bench_pg"
-        result = run("-c", code)
+        result = run("-c", "import tools.bench.postgres")
         self.assertEqual(result.returncode, 0, result.stderr)
 
     def test_a_bad_section_is_one_line(self):
-        result = run(BENCH, "--only", "nonsense")
-        self.assertEqual(result.returncode, 2)
-        self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+        for args in (["--only", "nonsense"], ["--section", "nonsense"], ["nonsense"]):
+            with self.subTest(args=args):
+                result = bench(*args)
+                self.assertEqual(result.returncode, 2)
+                self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+                self.assertIn("nonsense", result.stderr)
+
+
+class BenchPackageTest(unittest.TestCase):
+    def test_sections_import_the_harness_only_and_the_harness_no_section(self):
+        sections = package_modules() - FRAME
+        self.assertIn("dag", sections)
+        self.assertEqual(sibling_imports("harness"), set())
+        for section in sorted(sections):
+            with self.subTest(section):
+                self.assertLessEqual(sibling_imports(section), {"harness"})
+        self.assertLessEqual(sibling_imports("__main__"), sections | {"harness"})
+
+    def test_every_section_module_is_in_the_registry_with_its_legend(self):
+        code = ("import json; from tools.bench.__main__ import SECTIONS; "
+                "print(json.dumps({name: [s.run.__module__, s.legend] for name, s in SECTIONS.items()}))")
+        result = run("-c", code)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        registry = json.loads(result.stdout)
+        table_order = ["enqueue", "batch", "roundtrip", "wake", "claim", "dag", "postgres"]
+        self.assertEqual([name for name in registry if name in table_order], table_order)
+        modules = {module.removeprefix("tools.bench.") for module, _ in registry.values()}
+        self.assertEqual(modules, package_modules() - FRAME)
+        for name, (_, legend) in registry.items():
+            with self.subTest(name):
+                self.assertRegex(legend, r"^  \S")  # indented as the legend's frame is
 
 
 if __name__ == "__main__":

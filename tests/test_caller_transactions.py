@@ -107,13 +107,13 @@ class CallerTransactionContract:
             self.store.start_run(flow, None, "", conn=self.connection())
 
     def test_an_enqueue_failing_after_its_write_leaves_nothing_behind(self):
-        with self.refused_after("_insert"):  # keyed: a look-up, then the insert
+        with self.refused_after("_enqueue"):  # keyed: a look-up, then the insert
             self.assert_failure_leaves_only_the_callers_work(
                 lambda conn, mode: self.store.enqueue(JobSpec(task="caller.noop", key=mode), conn=conn))
 
     def test_an_enqueue_many_failing_after_its_write_leaves_nothing_behind(self):
         spec = JobSpec(task="caller.noop")
-        with self.refused_after("_insert_many"):
+        with self.refused_after("_enqueue_many"):
             self.assert_failure_leaves_only_the_callers_work(
                 lambda conn, mode: self.store.enqueue_many(spec, [[1], [2], [3]], conn=conn))
 

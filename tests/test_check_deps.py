@@ -91,6 +91,8 @@ EXPECTED = {
     ("src/rowfleet/store/postgres.py", 4),  # psycopg_pool in a class body still runs at import
     ("src/rowfleet/plugin.py", 7),          # importlib.import_module("requests")
     ("src/rowfleet/numeric.py", 2),         # __import__("numpy")
+    ("src/rowfleet/plugin.py", 1),          # a module in no layer
+    ("src/rowfleet/numeric.py", 1),         # a module in no layer
     ("tests/test_config.py", 2),            # from yaml import ...
     ("tests/test_postgres_store.py", 1),    # psycopg_pool at module level, even in a pg test
     ("tools/broken.py", 1),                 # syntax error
@@ -168,7 +170,7 @@ class CleanTreeTests(unittest.TestCase):
                 "src/rowfleet/config.py": "import os\n",
                 "src/rowfleet/store/postgres.py": "def connect():\n    import psycopg\n",
                 "tests/test_x.py": "import unittest\nimport rowfleet\n",
-                "tools/bench_pg.py": "def main():\n    import psycopg\n",
+                "tools/bench/postgres.py": "def main():\n    import psycopg\n",
                 "src/rowfleet/__pycache__/junk.py": "import requests\n",
                 "tools/build/x.py": "import requests\n",
                 "examples/dist/x.py": "import requests\n",
@@ -198,7 +200,7 @@ class ImportCycleTests(unittest.TestCase):
     def check(self, files: dict[str, str]):
         with tempfile.TemporaryDirectory() as tmp:
             plant(Path(tmp), files)
-            return check_deps.check(Path(tmp)).violations()
+            return check_deps.check(Path(tmp)).cycles
 
     def test_a_load_time_cycle_is_one_violation_naming_the_path(self):
         cyclic = {**self.TREE, "src/rowfleet/tasks.py": "import rowfleet.api\n"}
@@ -220,6 +222,48 @@ class ImportCycleTests(unittest.TestCase):
         for graph, expected in cases:
             with self.subTest(graph=graph):
                 self.assertEqual(check_deps.import_cycles(graph), expected)
+
+
+class LayerTests(unittest.TestCase):
+    """An import up the layers fails the check, at load time or inside a function; so does a
+    module that no layer claims. Imports down or within a layer pass."""
+
+    def violations(self, files: dict[str, str]):
+        with tempfile.TemporaryDirectory() as tmp:
+            plant(Path(tmp), files)
+            return check_deps.check(Path(tmp)).violations()
+
+    def test_imports_down_and_within_a_layer_pass(self):
+        self.assertEqual(self.violations({
+            "src/rowfleet/__init__.py": "from rowfleet.api import enqueue\n",
+            "src/rowfleet/api.py": "from rowfleet import worker, names\n",
+            "src/rowfleet/worker.py": "from rowfleet import tasks\nfrom rowfleet.store import open_store\n",
+            "src/rowfleet/tasks.py": "from rowfleet import names\n",
+            "src/rowfleet/store/__init__.py": "def open_store():\n    from rowfleet.store import sqlite\n",
+            "src/rowfleet/store/sqlite.py": "from rowfleet import job\n",
+            "src/rowfleet/job.py": "from rowfleet import names\n",
+            "src/rowfleet/names.py": "import re\n",
+        }), [])
+
+    def test_a_lazy_import_up_the_layers_is_a_violation(self):
+        found = self.violations({
+            "src/rowfleet/__init__.py": "",
+            "src/rowfleet/api.py": "from rowfleet import tasks\n",
+            "src/rowfleet/tasks.py": "def enqueue():\n    from rowfleet import api\n",
+        })
+        self.assertEqual([(v.path, v.line) for v in found], [("src/rowfleet/tasks.py", 2)])
+        self.assertIn("rowfleet.tasks (services) imports rowfleet.api (surface)", found[0].reason)
+
+    def test_a_pure_module_importing_the_store_is_a_violation(self):
+        found = self.violations({"src/rowfleet/__init__.py": "", "src/rowfleet/job.py": "import rowfleet.store\n",
+                                 "src/rowfleet/store/__init__.py": ""})
+        self.assertEqual(len(found), 1)
+        self.assertIn("rowfleet.job (pure rules) imports rowfleet.store (storage)", found[0].reason)
+
+    def test_a_module_in_no_layer_is_a_violation(self):
+        found = self.violations({"src/rowfleet/__init__.py": "", "src/rowfleet/gadget.py": "import os\n"})
+        self.assertEqual([v.path for v in found], ["src/rowfleet/gadget.py"])
+        self.assertIn("in no layer", found[0].reason)
 
 
 class ImportsOfTests(unittest.TestCase):
@@ -250,21 +294,21 @@ class ImportsOfTests(unittest.TestCase):
             "src/rowfleet/store/postgres.py",
             "tests/helpers.py",
             "tests/support/fake_store.py",
-            "tools/bench.py",
+            "tools/bench/harness.py",
             "examples/greeting.py",
         ]
         # Modules inside src/rowfleet are only importable by dotted name, so a
         # src/rowfleet/store/yaml.py must never excuse a bare `import yaml`.
         self.assertEqual(
             check_deps.local_module_names(paths),
-            {"make", "rowfleet", "helpers", "support", "fake_store", "bench", "greeting"},
+            {"make", "rowfleet", "helpers", "support", "fake_store", "bench", "harness", "greeting"},
         )
 
     def test_pg_file_names(self):
         cases = [
             ("tests/test_postgres_store.py", True),
             ("tests/pg_harness.py", True),
-            ("tools/bench_pg.py", True),
+            ("tools/bench/postgres.py", True),
             ("tests/test_pgbouncer.py", False),
             ("src/rowfleet/pg_tools.py", False),
             ("examples/pg_demo.py", False),

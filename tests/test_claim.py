@@ -5,7 +5,7 @@ PostgreSQL claims and logs in one statement (``job_claim_logged``, ``job_finish_
 and builds the claimed event's detail in SQL; SQLite claims, then logs with Python's
 ``claimed_detail``. ``ClaimContract`` holds one expected list of event rows that both
 backends must write, so the two ways of logging cannot drift apart. Also runs the doctests
-of ``rowfleet.claim`` and ``rowfleet.store.base``.
+of ``rowfleet.claim`` and ``rowfleet.store.jobs``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import unittest
 from rowfleet import claim as claim_module
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, FAILED, QUEUED, RUNNING, JobSpec, Outcome
-from rowfleet.store import base
+from rowfleet.store import jobs as job_store
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 from test_lifecycle import Clock
@@ -27,7 +27,7 @@ TURN = Claim("", "default", HOLDER, 60.0)
 
 
 def load_tests(loader, tests, pattern):
-    for module in (claim_module, base):
+    for module in (claim_module, job_store):
         tests.addTests(doctest.DocTestSuite(module))
     return tests
 
@@ -97,7 +97,7 @@ class ClaimContract:
         for job in (first, second):
             with self.subTest(job=job.id):
                 claimed = [event for event in self.store.events(job.id) if event.kind == "claimed"]
-                self.assertEqual([event.detail for event in claimed], [json.loads(base.claimed_detail(job))])
+                self.assertEqual([event.detail for event in claimed], [json.loads(job_store.claimed_detail(job))])
 
     def test_a_claim_of_another_queue_or_project_finds_nothing(self):
         self.enqueue()

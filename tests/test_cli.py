@@ -155,9 +155,9 @@ class CommandLineTest(CliTestCase):
     def test_status_shows_what_a_busy_workers_job_last_reported(self):
         store = self.open_store(migrate=False)
         job_id = int(self.cli("enqueue", "mod:fn").stdout)
-        store.beat("box:7:0", "", "box", "default", 7, None)
+        store.worker_beat("box:7:0", "", "box", "default", 7, None)
         job = store.claim(Claim("", "default", "box:7", 600.0))
-        store.beat("box:7:0", "", "box", "default", 7, job_id)
+        store.worker_beat("box:7:0", "", "box", "default", 7, job_id)
         store.progress(job, 0.5, "half way")
         [worker] = self.cli_json("status")["workers"]
         self.assertEqual((worker["current_job"], worker["progress"]["fraction"], worker["progress"]["message"]),

@@ -169,7 +169,7 @@ def crash_before_commit_of(store, query):
 # The writes a crash may cut off before their COMMIT: as SQLite's trace shows the SQL,
 # and by the named query that makes them. (On Postgres a worker's claim and its busy
 # finish are single statements, not transactions: the test kills those from outside.)
-WRITES = {"claim": (claiming, "job_claim"), "finish": (completing, "job_finish"),
+WRITES = {"claim": (claiming, "claim"), "finish": (completing, "finish"),
           "reclaim": (reclaiming, "job_reclaim")}
 
 

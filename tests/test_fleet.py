@@ -60,8 +60,8 @@ class SwitchContract:
         from rowfleet.store import open_store
 
         with open_store(self.config(), clock=lambda: self.store.clock() - 3600) as past:
-            past.beat("gone:1:0", "", "gone", "q", 1, None)  # an hour ago, and silent since
-        self.store.beat("here:2:0", "", "here", "q", 2, None)
+            past.worker_beat("gone:1:0", "", "gone", "q", 1, None)  # an hour ago, and silent since
+        self.store.worker_beat("here:2:0", "", "here", "q", 2, None)
         listed = lambda *flags: {w["host"]: w["actual"] for w in self.cli_json("workers", *flags)["workers"]}
         self.assertEqual(listed(), {"here": "serving"})
         self.assertEqual(listed("--all"), {"gone": "SILENT", "here": "serving"})
@@ -100,7 +100,7 @@ class SharedBrokerContract:
         claimed = self.store.claim(Claim("beta", "default", "gone:1", lease=0.05))
         self.past(claimed.lease_expires_at)
         with self.assertLogs("rowfleet.orchestrator", "WARNING"):
-            self.assertEqual(self.alpha.run_once()["reclaimed"], 1)
+            self.assertEqual(self.alpha.run_once().reclaimed, 1)
         self.assertEqual(self.store.get_job(job.id, "beta").state, "queued")
 
     def test_any_projects_orchestrator_prunes(self):
@@ -108,7 +108,7 @@ class SharedBrokerContract:
         claimed = self.store.claim(Claim("beta", "default", "box:1", lease=60))
         self.store.finish(claimed, Outcome(COMPLETED, result=None))
         self.past(self.store.get_job(job.id, "beta").finished_at + 0.05)
-        self.assertEqual(self.alpha.run_once()["pruned"], 1)
+        self.assertEqual(self.alpha.run_once().pruned, 1)
 
     def test_outbox_drains_are_project_scoped(self):
         flow = dag.parse_workflow({"name": "one", "nodes": [{"id": "a", "task": "t"}, {"id": "b", "task": "t",

@@ -332,11 +332,11 @@ class LifecycleContract:
         self.assertEqual(self.store.get_job(waiting.id, "").state, QUEUED)
 
     def test_stale_workers_are_flagged_and_a_beat_clears_it(self):
-        self.store.beat("w1", "", "host", "default", 1, None)  # the store's config: a beat every 10 s
+        self.store.worker_beat("w1", "", "host", "default", 1, None)  # the store's config: a beat every 10 s
         self.clock.advance(31)
         self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers()], ["w1"])
         self.assertEqual(self.store.flag_stale_workers(), [])
-        self.store.beat("w1", "", "host", "default", 1, None)
+        self.store.worker_beat("w1", "", "host", "default", 1, None)
         self.assertIsNone(self.store.workers(since=0)[0]["flagged_dead_at"])
 
     def test_staleness_is_judged_by_the_workers_own_heartbeat_not_the_sweepers(self):
@@ -346,7 +346,7 @@ class LifecycleContract:
         self.addCleanup(worker_store.close)
         self.enqueue()
         job = self.claim()
-        worker_store.beat("w40", "", "host", "default", 4242, job.id)
+        worker_store.worker_beat("w40", "", "host", "default", 4242, job.id)
         self.clock.advance(31)  # past 3 beats of the sweeper's 10 s, inside 3 of the worker's 40 s
         self.assertEqual(self.store.flag_stale_workers(), [])
         self.assertEqual(self.store.get_job(job.id, "").state, RUNNING)
@@ -377,9 +377,9 @@ class LifecycleContract:
 
         slow = open_store(self.config().replace(heartbeat=400, renew=5), clock=self.clock)
         self.addCleanup(slow.close)
-        self.store.beat("gone", "", "box", "default", 1, None)
+        self.store.worker_beat("gone", "", "box", "default", 1, None)
         self.store.worker_stopped("gone")
-        slow.beat("slow", "", "box", "default", 2, None)
+        slow.worker_beat("slow", "", "box", "default", 2, None)
         self.clock.advance(LISTED_FOR + 1)
         listed = lambda: [w["worker_id"] for w in self.store.workers(since=self.clock.now - LISTED_FOR)]
         self.assertEqual(listed(), ["slow"])
@@ -395,7 +395,7 @@ class LifecycleContract:
 
     def test_an_exited_workers_job_is_handed_back_at_once(self):
         self.enqueue()
-        self.store.beat("w1", "", "box", "default", 4242, None)
+        self.store.worker_beat("w1", "", "box", "default", 4242, None)
         job = self.store.claim(Claim("", "default", "box:4242", 600.0))
         self.assertEqual(self.store.worker_exited("box", 4242, -9)[0]["action"], "reclaimed")
         back = self.store.get_job(job.id, "")

@@ -110,7 +110,7 @@ class OperatorJobsContract:
         self.assertEqual(self.store.get_run(run_id, "").node("a").state, dag.CANCELLED)
 
     def test_a_silent_workers_job_of_a_cancelled_run_ends_cancelled_saying_so(self):
-        self.store.beat("box:4242:0", "", "box", "default", 4242, None)
+        self.store.worker_beat("box:4242:0", "", "box", "default", 4242, None)
         run_id, job = self.node_job_of_cancelled_run(holder="box:4242", lease=600.0)
         self.clock.advance(31)  # three missed 10 s heartbeats
         [worker] = self.store.flag_stale_workers()

@@ -122,9 +122,9 @@ class SqlFilesTest(unittest.TestCase):
         import inspect
         import re
 
-        from rowfleet.store import base, runs, schedules
+        from rowfleet.store import base, core, fleet, jobs, runs, schedules
 
-        source = inspect.getsource(base) + inspect.getsource(runs) + inspect.getsource(schedules)
+        source = "".join(inspect.getsource(part) for part in (base, core, fleet, jobs, runs, schedules))
         # Queries are named by string literals: tx.one("name", ...) or passed on as recover's
         # requeue="name"; every literal the store uses as a name must exist, and every query must be used.
         named = set(re.findall(r'\.(?:one|all|run)\("([a-z_]+)"', source))
@@ -142,8 +142,6 @@ class SqlFilesTest(unittest.TestCase):
                          [(m.version, m.name) for m in queries.migrations("postgres")])
 
     def test_both_dialects_define_the_same_fragments_and_use_each(self):
-        from importlib import resources
-
         from rowfleet.store.postgres import PostgresStore
 
         sqlite, postgres = queries.fragments("sqlite"), queries.fragments("postgres")
@@ -151,10 +149,31 @@ class SqlFilesTest(unittest.TestCase):
         self.assertLessEqual(PostgresStore.own_fragments, set(postgres))
         for dialect in ("sqlite", "postgres"):
             with self.subTest(dialect=dialect):
-                text = resources.files("rowfleet.sql").joinpath(f"{dialect}.sql").read_text("utf-8")
+                text = "\n".join(queries._sql_files(dialect).values())
                 unused = {name for name in queries.fragments(dialect) if "{{" + name + "}}" not in text}
                 self.assertEqual(unused, set(), "fragments no query includes")
                 self.assertFalse(any("{{" in sql for sql in queries.queries(dialect).values()))
+
+    def test_both_dialects_split_their_queries_into_the_same_files(self):
+        from rowfleet.store.postgres import PostgresStore
+
+        own = PostgresStore.own_queries | PostgresStore.own_fragments
+        sqlite, postgres = queries.query_files("sqlite"), queries.query_files("postgres")
+        self.assertEqual(set(sqlite), {"core", "jobs", "runs", "schedules", "fleet"})
+        self.assertEqual(set(sqlite), set(postgres))
+        for entity in sqlite:
+            with self.subTest(entity=entity):
+                self.assertEqual(set(sqlite[entity]), set(postgres[entity]) - own)
+
+    def test_a_query_defined_in_two_files_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "query 'claim' is defined in both jobs.sql and fleet.sql"):
+            queries.merge_files({"jobs": "-- name: claim\nSELECT 1;", "fleet": "-- name: claim\nSELECT 2;"})
+
+    def test_a_files_opening_comment_is_not_part_of_the_last_query_before_it(self):
+        for dialect in ("sqlite", "postgres"):
+            with self.subTest(dialect=dialect):
+                trailing = {name for name, sql in queries.queries(dialect).items() if "rowfleet's queries" in sql}
+                self.assertEqual(trailing, set())
 
     def test_fragments_are_not_queries(self):
         text = "-- fragment: due\nrun_at <= :now\n-- name: due_jobs\nSELECT id FROM jobs WHERE {{due}};"

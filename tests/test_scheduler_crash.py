@@ -65,7 +65,7 @@ from rowfleet.store import open_store
 STEP, DB, SCHEDULE_FILE, NOW = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 POSTGRES = DB.startswith(("postgres://", "postgresql://"))
 # The steps that exit right after a named write, inside fire_slot's transaction.
-CRASH_AFTER = {"after_slot_insert": "schedule_slot_insert", "after_job_insert": "job_insert"}
+CRASH_AFTER = {"after_slot_insert": "schedule_slot_insert", "after_job_insert": "enqueue"}
 ADVANCE = "schedule_advance"  # fire_slot's last write
 
 

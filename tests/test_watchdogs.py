@@ -703,8 +703,8 @@ class PostgresWatchdogTest(PostgresServerCase, WatchdogContract, TempDirTestCase
         job_id = self.enqueue("dog.note")
         ghosts = open_store(self.config(heartbeat=0.3))  # workers beating every 0.3 s: stale in 0.9 s
         self.addCleanup(ghosts.close)
-        ghosts.beat("ghost:1:0", "", "ghost", "default", 1, None)  # the frozen one
-        ghosts.beat("ghost:2:0", "", "ghost", "default", 2, None)  # dead, about to hold the job
+        ghosts.worker_beat("ghost:1:0", "", "ghost", "default", 1, None)  # the frozen one
+        ghosts.worker_beat("ghost:2:0", "", "ghost", "default", 2, None)  # dead, about to hold the job
         self.assertIsNotNone(self.store.claim(Claim("", "default", "ghost:2", 600.0)))  # a worker beats, then claims
         beaten = self.store.clock()
         wait_until(lambda: self.store.clock() > beaten + 1.0, message="both heartbeats to go stale")

@@ -171,7 +171,7 @@ def crash_before_commit_of_job_insert(store):
     @contextlib.contextmanager
     def watched(*args, **kwargs):
         with transaction(*args, **kwargs) as tx:
-            watching = WatchedTx(tx, {"job_insert", "job_insert_many"})
+            watching = WatchedTx(tx, {"enqueue", "enqueue_many"})
             yield watching
             if watching.wrote:
                 crash()

@@ -252,7 +252,7 @@ class WorkflowContract:
         run = self.settle(run_id)
         self.assertEqual(run.state, dag.AWAITING_INPUT)
         self.assertEqual(run.node("approve").prompt, "Publish it?")
-        self.assertEqual(self.orchestrator.run_once()["reconciled_runs"], 0)
+        self.assertEqual(self.orchestrator.run_once().reconciled_runs, 0)
         with self.assertRaises(NotFound):
             self.store.submit_input(run_id, "nope", 1, "")
         with self.assertRaisesRegex(Conflict, "task node"):

@@ -17,6 +17,12 @@ imports that run when a module loads (not those inside function bodies, which wa
 called) must not form a cycle, since then whichever module is imported first decides
 whether its partner is found half-initialised. Each cycle is one violation.
 
+And it owns "no module imports back up the layers": every module under ``src/rowfleet``
+belongs to one of ``LAYERS`` (leaves, pure rules, storage, services, the surface: the API,
+the command line, the panel), and any import of it, at load time or inside a function,
+names only modules of its own layer or below. A module in no layer is a violation too,
+so a new module's place is decided when it is written.
+
 Usage: ``python tools/check_deps.py [ROOT]``; exit 0 when clean, 1 on violations.
 Imports nothing from rowfleet (it must judge a tree it does not trust) and nothing
 outside the stdlib.
@@ -40,6 +46,20 @@ POSTGRES_BACKEND = "src/rowfleet/store/postgres.py"
 PG_WORD_PARTS = frozenset({"pg", "postgres", "postgresql"})
 RELATIVE = "(relative)"
 SHOWN_FILES = 3
+
+# Bottom to top. A module belongs to the first layer one of whose prefixes names it or a
+# package above it; it may import only modules of its own layer and of those below.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("leaves", ("rowfleet.errors", "rowfleet.names", "rowfleet.exitcodes")),
+    ("pure rules", ("rowfleet.claim", "rowfleet.job", "rowfleet.dag", "rowfleet.cron", "rowfleet.control",
+                    "rowfleet.liveness", "rowfleet.config", "rowfleet.queries", "rowfleet.telemetry",
+                    "rowfleet.routing", "rowfleet.serving", "rowfleet.metrics")),
+    ("storage", ("rowfleet.store", "rowfleet.wake", "rowfleet.sql", "rowfleet.migrations")),
+    ("services", ("rowfleet.tasks", "rowfleet.watchdog", "rowfleet.worker", "rowfleet.supervisor",
+                  "rowfleet.orchestrator", "rowfleet.scheduler", "rowfleet.snapshot", "rowfleet.waiting",
+                  "rowfleet.reconnect", "rowfleet.keeper")),
+    ("surface", ("rowfleet.api", "rowfleet.cli", "rowfleet.panel", "rowfleet.__main__", "rowfleet")),
+)
 
 STDLIB = "stdlib"
 FIRST_PARTY = "first-party"
@@ -86,9 +106,10 @@ class Report:
     modules: dict[str, ModuleUse] = field(default_factory=dict)
     parse_errors: list[Violation] = field(default_factory=list)
     cycles: list[Violation] = field(default_factory=list)
+    layering: list[Violation] = field(default_factory=list)
 
     def violations(self) -> list[Violation]:
-        found = list(self.parse_errors) + list(self.cycles)
+        found = list(self.parse_errors) + list(self.cycles) + list(self.layering)
         for use in self.modules.values():
             found.extend(use.violations)
         return sorted(found, key=lambda v: (v.path, v.line))
@@ -229,7 +250,8 @@ def local_module_names(paths: list[str]) -> set[str]:
 def is_pg_file(path: str) -> bool:
     """Whether a tests/ or tools/ file is named as Postgres-specific.
 
-    >>> is_pg_file("tests/test_postgres_store.py"), is_pg_file("tools/bench_pg.py"), is_pg_file("tests/test_pgbouncer.py")
+    >>> (is_pg_file("tests/test_postgres_store.py"), is_pg_file("tools/bench/postgres.py"),
+    ...  is_pg_file("tests/test_pgbouncer.py"))
     (True, True, False)
     """
     parts = path.split("/")
@@ -381,6 +403,46 @@ def cycle_violations(graph: dict[str, dict[str, int]], files: dict[str, str]) ->
             for cycle in import_cycles(graph)]
 
 
+# --- layers (pure) -------------------------------------------------------------------
+
+
+def layer_of(module: str) -> int | None:
+    """The index in ``LAYERS`` of the layer ``module`` belongs to, or None when none claims it.
+
+    >>> layer_of("rowfleet.names"), layer_of("rowfleet.store.jobs"), layer_of("rowfleet.cli.fleet")
+    (0, 2, 4)
+    >>> layer_of("rowfleet.nowhere") is None
+    True
+    """
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or (prefix != "rowfleet" and module.startswith(prefix + ".")):
+                return index
+    return None
+
+
+def layer_violations(imports: dict[str, dict[str, int]], files: dict[str, str]) -> list[Violation]:
+    """Each import (``module -> {module it imports: line}``, load-time and lazy alike) of a
+    module in a higher layer, and each module in no layer.
+
+    >>> files = {"rowfleet.names": "n.py", "rowfleet.api": "a.py", "rowfleet.odd": "o.py"}
+    >>> [v.reason[:40] for v in layer_violations({"rowfleet.names": {"rowfleet.api": 3}}, files)]
+    ['rowfleet.odd is in no layer of tools/che', 'rowfleet.names (leaves) imports rowfleet']
+    """
+    found = [Violation(path, 1, f"{module} is in no layer of tools/check_deps.py LAYERS: add it to the "
+                                f"layer it belongs to") for module, path in sorted(files.items())
+             if module.startswith("rowfleet") and layer_of(module) is None]
+    for module, targets in sorted(imports.items()):
+        own = layer_of(module)
+        for target, line in sorted(targets.items()):
+            theirs = layer_of(target)
+            if own is not None and theirs is not None and theirs > own:
+                found.append(Violation(files[module], line, (
+                    f"{module} ({LAYERS[own][0]}) imports {target} ({LAYERS[theirs][0]}), a layer above it: "
+                    "pass what it needs down as a value or a callable, or move the code up")))
+    return found
+
+
 # --- walking the tree (I/O) ---------------------------------------------------------
 
 
@@ -413,6 +475,7 @@ def check(root: Path) -> Report:
     report = Report(files=len(paths))
     files = {module: path for path in paths if (module := module_of(path))}
     graph: dict[str, dict[str, int]] = {module: {} for module in files}
+    every_import: dict[str, dict[str, int]] = {module: {} for module in files}
     for path in paths:
         tree = parse_file(root, path)
         if isinstance(tree, Violation):
@@ -421,10 +484,14 @@ def check(root: Path) -> Report:
         module = module_of(path)
         for imp in imports_of(tree):
             _record(report, imp, path, local_names)
-            if module is not None and imp.top_level:
-                for target in imported_modules(imp, path, set(files)):
+            if module is None:
+                continue
+            for target in imported_modules(imp, path, set(files)):
+                every_import[module].setdefault(target, imp.line)
+                if imp.top_level:
                     graph[module].setdefault(target, imp.line)
     report.cycles = cycle_violations(graph, files)
+    report.layering = layer_violations(every_import, files)
     return report
 
 
@@ -458,6 +525,9 @@ def format_report(report: Report) -> str:
     for cycle in report.cycles:
         lines.append(f"{'(cycle)':<{width}}  {VIOLATION:<20}  {cycle.path}")
         lines.append(f"    {cycle.path}:{cycle.line}: {cycle.reason}")
+    for wrong in report.layering:
+        lines.append(f"{'(layer)':<{width}}  {VIOLATION:<20}  {wrong.path}")
+        lines.append(f"    {wrong.path}:{wrong.line}: {wrong.reason}")
     for error in report.parse_errors:
         lines.append(f"{'(unparsable)':<{width}}  {VIOLATION:<20}  {error.path}")
         lines.append(f"    {error.path}:{error.line}: {error.reason}")

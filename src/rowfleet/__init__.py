@@ -14,16 +14,14 @@ configured database on first use.
     job = rowfleet.enqueue(send, {"to": "ops@example.com"})
 """
 
-from rowfleet.api import (cancel, cancel_run, enqueue, enqueue_many, get_job, get_run, init, load_workflow,
-                          prioritize, restart_run, start_run, submit, work, workflow)
+from rowfleet.api import (cancel, cancel_run, enqueue, enqueue_many, get_job, get_run, init, load_workflow, periodic,
+                          prioritize, restart_run, start_run, submit, task, work, workflow)
 from rowfleet.config import Config, configure
 from rowfleet.dag import DefinitionError, Workflow
 from rowfleet.errors import (ConfigError, Conflict, DatabaseBroken, DatabaseBusy, DatabaseUnreachable, LeaseLost,
                              MigrationError, NotFound, RowfleetError, SchemaMissing, StoreUnavailable, TaskRefused,
                              UnknownTask)
 from rowfleet.job import Cancel, Job, Retry
-from rowfleet.scheduler import periodic
-from rowfleet.tasks import task
 from rowfleet.worker import cancel_requested, current_job, progress
 
 __version__ = "0.1.0"

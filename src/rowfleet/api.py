@@ -15,7 +15,7 @@ import threading
 from typing import Any, Iterable
 
 from rowfleet import config as _config
-from rowfleet import dag, names, tasks
+from rowfleet import dag, names, scheduler, tasks
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import Job, JobSpec
 from rowfleet.store import Store, open_store
@@ -53,6 +53,27 @@ def work(queue: str = "default", *, burst: bool = False) -> int:
     worker = Worker(_config.current(), names.check_name("queue", queue), burst=burst)
     worker.run()
     return worker.jobs_run
+
+
+class EnqueueableTask(tasks.Task):
+    """A task registered through the public API: ``my_task.enqueue(args, **options)``."""
+
+    def enqueue(self, args: Any = None, **options: Any) -> Job:
+        """Enqueue a job of this task; options as for ``rowfleet.enqueue``, which stamps
+        this task's queue and timeout."""
+        return enqueue(self, args, **options)
+
+
+def task(fn: Any = None, *, name: str | None = None, queue: str = "default", timeout: float | None = None) -> Any:
+    """Register a handler. Usable bare (``@task``) or with options (``@task(queue="gpu")``);
+    the function returned gains ``.enqueue``. See ``rowfleet.tasks.task``."""
+    return tasks.task(fn, name=name, queue=queue, timeout=timeout, kind=EnqueueableTask)
+
+
+def periodic(cron: str | None = None, **options: Any) -> Any:
+    """Register a function as a task and a schedule (see ``rowfleet.scheduler.periodic`` for
+    the options); the function returned gains ``.enqueue``, as ``task``'s does."""
+    return scheduler.periodic(cron, kind=EnqueueableTask, **options)
 
 
 def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: int = 0,

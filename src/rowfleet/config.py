@@ -1,7 +1,17 @@
-"""The one configuration seam: a frozen, validated ``Config`` and ``configure()``.
+"""The one configuration seam: every setting declared once, a frozen, validated ``Config``
+and ``configure()``.
+
+Each setting is one ``Setting`` in ``SETTINGS``: its name (the ``Config`` field, the
+``configure()`` keyword and, upper-cased, ``ROWFLEET_<NAME>``), default, kind (how its
+text reads), the rule that checks it, its command-line flag and help, and the label the
+README's tables give it. ``Config``'s fields, its validation, the environment's reading,
+the command line's flags (``cli.arguments``) and the README's settings tables
+(``settings_table()``, kept in step by ``python make.py settings-table`` and a test) are
+all derived from them.
 
 Precedence is CLI flags > ``ROWFLEET_*`` environment > defaults. This is the only
-module that reads the environment; everything below the CLI is handed a ``Config``.
+module below the CLI that reads the environment; everything below the CLI is handed a
+``Config``.
 
 Imports nothing of rowfleet's but the leaves ``errors`` and ``names`` (what a value may
 be): every other module may import this one without pulling in the engine.
@@ -13,76 +23,268 @@ import dataclasses
 import os
 import socket
 import threading
-from typing import Any, Mapping
+from functools import partial
+from typing import Any, Callable, Mapping
 
 from rowfleet import names
 from rowfleet.errors import ConfigError
 
 DEFAULT_DB = "rowfleet.db"
-# The knobs that are durations; each must be a positive number of seconds within names.MAX_SECONDS.
-SECONDS = ("lease", "renew", "heartbeat", "poll", "interval", "backoff_base", "backoff_max", "retention",
-           "busy_timeout", "budget", "stall_window", "stall_spacing", "gpu_first_window", "gpu_window",
-           "gpu_sample", "restart_delay", "restart_delay_max", "cancel_grace")
+ENV_PREFIX = "ROWFLEET_"
+
+# Where a setting's flag goes on the command line.
+GLOBAL = "global"    # rowfleet's own flags, before the command (or after it)
+COMMAND = "command"  # every command's "settings" group
+OWN = "own"          # added only by the commands it matters to (``--allow-module``: those that run tasks)
+
+# The README's tables of settings: the Settings section's, and the one under Liveness.
+TABLES = ("general", "liveness")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """Every knob rowfleet has, with its default. Times are in seconds."""
+class Kind:
+    """What sort of value a setting holds: the ``Config`` field's type, how its text (a
+    flag's or a variable's) reads, and the rule every value of the kind passes.
 
-    db: str = DEFAULT_DB
-    project: str = ""
-    host: str = ""
-    lease: float = 600.0
-    renew: float = 10.0
-    heartbeat: float = 10.0
-    poll: float = 1.0
-    interval: float = 5.0
-    backoff_base: float = 2.0
-    backoff_max: float = 3600.0
-    retention: float = 7 * 24 * 3600.0
-    synchronous: str = "FULL"
-    busy_timeout: float = 30.0
-    # Watchdogs (see the README's liveness section).
-    budget: float = 3600.0            # wall clock a job may take unless it or its task sets its own
-    stall_window: float = 300.0       # no progress beat this long, once a job has beaten: suspect a stall
-    stall_samples: int = 3            # readings that must all look hung before a stall trips ...
-    stall_spacing: float = 1.0        # ... this many seconds apart
-    idle_gpu: float = 5.0             # GPU utilisation (%) under this is idle
-    memory_delta_mb: float = 5120.0   # memory moving less than this across a window is static
-    gpu_first_window: float = 1200.0  # GPU jobs: idle window before the first beat (model load)
-    gpu_window: float = 300.0         # GPU jobs: idle window once the job has beaten
-    gpu_sample: float = 10.0          # GPU jobs: seconds between GPU readings
-    watchdog_retries: int = 3         # watchdog trips a job may take; the next one fails it
-    nvidia_smi: str = "nvidia-smi"    # the command the GPU readings run
-    restart_delay: float = 0.5        # a supervisor's first wait before restarting a child that died ...
-    restart_delay_max: float = 30.0   # ... doubling to this while children keep dying young
-    cancel_grace: float = 30.0        # a cancelled running job's handler may take this long to stop
-    allow_modules: tuple[str, ...] = ()  # module prefixes whose functions a worker runs by name
+    ``read`` raises ``ValueError`` for text that is not a value of the kind; ``expected``
+    says what it wants instead. ``flag_check`` is what a flag's value must pass while the
+    command line is parsed (so the refusal names the flag); None leaves the whole decision
+    to ``check`` when the ``Config`` is built.
+    """
+
+    type: str
+    read: Callable[[str], Any]
+    expected: str
+    check: Callable[[str, Any], Any] | None = None
+    flag_check: Callable[[str, Any], Any] | None = None
+    unit: str = ""          # of a number, where its default is shown: "s"
+    repeated: bool = False  # a list: its flag repeats, its variable is a comma list
+
+
+def _positive(unit: str) -> Kind:
+    check = partial(names.check_number, positive=True)
+    return Kind("float", float, "a number", check, check, unit=unit)
+
+
+def _count(least: int) -> Kind:
+    """Whole numbers of at least ``least``, kept in 32-bit columns. A flag takes any 64-bit
+    value, as every integer flag does; ``Config`` then holds it to the column's range."""
+    return Kind("int", int, "a whole number", partial(names.check_int, least=least, most=names.INT32_MAX),
+                partial(names.check_int, least=least))
+
+
+def _comma_list(text: str) -> tuple[str, ...]:
+    return tuple(text.split(","))
+
+
+SECONDS = Kind("float", float, "a number of seconds", names.check_seconds, names.check_seconds, unit="s")
+PERCENT = _positive("%")
+MIB = _positive("MiB")
+AT_LEAST_ONE = _count(1)
+AT_LEAST_ZERO = _count(0)
+TEXT = Kind("str", str, "text")
+MODULES = Kind("tuple[str, ...]", _comma_list, "module names", repeated=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting, declared once: everything else about it is derived from this.
+
+    ``help`` is the flag's help without its default; ``doc`` the README's label for it;
+    ``check`` the rule of its values where its kind's is not enough; ``shown`` its default
+    in words where the value itself would mislead (the host's ``""`` means the hostname).
+    ``scope`` is where its flag goes (``GLOBAL``, ``COMMAND`` or ``OWN``), ``table`` the
+    README table that lists it, and ``in_config`` False for the one setting the command
+    line reads for itself (the log level).
+    """
+
+    name: str
+    default: Any
+    kind: Kind
+    help: str
+    doc: str
+    check: Callable[[str, Any], Any] | None = None
+    flag: str = ""
+    scope: str = COMMAND
+    table: str = "general"
+    shown: str = ""
+    in_config: bool = True
 
     def __post_init__(self) -> None:
-        if not self.host:
-            object.__setattr__(self, "host", socket.gethostname())
-        names.check_text("db", self.db)
-        if not self.db.strip():
-            raise ConfigError("db must be a non-empty path or URL")
-        names.check_name("project", self.project, empty=True)  # '*' means every one in a worker switch
-        names.check_name("host", self.host)
-        for name in SECONDS:
-            object.__setattr__(self, name, names.check_seconds(name, getattr(self, name)))
-        for name in ("idle_gpu", "memory_delta_mb"):
-            object.__setattr__(self, name, names.check_number(name, getattr(self, name), positive=True))
-        for name, least in (("stall_samples", 1), ("watchdog_retries", 0)):
-            names.check_int(name, getattr(self, name), least=least, most=names.INT32_MAX)
-        if not isinstance(self.nvidia_smi, str) or not self.nvidia_smi.strip():
-            raise ConfigError("nvidia_smi must name a command")
-        names.check_text("nvidia_smi", self.nvidia_smi)
+        if not self.flag:
+            object.__setattr__(self, "flag", "--" + self.name.replace("_", "-"))
+
+    @property
+    def env(self) -> str:
+        """Its environment variable: ``ROWFLEET_<NAME>``."""
+        return ENV_PREFIX + self.name.upper()
+
+    def checked(self, value: Any) -> Any:
+        """``value`` as the setting holds it, or a ``ConfigError`` naming the setting."""
+        rule = self.check or self.kind.check
+        return value if rule is None else rule(self.name, value)
+
+    def read(self, text: str) -> Any:
+        """The value a variable's ``text`` stands for (not yet checked).
+
+        >>> SETTING["lease"].read("30"), SETTING["allow_modules"].read("app,lib")
+        (30.0, ('app', 'lib'))
+        """
+        try:
+            return self.kind.read(text)
+        except ValueError:  # also int()'s refusal of more than 4300 digits
+            raise ConfigError(f"{self.env} must be {self.kind.expected}, got {names.shown(text)}") from None
+
+    def default_markdown(self) -> str:
+        """The default as the README shows it.
+
+        >>> [SETTING[name].default_markdown() for name in ("lease", "idle_gpu", "project", "host")]
+        ['600 s', '5 %', '`""`', 'the hostname']
+        """
+        return self._default_shown(" ")
+
+    def default_text(self) -> str:
+        """The default as a flag's help shows it: plain text, a unit joined to its number
+        so that the help never wraps between them.
+
+        >>> [SETTING[name].default_text() for name in ("lease", "idle_gpu", "synchronous", "project")]
+        ['600s', '5%', 'FULL', '""']
+        """
+        return self._default_shown("").replace("`", "")
+
+    def _default_shown(self, before_unit: str) -> str:
+        if self.shown:
+            return self.shown
+        if isinstance(self.default, str):
+            return f"`{self.default}`" if self.default else '`""`'
+        number = f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
+        return f"{number}{before_unit}{self.kind.unit}" if self.kind.unit else number
+
+    def row(self) -> str:
+        """The setting's row in its README table.
+
+        >>> SETTING["lease"].row()
+        '| lease length | `--lease` | `ROWFLEET_LEASE` | 600 s |'
+        """
+        flag, env = f"`{self.flag}`", f"`{self.env}`"
+        if self.kind.repeated:
+            flag, env = f"{flag} (repeatable)", f"{env} (comma list)"
+        return f"| {self.doc} | {flag} | {env} | {self.default_markdown()} |"
+
+
+def _check_db(what: str, value: Any) -> str:
+    text = names.check_text(what, value)
+    if not text.strip():
+        raise ConfigError(f"{what} must be a non-empty path or URL")
+    return text
+
+
+def _check_host(what: str, value: Any) -> str:
+    return names.check_name(what, value or socket.gethostname())
+
+
+def _check_synchronous(what: str, value: Any) -> str:
+    mode = str(value).upper()
+    if mode not in ("FULL", "NORMAL"):
+        raise ConfigError(f"{what} must be FULL or NORMAL, got {value!r}")
+    return mode
+
+
+def _check_command(what: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{what} must name a command")
+    return names.check_text(what, value)
+
+
+def _module_prefixes(what: str, value: Any) -> tuple[str, ...]:
+    """Module prefixes as a tuple: a comma list or an iterable of dotted module names.
+
+    >>> _module_prefixes("allow_modules", "app, lib.tasks"), _module_prefixes("allow_modules", ["app"])
+    (('app', 'lib.tasks'), ('app',))
+    """
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        prefixes = tuple(str(item).strip() for item in items if str(item).strip())
+    except TypeError:
+        raise ConfigError(f"{what} must be module names, got {names.shown(value)}") from None
+    for prefix in prefixes:
+        if not all(part.isidentifier() for part in prefix.split(".")):
+            raise ConfigError(f"{what}: {names.shown(prefix)} is not a module name (like pkg or pkg.sub)")
+    return prefixes
+
+
+def _seconds(name: str, default: float, help: str, doc: str, **more: Any) -> Setting:
+    return Setting(name, default, SECONDS, help, doc, **more)
+
+
+# Every setting rowfleet has; Config's fields are those in_config, in this order. Times are in seconds.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("db", DEFAULT_DB, TEXT, "database: a SQLite path, sqlite:///PATH or a postgresql:// URL", "database",
+            check=_check_db, scope=GLOBAL),
+    # '*' is no project's name: worker switches use it for every one.
+    Setting("project", "", TEXT, "project tag", "project", check=partial(names.check_name, empty=True),
+            scope=GLOBAL),
+    Setting("log_level", "INFO", TEXT, "DEBUG, INFO, WARNING or ERROR", "log level", scope=GLOBAL,
+            in_config=False),
+    Setting("host", "", TEXT, "this machine's label in holders and heartbeats", "host label", check=_check_host,
+            shown="the hostname"),
+    _seconds("lease", 600.0, "seconds a claimed job's lease lasts", "lease length"),
+    _seconds("renew", 10.0, "seconds between lease renewals", "lease renewal cadence"),
+    _seconds("heartbeat", 10.0, "seconds between worker heartbeats",
+             "heartbeat cadence (silent after 3 missed)"),
+    _seconds("poll", 1.0, "safety poll of an idle worker, seconds", "idle safety poll"),
+    _seconds("interval", 5.0, "seconds between orchestrator sweeps", "orchestrator sweep"),
+    _seconds("backoff_base", 2.0, "first retry delay, seconds, doubling per attempt", "first retry delay"),
+    _seconds("backoff_max", 3600.0, "longest retry delay, seconds", "longest retry delay"),
+    _seconds("retention", 7 * 24 * 3600.0, "seconds finished jobs are kept before pruning",
+             "retention of finished jobs", shown="7 days"),
+    Setting("synchronous", "FULL", TEXT, "SQLite durability: FULL or NORMAL", "SQLite durability",
+            check=_check_synchronous),
+    _seconds("busy_timeout", 30.0, "seconds to wait for the SQLite write lock", "SQLite write-lock wait"),
+    # Watchdogs (see the README's liveness section).
+    _seconds("budget", 3600.0, "wall clock a job may run unless it or its task sets one", "job budget",
+             table="liveness"),
+    _seconds("stall_window", 300.0, "seconds without a progress beat before a stall is suspected", "stall window",
+             table="liveness"),
+    Setting("stall_samples", 3, AT_LEAST_ONE, "readings that confirm a stall",
+            "confirming readings", table="liveness"),
+    _seconds("stall_spacing", 1.0, "seconds between those readings", "time between confirming readings",
+             table="liveness"),
+    Setting("idle_gpu", 5.0, PERCENT, "GPU utilisation % under which a GPU is idle", "idle GPU below",
+            table="liveness"),
+    Setting("memory_delta_mb", 5120.0, MIB, "memory moving less than this (MiB) is static",
+            "static memory moves less than", table="liveness"),
+    _seconds("gpu_first_window", 1200.0, "GPU jobs: idle window before the first beat",
+             "GPU window before the first beat", table="liveness"),
+    _seconds("gpu_window", 300.0, "GPU jobs: idle window after the first beat", "GPU window after the first beat",
+             table="liveness"),
+    _seconds("gpu_sample", 10.0, "GPU jobs: seconds between GPU readings", "GPU readings every", table="liveness"),
+    Setting("watchdog_retries", 3, AT_LEAST_ZERO, "watchdog trips a job may take before it fails",
+            "watchdog trips before a job fails", table="liveness"),
+    Setting("nvidia_smi", "nvidia-smi", TEXT, "the nvidia-smi command for GPU readings", "the nvidia-smi command",
+            check=_check_command, table="liveness"),
+    _seconds("restart_delay", 0.5, "supervisor: first wait before restarting a dead child",
+             "restart delay, first", table="liveness"),
+    _seconds("restart_delay_max", 30.0, "supervisor: longest wait, doubling from the first",
+             "restart delay, longest", table="liveness"),
+    _seconds("cancel_grace", 30.0, "seconds a cancelled running job's handler has to stop before its worker "
+             "process is ended", "a cancelled running job's time to stop"),
+    Setting("allow_modules", (), MODULES, "also run module:function tasks of this module and its submodules, "
+            "besides the --app modules", "module prefixes a worker runs `module:function` tasks of",
+            check=_module_prefixes, flag="--allow-module", scope=OWN, shown="only the `--app` modules"),
+)
+SETTING = {setting.name: setting for setting in SETTINGS}
+CONFIG_SETTINGS = tuple(setting for setting in SETTINGS if setting.in_config)
+
+
+class _Behaviour:
+    """What ``Config`` does beyond holding its fields."""
+
+    def __post_init__(self) -> None:
+        for setting in CONFIG_SETTINGS:
+            object.__setattr__(self, setting.name, setting.checked(getattr(self, setting.name)))
         if self.renew >= self.lease:
             raise ConfigError(f"renew ({self.renew:g}s) must be shorter than lease ({self.lease:g}s)")
-        synchronous = str(self.synchronous).upper()
-        if synchronous not in ("FULL", "NORMAL"):
-            raise ConfigError(f"synchronous must be FULL or NORMAL, got {self.synchronous!r}")
-        object.__setattr__(self, "synchronous", synchronous)
-        object.__setattr__(self, "allow_modules", _module_prefixes(self.allow_modules))
 
     @property
     def db_shown(self) -> str:
@@ -93,61 +295,42 @@ class Config:
         return dataclasses.replace(self, **changes)
 
 
+# One field per setting, with its default; frozen, and validated as it is built.
+Config = dataclasses.make_dataclass(
+    "Config", [(s.name, s.kind.type, dataclasses.field(default=s.default)) for s in CONFIG_SETTINGS],
+    bases=(_Behaviour,), frozen=True,
+    namespace={"__module__": __name__, "__doc__": "Every setting rowfleet has (see ``SETTINGS``), checked. "
+                                                  "Times are in seconds."})
 FIELDS = {field.name: field for field in dataclasses.fields(Config)}
-ENV_PREFIX = "ROWFLEET_"
+
+
+def settings_table(table: str = "general") -> str:
+    """The README's markdown table of the settings ``table`` lists (one of ``TABLES``).
+
+    >>> print(settings_table("liveness").splitlines()[2])
+    | job budget | `--budget` | `ROWFLEET_BUDGET` | 3600 s |
+    """
+    if table not in TABLES:
+        raise ValueError(f"no settings table {table!r}; the tables are {', '.join(TABLES)}")
+    rows = [setting.row() for setting in SETTINGS if setting.table == table]
+    return "\n".join(["| setting | flag | environment | default |", "|---|---|---|---|", *rows]) + "\n"
 
 
 def from_env(environ: Mapping[str, str], **overrides: Any) -> Config:
-    """Build a Config from ``ROWFLEET_<KNOB>`` variables, then explicit overrides.
+    """Build a Config from ``ROWFLEET_<NAME>`` variables, then explicit overrides.
 
     Overrides whose value is None are ignored, so argparse defaults of None fall through.
 
     >>> from_env({"ROWFLEET_LEASE": "30"}, project="alpha").lease
     30.0
     """
-    values: dict[str, Any] = {}
-    for name, field in FIELDS.items():
-        raw = environ.get(ENV_PREFIX + name.upper())
-        if raw is not None and raw != "":
-            values[name] = _parse(name, field, raw)
+    values = {setting.name: setting.read(environ[setting.env]) for setting in CONFIG_SETTINGS
+              if environ.get(setting.env)}
     values.update({k: v for k, v in overrides.items() if v is not None})
     unknown = set(values) - set(FIELDS)
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
     return Config(**values)
-
-
-def _parse(name: str, field: dataclasses.Field, raw: str) -> Any:
-    if field.type in ("float", float):
-        try:
-            return float(raw)
-        except ValueError:
-            raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a number, got {names.shown(raw)}") from None
-    if field.type in ("int", int):
-        try:
-            return int(raw)
-        except ValueError:
-            raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a whole number, got {names.shown(raw)}") from None
-    if field.type == "tuple[str, ...]":
-        return tuple(raw.split(","))
-    return raw
-
-
-def _module_prefixes(value: Any) -> tuple[str, ...]:
-    """Module prefixes as a tuple: a comma list or an iterable of dotted module names.
-
-    >>> _module_prefixes("app, lib.tasks"), _module_prefixes(["app"])
-    (('app', 'lib.tasks'), ('app',))
-    """
-    items = value.split(",") if isinstance(value, str) else value
-    try:
-        prefixes = tuple(str(item).strip() for item in items if str(item).strip())
-    except TypeError:
-        raise ConfigError(f"allow_modules must be module names, got {names.shown(value)}") from None
-    for prefix in prefixes:
-        if not all(part.isidentifier() for part in prefix.split(".")):
-            raise ConfigError(f"allow_modules: {names.shown(prefix)} is not a module name (like pkg or pkg.sub)")
-    return prefixes
 
 
 def redact_url(url: str) -> str:

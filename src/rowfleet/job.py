@@ -122,7 +122,7 @@ _STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 # What each column of ``jobs`` must hold; every column not named here holds text.
 _JSON_COLUMNS = frozenset({"args", "result"})
 _INTEGER_COLUMNS = frozenset({"id", "priority", "run_next", "attempts", "max_attempts", "lease_token", "run_id",
-                              "node_item", "node_generation", "watchdog_retries"})
+                              "node_item", "node_generation", "watchdog_retries", "delayed"})
 _TIME_COLUMNS = ("run_at", "lease_expires_at", "created_at", "updated_at", "started_at", "finished_at",
                  "progress_at", "cancel_requested_at")
 _NUMBER_COLUMNS = frozenset(_TIME_COLUMNS + ("timeout", "progress"))
@@ -256,6 +256,9 @@ class Job:
     progress_at: float | None = None
     cancel_requested_at: float | None = None  # an operator asked its worker to stop it
     cancel_reason: str | None = None
+    # Queued with its run_at ahead when written: out of the claim's index until a claim
+    # promotes it once due. Still queued to every reader.
+    delayed: bool = False
     # Not a column: what in the row could not be decoded (each such column is kept as
     # stored, as text), e.g. "column args is not valid JSON (...)"; None for a sound row.
     unreadable: str | None = None
@@ -275,8 +278,9 @@ class Job:
             values[name], problem = decode_column(name, value)
             if problem is not None:
                 problems.append(problem)
-        if isinstance(values["run_next"], int):
-            values["run_next"] = bool(values["run_next"])
+        for flag in ("run_next", "delayed"):
+            if isinstance(values[flag], int):
+                values[flag] = bool(values[flag])
         return cls(**values, unreadable="; ".join(problems) or None)
 
     def undecoded(self, column: str) -> bool:

@@ -9,18 +9,21 @@ path for an orphaned row), flags workers whose heartbeat went stale, gives stran
 a fresh event, and prunes finished rows past the retention period. Every step is a
 guarded write, so two orchestrators may run at once. Each sweep also beats the
 orchestrator's own row, so ``status`` and ``broker`` can say whether a project is served.
+``run_once(now)`` is one sweep and one drain; its ``Sweep`` says what they did.
 
 Writes no SQL: everything goes through the store.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
 import time
 from typing import Any
 
+from rowfleet import waiting
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBroken, RowfleetError
 from rowfleet.store import Store
@@ -40,6 +43,30 @@ SETTLE_STEP = 0.0005
 SETTLE_STEP_MAX = 0.005
 
 
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """What one sweep did: jobs whose holder was gone (reclaimed, failed, or cancelled, by
+    what their row said), workers flagged dead, runs walked again, dispatch events applied
+    and failed, finished rows pruned."""
+
+    reclaimed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    flagged_workers: int = 0
+    reconciled_runs: int = 0
+    dispatched: int = 0
+    dispatch_failures: int = 0
+    pruned: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        """By field name, as ``rowfleet orchestrator --once`` prints it (after the schema version).
+
+        >>> Sweep(reclaimed=1).to_dict()["reclaimed"], list(Sweep().to_dict())[-1]
+        (1, 'pruned')
+        """
+        return dataclasses.asdict(self)
+
+
 class Orchestrator:
     def __init__(self, store: Store, config: Config) -> None:
         self.store = store
@@ -54,8 +81,10 @@ class Orchestrator:
         """Apply the pending dispatch events of this project."""
         return self.store.drain(self.config.project)
 
-    def run_once(self) -> dict[str, Any]:
-        """One sweep and one drain; a summary of what they did."""
+    def run_once(self, now: float | None = None) -> Sweep:
+        """One sweep and one drain at ``now`` (the store's clock by default: it decides
+        whether pruning is due); what they did."""
+        now = self.store.clock() if now is None else now
         reclaimed = self.store.reclaim_lapsed()
         for item in reclaimed:
             log.warning("job %d: lease of %s lapsed; %s", item["id"], item["holder"], item["action"])
@@ -71,18 +100,16 @@ class Orchestrator:
             log.warning("run %d had nothing left that would move it on; walking it again", run_id)
         drained = self.drain()
         pruned = 0
-        now = self.store.clock()
         if now >= self._next_prune:
             pruned = self.store.prune(self.config.retention)
             self._next_prune = now + PRUNE_EVERY
             if pruned:
                 log.info("pruned %d finished job(s) and run(s) older than %.0fs", pruned, self.config.retention)
-        recovered = reclaimed + [item for worker in flagged for item in worker["jobs"]]
-        return {"reclaimed": len([i for i in recovered if i["action"] == "reclaimed"]),
-                "failed": len([i for i in recovered if i["action"] == "failed"]),
-                "cancelled": len([i for i in recovered if i["action"] == "cancelled"]),
-                "flagged_workers": len(flagged), "reconciled_runs": len(stranded),
-                "dispatched": drained["applied"], "dispatch_failures": drained["failed"], "pruned": pruned}
+        actions = [item["action"] for item in reclaimed + [item for worker in flagged for item in worker["jobs"]]]
+        return Sweep(reclaimed=actions.count("reclaimed"), failed=actions.count("failed"),
+                     cancelled=actions.count("cancelled"), flagged_workers=len(flagged),
+                     reconciled_runs=len(stranded), dispatched=drained["applied"],
+                     dispatch_failures=drained["failed"], pruned=pruned)
 
     def request_stop(self) -> None:
         """Stop after the step in hand. Safe to call from a signal handler."""
@@ -94,13 +121,8 @@ class Orchestrator:
         """After a wake-up, drain until something was there or the waiter's settle window
         passed: on SQLite the file event can come before the commit that raised it is
         visible, and a drain that looked too early would leave the event for the poll."""
-        give_up = time.monotonic() + self._waiter.settle_window
-        step = SETTLE_STEP
-        while not self._stop.is_set():
-            if self.drain()["applied"] or time.monotonic() >= give_up:
-                return
-            time.sleep(step)
-            step = min(step * 2, SETTLE_STEP_MAX)
+        waiting.settle(lambda: bool(self.drain()["applied"]), self._waiter.settle_window, self._stop, SETTLE_STEP,
+                       SETTLE_STEP_MAX)
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Sweep every ``config.interval`` seconds and drain whenever a dispatch event may

@@ -1,8 +1,11 @@
 """Named SQL queries and numbered migrations, read from package data.
 
-Each dialect keeps its queries in ``rowfleet/sql/<dialect>.sql`` as ``-- name: NAME``
-blocks and its migrations in ``rowfleet/migrations/<dialect>/NNNN_title.sql``. Both are
-read with ``importlib.resources`` so they load from inside the ``.pyz`` too.
+Each dialect keeps its queries in ``rowfleet/sql/<dialect>/<entity>.sql`` as ``-- name:
+NAME`` blocks, one file per part of the store (``core``, ``jobs``, ``runs``, ``schedules``,
+``fleet``; the same files, holding the same names, for every dialect), and its migrations in
+``rowfleet/migrations/<dialect>/NNNN_title.sql``. Both are read with ``importlib.resources``
+so they load from inside the ``.pyz`` too. A query's name is the name of the store method
+that runs it (a composite method's further statements are named for their step).
 
 A rule several queries share (which jobs a claim may take, and in what order) is written
 once per dialect as a ``-- fragment: NAME`` block and included with ``{{NAME}}``; the
@@ -103,18 +106,52 @@ def _without_leading_comments(lines: list[str]) -> str:
 
 @functools.cache
 def queries(dialect: str) -> dict[str, str]:
-    """All named queries of one dialect (``sqlite`` or ``postgres``)."""
-    return parse_queries(_sql_file(dialect))
+    """All named queries of one dialect (``sqlite`` or ``postgres``), from all its files;
+    a fragment serves every file of its dialect."""
+    named, included = merge_files(_sql_files(dialect))
+    return {name: _expand(name, sql, included) for name, sql in named.items()}
 
 
 @functools.cache
 def fragments(dialect: str) -> dict[str, str]:
     """The fragments one dialect's queries include, by name (to check, not to run)."""
-    return parse_fragments(_sql_file(dialect))
+    return merge_files(_sql_files(dialect))[1]
 
 
-def _sql_file(dialect: str) -> str:
-    return resources.files("rowfleet.sql").joinpath(f"{dialect}.sql").read_text("utf-8")
+def query_files(dialect: str) -> dict[str, tuple[str, ...]]:
+    """Which names (queries and fragments) each of a dialect's files holds: ``{entity: names}``."""
+    return {entity: tuple({**named, **included}) for entity, (named, included) in
+            ((entity, _blocks(text)) for entity, text in _sql_files(dialect).items())}
+
+
+def merge_files(files: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The blocks of several files, each file read on its own (so one file's opening comment
+    never trails the last query of another), as ``(queries, fragments)``.
+
+    >>> merge_files({"a": "-- name: one\\nSELECT 1;", "b": "-- b's header\\n-- name: two\\nSELECT 2;"})[0]
+    {'one': 'SELECT 1;', 'two': 'SELECT 2;'}
+    >>> merge_files({"a": "-- name: one\\nSELECT 1;", "b": "-- name: one\\nSELECT 2;"})
+    Traceback (most recent call last):
+    ...
+    ValueError: query 'one' is defined in both a.sql and b.sql
+    """
+    merged: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    where: dict[tuple[int, str], str] = {}
+    for entity, text in files.items():
+        for kind, (found, into) in enumerate(zip(_blocks(text), merged)):
+            for name, sql in found.items():
+                if (kind, name) in where:
+                    raise ValueError(f"{('query', 'fragment')[kind]} {name!r} is defined in both "
+                                     f"{where[kind, name]}.sql and {entity}.sql")
+                where[kind, name] = entity
+                into[name] = sql
+    return merged
+
+
+def _sql_files(dialect: str) -> dict[str, str]:
+    folder = resources.files("rowfleet.sql").joinpath(dialect)
+    return {entry.name[:-len(".sql")]: entry.read_text("utf-8")
+            for entry in sorted(folder.iterdir(), key=lambda entry: entry.name) if entry.name.endswith(".sql")}
 
 
 @dataclasses.dataclass(frozen=True)

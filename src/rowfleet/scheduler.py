@@ -280,10 +280,12 @@ _lock = threading.Lock()
 def periodic(cron: str | None = None, *, every: float | None = None, name: str | None = None, args: Any = None,
              queue: str = "default", zone: str = "UTC", hours: Sequence[int] | None = None, missed: str = SKIP,
              at_boot: bool = False, priority: int = 0, max_attempts: int = 5,
-             timeout: float | None = None) -> Callable[[Callable[..., Any]], tasks.Task]:
+             timeout: float | None = None, kind: type[tasks.Task] = tasks.Task,
+             ) -> Callable[[Callable[..., Any]], tasks.Task]:
     """Register a function as a task and as a schedule that enqueues it at each slot of
     ``cron`` or ``every`` seconds. ``name`` names both (default ``module:qualname``); the
-    other options are ``Schedule``'s, ``timeout`` the task's. A scheduler started with
+    other options are ``Schedule``'s, ``timeout`` and ``kind`` the task's (see
+    ``tasks.task``). A scheduler started with
     ``--app MODULE`` fires the schedules that module declares.
 
     >>> @periodic("0 3 * * *", name="doc.nightly", args={"full": True}, zone="Europe/Berlin")
@@ -296,7 +298,7 @@ def periodic(cron: str | None = None, *, every: float | None = None, name: str |
         raise ConfigError("@periodic needs a cron expression or every=SECONDS, e.g. @rowfleet.periodic('*/15 * * * *')")
 
     def register(function: Callable[..., Any]) -> tasks.Task:
-        registered = tasks.task(function, name=name, queue=queue, timeout=timeout)
+        registered = tasks.task(function, name=name, queue=queue, timeout=timeout, kind=kind)
         schedule = Schedule(name=registered.name, task=registered.name, cron=cron, every=every, args=args,
                             queue=registered.queue, timeout=registered.timeout, zone=zone, hours=hours,
                             missed=missed, at_boot=at_boot, priority=priority, max_attempts=max_attempts)

@@ -47,22 +47,18 @@ class Task:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
-    def enqueue(self, args: Any = None, **options: Any) -> Any:
-        """Enqueue a job of this task; options as for ``rowfleet.enqueue``."""
-        from rowfleet import api  # the API needs a store; registration must not
-
-        return api.enqueue(self, args, **options)  # the API stamps this task's queue and timeout
-
     def __repr__(self) -> str:
         return f"<rowfleet task {self.name!r} on queue {self.queue!r}>"
 
 
 def task(fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
-         timeout: float | None = None) -> Any:
+         timeout: float | None = None, kind: type[Task] = Task) -> Any:
     """Register a handler. Usable bare (``@task``) or with options (``@task(queue="gpu")``).
 
     The default name is ``module:qualname``, which any worker can also import by name.
     ``timeout`` is the wall-clock budget (seconds) of its jobs, unless a job sets its own.
+    ``kind`` is the class of what is registered: the public API's adds ``.enqueue``, so that
+    registering a task never needs a store (nor imports the layer that opens one).
     """
     names.check_name("a task's queue", queue)  # a queue of "*" could never be served
     if timeout is not None:
@@ -71,7 +67,7 @@ def task(fn: Callable[..., Any] | None = None, *, name: str | None = None, queue
     def register(function: Callable[..., Any]) -> Task:
         task_name = name or f"{function.__module__}:{function.__qualname__}"
         names.check_name("task name", task_name)
-        registered = Task(function, task_name, queue, timeout)
+        registered = kind(function, task_name, queue, timeout)
         with _lock:
             _registry[task_name] = registered
         return registered

@@ -1,12 +1,15 @@
 """The claim worker: one process, one job at a time, a lease it renews, a heartbeat.
 
 The main thread claims a job, runs its handler, and writes the outcome together with the
-claim of the next job in one transaction (one commit per job while busy). A ``Keeper``
-thread, with its own connection, renews the lease of the job in hand and upserts the
-worker's heartbeat row; a ``Watchdog`` thread stops a job gone wrong (see
-``rowfleet.watchdog``). When idle the worker sleeps on the store's ``Waiter`` and
+claim of the next job in one transaction (one commit per job while busy). It is a loop of
+``Worker.step()``: each performs the one action that ``rowfleet.serving.next_action``
+decides from the loop's state (claim, run, wait for work, park, leave). A ``Keeper``
+thread (``rowfleet.keeper``), with its own connection, renews the lease of the job in
+hand and upserts the worker's heartbeat row; a ``Watchdog`` thread stops a job gone wrong
+(see ``rowfleet.watchdog``). When idle the worker sleeps on the store's ``Waiter`` and
 re-checks cheaply before taking the write lock; a missed wake-up costs at most
-``config.poll`` seconds.
+``config.poll`` seconds. Before all that it waits for the database and its schema
+(``rowfleet.waiting``).
 
 A worker that finds its job taken (its token is stale: the job was reclaimed or handed to
 another worker) exits at once with code 77 and writes nothing more.
@@ -18,7 +21,7 @@ running after ``cancel_grace`` has the watchdog write the cancel and end the pro
 
 Operators switch workers off and on with ``worker_controls`` rows (``rowfleet.control``).
 The ``Keeper`` thread reads the worker's switch once per poll, or at once when Postgres
-notifies a change. Off with ``drain``: the job in hand finishes, then the worker parks
+notifies a change, into the ``SwitchCell`` the main thread reads too. Off with ``drain``: the job in hand finishes, then the worker parks
 (claims nothing, its heartbeat says parked) until switched on, when it resumes in place.
 Off with ``hard``: the watchdog hands the job in hand back and the process exits 79; a
 worker started while off parks before its first claim.
@@ -35,12 +38,12 @@ import threading
 import time
 from typing import Any, Callable
 
-from rowfleet import control, exitcodes, tasks
+from rowfleet import control, exitcodes, serving, tasks, waiting
 from rowfleet.claim import Claim
 from rowfleet.config import Config
-from rowfleet.control import Switch
-from rowfleet.errors import ConfigError, DatabaseUnreachable, LeaseLost, RowfleetError, SchemaMissing, StoreUnavailable
+from rowfleet.errors import ConfigError, LeaseLost, RowfleetError, StoreUnavailable
 from rowfleet.job import CANCELLED, Job, Outcome, decide_outcome, unreadable_outcome
+from rowfleet.keeper import Identity, Keeper, SwitchCell
 from rowfleet.store import Store, open_store
 from rowfleet.watchdog import Watchdog
 
@@ -102,9 +105,8 @@ class Worker:
         self.gpu = gpu  # its jobs use a GPU: the GPU health watchdog (78) watches them
         self.store_factory = store_factory
         self.exit = exit  # how a watchdog or a stale token ends the process (os._exit)
-        self.pid = os.getpid()
-        self.holder = f"{config.host}:{self.pid}"
-        self.worker_id = f"{config.host}:{self.pid}:{int(time.time() * 1000)}"
+        self.identity = Identity.of(config, queue, os.getpid(), time.time())
+        self.holder = self.identity.holder
         self.stop_event = threading.Event()
         self.store: Store | None = None
         self.waiter: Any = None
@@ -112,19 +114,23 @@ class Worker:
         self.watchdog: Watchdog | None = None
         self.jobs_run = 0
         self._progress_written = 0.0
-        self.switch: Switch | None = None  # the off switch holding this worker; None: serve
-        self.state = control.SERVING  # what the heartbeat row shows
+        self.switch = SwitchCell()  # the off switch holding this worker (None: serve); the keeper's too
         self.exit_code = exitcodes.OK
         self._switch_moved = threading.Event()
+        # The claim loop's own part of its state (see ``_moment``).
+        self._job: Job | None = None  # the job in hand
+        self._switch_read = False     # read before the first claim: a worker started while off never claims
+        self._idle = False            # the last claim came back empty: wait for work before the next
+        self._drained = False         # a claim of its own came back empty
+        self._parked = False          # its heartbeat says parked
+        self._pause = 0.0             # the back-off while the database is unavailable
 
     # --- lifecycle ---------------------------------------------------------------------
 
     def request_stop(self) -> None:
         """Finish the job in hand, then exit. Safe to call from a signal handler."""
         self.stop_event.set()
-        self._switch_moved.set()
-        if self.waiter is not None:
-            self.waiter.interrupt()
+        self._wake()
 
     @property
     def stopping(self) -> bool:
@@ -133,18 +139,22 @@ class Worker:
     def run(self) -> int:
         """Serve until stopped; the process exit code (0, or 79 when an operator's hard
         switch stopped a worker that had run jobs)."""
-        self.store = self._open_store()
+        self.store = waiting.open_when_ready(lambda: self.store_factory(self.config), self.stop_event,
+                                             self.config.poll, log, ready=lambda store: store.require_schema())
         if self.store is None:
             return exitcodes.OK
         self.waiter = self.store.waiter(self.queue)
         self.watchdog = Watchdog(self.config, self.store_factory, gpu_jobs=self.gpu, exit=self.exit)
         self.watchdog.start()
-        self.keeper = Keeper(self)  # after the watchdog: a switch it reads may stop a job through it
+        # After the watchdog: a switch the keeper reads may stop a job through it.
+        self.keeper = Keeper(self.identity, self.switch, lambda: self.store_factory(self.config), self.watchdog,
+                             exit=self.exit, wake=self._wake)
         self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
         log.info("worker %s serving queue %r of project %r", self.holder, self.queue, self.config.project)
         try:
-            self._serve()
+            while self.step():
+                pass
         finally:
             self.watchdog.stop()
             self.keeper.stop()
@@ -154,75 +164,66 @@ class Worker:
         log.info("worker %s stopped after %d job(s)", self.holder, self.jobs_run)
         return self.exit_code
 
-    def _serve(self) -> None:
-        job: Job | None = None
-        idle = False  # the last claim came back empty: wait for work before the next
-        pause = 0.0
-        switch_read = False  # read before the first claim: a worker started while off never claims
-        while not self.stopping:
-            try:
-                if not switch_read:
-                    self.switch = self.store.switch_in_force(self.config.project, self.config.host, self.queue)
-                    switch_read = True
-                if job is None:
-                    step = control.next_step(self.switch, holding_job=False, has_run_jobs=self.jobs_run > 0)
-                    if step == control.STOP:
-                        self._stop_for(self.switch)
-                        return
-                    if step == control.PARK and self.burst:  # it would wait, not drain: done
-                        log.warning("worker %s: %s; a burst worker exits", self.holder,
-                                    _describe_switch(self.switch, step))
-                        return
-                    if step == control.PARK:
-                        self._park()
-                        continue
-                    if idle and not self.burst:
-                        self._await_work()
-                        if self.stopping or self.switch is not None:
-                            continue
-                    job = self._claim()
-                    if job is None and self.burst:
-                        return
-                    idle = job is None
-                    continue
-                job = self.run_job(job)
-                idle = job is None
-                pause = 0.0
-            except StoreUnavailable as exc:
-                # The database is busy past the timeout or gone for a moment: back off and
-                # carry on. A job in hand whose outcome could not be written is reclaimed.
-                # A DatabaseBroken is no StoreUnavailable: no wait repairs it, so it ends us.
-                job, idle = None, False
-                pause = min(max(pause * 2, 0.1), 10.0)
-                log.error("database unavailable (retrying in %.1fs): %s", pause, exc)
-                self.stop_event.wait(pause)
+    def step(self) -> bool:
+        """Perform the one action ``serving.next_action`` names for the loop's state now;
+        False once the worker is done serving."""
+        moment = self._moment()
+        action = serving.next_action(moment)
+        try:
+            return self._perform(action, moment)
+        except StoreUnavailable as exc:
+            # The database is busy past the timeout or gone for a moment: back off and
+            # carry on. A job in hand whose outcome could not be written is reclaimed.
+            # A DatabaseBroken is no StoreUnavailable: no wait repairs it, so it ends us.
+            self._job, self._idle = None, False
+            self._pause = min(max(self._pause * 2, 0.1), 10.0)
+            log.error("database unavailable (retrying in %.1fs): %s", self._pause, exc)
+            self.stop_event.wait(self._pause)
+            return True
 
-    def _open_store(self) -> Store | None:
-        """Open the database, waiting (until stopped) for it and its schema to exist.
+    def _moment(self) -> serving.Moment:
+        return serving.Moment(stopping=self.stopping, switch_read=self._switch_read, switch=self.switch.get(),
+                              holding_job=self._job is not None, has_run_jobs=self.jobs_run > 0, burst=self.burst,
+                              idle=self._idle, drained=self._drained, parked=self._parked)
 
-        A missing database or schema, or a server that does not answer yet, is waited for;
-        a file that is not a database, a schema newer than this rowfleet, or any other
-        ``DatabaseBroken`` is an error for the operator to fix: it ends the worker.
-        """
-        announced = False
-        while not self.stopping:
-            store = None
-            try:
-                store = self.store_factory(self.config)
-                store.require_schema()
-                return store
-            except (SchemaMissing, DatabaseUnreachable) as exc:
-                if store is not None:
-                    store.close()
-                if not announced:
-                    log.warning("waiting for the database: %s", exc)
-                    announced = True
-            self.stop_event.wait(self.config.poll)
-        return None
+    def _perform(self, action: serving.Action, moment: serving.Moment) -> bool:
+        """Do ``action``, decided at ``moment``; False when it ends the loop."""
+        actions: dict[serving.Action, Callable[[serving.Moment], bool]] = {
+            serving.Action.DONE: lambda moment: False, serving.Action.DONE_SWITCHED_OFF: self._leave_switched_off,
+            serving.Action.EXIT_HARD: self._stop_for, serving.Action.READ_SWITCH: self._read_switch,
+            serving.Action.RUN: self._run_in_hand, serving.Action.CLAIM: self._claim_one, serving.Action.AWAIT: self._await,
+            serving.Action.PARK: self._park, serving.Action.WAIT_SWITCH: self._wait_switch, serving.Action.RESUME: self._resume}
+        return actions[action](moment)
+
+    def _read_switch(self, moment: serving.Moment) -> bool:
+        self.switch.set(self.store.switch_in_force(self.config.project, self.config.host, self.queue))
+        self._switch_read = True
+        return True
+
+    def _run_in_hand(self, moment: serving.Moment) -> bool:
+        self._job = self.run_job(self._job)
+        self._idle, self._pause = self._job is None, 0.0
+        return True
+
+    def _claim_one(self, moment: serving.Moment) -> bool:
+        self._job = self._claim()
+        self._idle = self._drained = self._job is None
+        return True
+
+    def _await(self, moment: serving.Moment) -> bool:
+        due = self._await_work()
+        # A stop or a switch that cut the wait short leaves the worker idle: it waits again once serving.
+        self._idle = not due or self.stopping or self.switch.get() is not None
+        return True
+
+    def _leave_switched_off(self, moment: serving.Moment) -> bool:
+        log.warning("worker %s: %s; a burst worker exits", self.holder,
+                    serving.describe_switch(moment.switch, control.PARK))
+        return False
 
     def _say_goodbye(self) -> None:
         try:
-            self.store.worker_stopped(self.worker_id)
+            self.store.worker_stopped(self.identity.worker_id)
         except RowfleetError as exc:
             log.warning("could not record this worker's stop: %s", exc)
 
@@ -242,9 +243,10 @@ class Worker:
         readable = job.unreadable is None
         if readable:
             self.watchdog.watch(job)
-        if control.next_step(self.switch, holding_job=True, has_run_jobs=True) == control.STOP:
+        switch = self.switch.get()
+        if control.next_step(switch, holding_job=True, has_run_jobs=True) == control.STOP:
             # Switched off hard between the claim and now: the keeper saw no job to stop.
-            self.watchdog.operator_stop(_stop_reason(self.switch))
+            self.watchdog.operator_stop(serving.stop_reason(switch))
         started = time.monotonic()
         cancel_check = _cancel_check.set(lambda: self.keeper.cancel_reason(job) is not None)
         outcome = self.execute(job) if readable else unreadable_outcome(job)
@@ -272,8 +274,8 @@ class Worker:
         give_up = time.monotonic() + self.config.lease
         pause = 0.1
         while True:
-            serving = not self.stopping and self.switch is None
-            claim_next = self._claim_request() if serving else None
+            serving_on = not self.stopping and self.switch.get() is None
+            claim_next = self._claim_request() if serving_on else None
             try:
                 return self.store.finish(job, outcome, claim_next)
             except StoreUnavailable as exc:
@@ -315,223 +317,68 @@ class Worker:
 
     # --- idling ------------------------------------------------------------------------
 
-    def _await_work(self) -> None:
-        """Return when something may be due for us, or on stop. Between wake-ups only
-        reads are made: the write lock is taken by the claim that follows."""
+    def _await_work(self) -> bool:
+        """Whether something may be due for us, once it may be, or False on stop or a
+        switch that moved off. Between wake-ups only reads are made: the write lock is
+        taken by the claim that follows."""
         self.waiter.drain()
         self.store.changed()
         if self._due():
-            return
+            return True
         deadline = time.monotonic() + self.config.poll
-        while not self.stopping and self.switch is None:
+        while not self.stopping and self.switch.get() is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:  # the safety poll, in case a wake-up was lost
                 if self._due():
-                    return
+                    return True
                 deadline = time.monotonic() + self.config.poll
             elif self.waiter.wait(remaining) and self._settle():
-                return
+                return True
+        return False
 
     def _settle(self) -> bool:
         """After a wake-up: is there work for us now? A wake-up can arrive before the commit
-        that raised it is visible, so re-check for the waiter's settle window, backing off."""
-        give_up = time.monotonic() + self.waiter.settle_window
-        step = SETTLE_STEP
-        while not self.stopping:
-            if self.store.changed():
-                return self._due()
-            if time.monotonic() >= give_up:
-                return False
-            time.sleep(step)
-            step = min(step * 2, SETTLE_STEP_MAX)
-        return False
+        that raised it is visible, so look for a change for the waiter's settle window."""
+        return (waiting.settle(self.store.changed, self.waiter.settle_window, self.stop_event, SETTLE_STEP,
+                               SETTLE_STEP_MAX)
+                and self._due())
 
     def _due(self) -> bool:
         return self.store.has_due(self._claim_request())
 
     # --- the operator's switch ---------------------------------------------------------
 
-    def switch_seen(self, switch: Switch | None, store: Store) -> None:
-        """The keeper read ``switch``: act on a change. Runs on the keeper's thread, writing
-        with its ``store``; the main thread acts when it next looks."""
-        if switch == self.switch:
-            return
-        self.switch = switch
-        job = self.keeper.held()
-        step = control.next_step(switch, holding_job=job is not None, has_run_jobs=self.jobs_run > 0)
-        log.warning("worker %s: %s", self.holder, _describe_switch(switch, step))
-        if step == control.STOP and job is not None:
-            self.watchdog.operator_stop(_stop_reason(switch))
-        elif step != control.STOP:
-            self.watchdog.operator_stop(None)  # switched back on, or down to drain, before the stop
-        if step == control.FINISH_THEN_PARK or (step == control.SERVE and self.state == control.DRAINING):
-            self.state = control.DRAINING if step == control.FINISH_THEN_PARK else control.SERVING
-            self.keeper.beat(store)
+    def _wake(self) -> None:
+        """Cut short whatever wait the main thread is in: a stop, or the keeper saw the switch move."""
         self._switch_moved.set()
-        self.waiter.interrupt()
+        if self.waiter is not None:
+            self.waiter.interrupt()
 
-    def _park(self) -> None:
-        """Claim nothing until switched on (return, to serve) or stopped, or until a hard
-        switch asks a worker that has run jobs to exit (the caller sees it next)."""
-        log.warning("worker %s parked: %s", self.holder, _describe_switch(self.switch, control.PARK))
-        self._publish_state(control.PARKED)
-        while not self.stopping:
-            step = control.next_step(self.switch, holding_job=False, has_run_jobs=self.jobs_run > 0)
-            if step != control.PARK:
-                break
-            self._switch_moved.wait(self.config.poll)
-            self._switch_moved.clear()
-        if self.switch is None:
-            log.info("worker %s switched on: serving again", self.holder)
-            self._publish_state(control.SERVING)
+    def _park(self, moment: serving.Moment) -> bool:
+        """Claim nothing from now until switched on, or stopped, or until a hard switch asks a
+        worker that has run jobs to exit."""
+        log.warning("worker %s parked: %s", self.holder, serving.describe_switch(moment.switch, control.PARK))
+        self._parked = True
+        self.keeper.publish(control.PARKED, self.store)
+        return True
 
-    def _stop_for(self, switch: Switch) -> None:
+    def _wait_switch(self, moment: serving.Moment) -> bool:
+        self._switch_moved.wait(self.config.poll)
+        self._switch_moved.clear()
+        return True
+
+    def _resume(self, moment: serving.Moment) -> bool:
+        log.info("worker %s switched on: serving again", self.holder)
+        self._parked = False
+        self.keeper.publish(control.SERVING, self.store)
+        return True
+
+    def _stop_for(self, moment: serving.Moment) -> bool:
+        switch = moment.switch
         log.warning("worker %s: stopped by %s's hard switch (%s); exiting %d to free its memory",
                     self.holder, switch.changed_by or "an operator", switch.scope(), exitcodes.OPERATOR_STOP)
         self.exit_code = exitcodes.OPERATOR_STOP
-
-    def _publish_state(self, state: str) -> None:
-        self.state = state
-        self.keeper.beat(self.store)
-
-
-class Keeper(threading.Thread):
-    """On its own connection: renews the lease of the job in hand, upserts the heartbeat,
-    and reads the worker's switch (once per poll, and at once when the store's control
-    waiter hears of a change: a NOTIFY on Postgres)."""
-
-    def __init__(self, worker: Worker) -> None:
-        super().__init__(name=f"rowfleet-keeper-{worker.pid}", daemon=True)
-        self.worker = worker
-        self.config = worker.config
-        self._job: Job | None = None
-        self._cancel_reason: str | None = None  # an operator cancelled the job in hand: why
-        self._lock = threading.Lock()
-        self._halt = threading.Event()
-        self._waiter: Any = None  # the control waiter, made with the keeper's connection
-
-    def hold(self, job: Job) -> None:
-        with self._lock:
-            self._job = job
-            self._cancel_reason = None
-
-    def release(self) -> None:
-        with self._lock:
-            self._job = None
-
-    def cancel_reason(self, job: Job) -> str | None:
-        """Why an operator cancelled ``job``, once a renewal has told us; else None."""
-        with self._lock:
-            return self._cancel_reason if self._job is job else None
-
-    def held(self) -> Job | None:
-        with self._lock:
-            return self._job
-
-    def stop(self) -> None:
-        self._halt.set()
-        if self._waiter is not None:
-            self._waiter.interrupt()
-        self.join()
-
-    def run(self) -> None:
-        # The renewal goes before the beat, and with every beat: a process frozen past its
-        # staleness (SIGSTOP, a hang) whose job was handed on learns so from the renewal and
-        # exits 77, before a beat could claim that it still holds the job.
-        chores = {"renew": (self.config.renew, self._renew), "switch": (self.config.poll, self._look),
-                  "beat": (self.config.heartbeat, self.beat)}
-        due = dict.fromkeys(chores, 0.0)  # when each chore is next due (monotonic)
-        store: Store | None = None
-        try:
-            while not self._halt.is_set():
-                store = store or self._open()
-                if store is not None:
-                    if time.monotonic() >= due["beat"]:
-                        due["renew"] = 0.0
-                    for chore, (every, act) in chores.items():
-                        if time.monotonic() >= due[chore]:
-                            act(store)
-                            due[chore] = time.monotonic() + every
-                pause = max(0.0, min(due.values()) - time.monotonic()) if store else self.config.poll
-                if self._waiter is None:
-                    self._halt.wait(pause)
-                elif self._waiter.wait(pause):
-                    due["switch"] = 0.0  # told of a change: look now
-        finally:
-            if self._waiter is not None:
-                self._waiter.close()
-            if store is not None:
-                store.close()
-
-    def _open(self) -> Store | None:
-        """The keeper's own connection (and its control waiter); None (and a try again after
-        a poll) while unavailable."""
-        try:
-            store = self.worker.store_factory(self.config)
-        except RowfleetError as exc:
-            log.error("keeper cannot reach the database, so leases are not renewed yet: %s", exc)
-            return None
-        if self._waiter is None:
-            self._waiter = store.control_waiter(self.config.host)
-            if self._halt.is_set():  # stopped while we connected: stop() found no waiter to wake
-                self._waiter.interrupt()
-        return store
-
-    def _look(self, store: Store) -> None:
-        try:
-            switch = store.switch_in_force(self.config.project, self.config.host, self.worker.queue)
-        except RowfleetError as exc:  # keep acting on the last switch read
-            log.warning("could not read this worker's switch: %s", exc)
-            return
-        self.worker.switch_seen(switch, store)
-
-    def beat(self, store: Store) -> None:
-        """Upsert the worker's heartbeat row, naming the job in hand; never raises."""
-        job = self.held()
-        try:
-            store.beat(self.worker.worker_id, self.config.project, self.config.host, self.worker.queue,
-                       self.worker.pid, job.id if job else None, self.worker.state)
-        except RowfleetError as exc:
-            log.warning("heartbeat failed: %s", exc)
-
-    def _renew(self, store: Store) -> None:
-        job = self.held()
-        if job is None:
-            return
-        try:
-            renewal = store.renew(job, self.config.lease)
-        except LeaseLost as exc:
-            if self.held() is job:  # not merely finished between our read and the renew
-                log.error("job %d: %s; it was given to another worker: exiting", job.id, exc)
-                self.worker.exit(exitcodes.REASSIGNED)
-            return
-        except RowfleetError as exc:
-            log.warning("lease renewal of job %d failed (will retry): %s", job.id, exc)
-            return
-        if renewal.cancel_requested_at is not None:
-            self._cancel_seen(job, renewal.cancel_reason or "cancelled by an operator")
-
-    def _cancel_seen(self, job: Job, reason: str) -> None:
-        """An operator cancelled the job in hand: its handler is asked to stop (it may check
-        ``cancel_requested()``), and the watchdog ends the process if it has not after the grace."""
-        with self._lock:
-            if self._job is not job or self._cancel_reason is not None:
-                return  # finished meanwhile, or already seen
-            self._cancel_reason = reason
-        log.warning("job %d: %s; asking its handler to stop (the process is ended in %gs if it has not)",
-                    job.id, reason, self.config.cancel_grace)
-        self.worker.watchdog.cancel(job, reason, self.config.cancel_grace)
-
-
-def _stop_reason(switch: Switch) -> str:
-    return f"switched off ({switch.policy}) by {switch.changed_by or 'an operator'}"
-
-
-def _describe_switch(switch: Switch | None, step: str) -> str:
-    if switch is None:
-        return "switched on"
-    by = switch.changed_by or "an operator"
-    return f"switched off ({switch.policy}) by {by} for {switch.scope()}: {step}"
+        return False
 
 
 def _call(handler: Callable[..., Any], args: Any) -> Any:

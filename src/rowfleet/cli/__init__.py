@@ -21,7 +21,8 @@ import rowfleet
 from rowfleet import config as configuration
 from rowfleet import exitcodes
 from rowfleet.cli import fleet, jobs, processes, schedules, workflows
-from rowfleet.cli.arguments import GLOBALS, KNOBS, Parser, UsageError, knob_names, positive_int
+from rowfleet.cli.arguments import (Parser, UsageError, add_global_flags, add_setting_flags, config_overrides,
+                                    positive_int)
 from rowfleet.cli.output import report
 from rowfleet.errors import ConfigError, RowfleetError
 
@@ -32,16 +33,12 @@ COMMAND_FAMILIES = (jobs, processes, workflows, fleet, schedules)
 
 def build_parser() -> Parser:
     knobs = Parser(add_help=False)
-    for flag, text in GLOBALS:  # accepted after the command too; SUPPRESS keeps an earlier value
-        knobs.add_argument(flag, default=argparse.SUPPRESS, help=text)
-    group = knobs.add_argument_group("settings (also ROWFLEET_<NAME> in the environment)")
-    for flag, kind, text in KNOBS:
-        group.add_argument(flag, type=kind, default=None, help=text)
+    add_global_flags(knobs, default=argparse.SUPPRESS)  # accepted after the command too; keeps an earlier value
+    add_setting_flags(knobs)
 
     parser = Parser(prog="rowfleet", description="A self-healing job fleet on the database you already run.")
     parser.add_argument("--version", action="version", version=f"rowfleet {rowfleet.__version__}")
-    for flag, text in GLOBALS:
-        parser.add_argument(flag, default=None, help=text)
+    add_global_flags(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     def command(name: str, handler: Callable[..., int], help_text: str) -> Parser:
@@ -65,8 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exitcodes.USAGE
     try:
         _setup_logging(args.log_level)
-        config = configuration.from_env(os.environ, db=args.db, project=args.project,
-                                        **{name: getattr(args, name) for name in knob_names()})
+        config = configuration.from_env(os.environ, **config_overrides(args))
         return args.handler(args, config)
     except RowfleetError as exc:
         return report(exc)
@@ -79,10 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _setup_logging(level_name: str | None) -> None:
-    name = (level_name or os.environ.get("ROWFLEET_LOG_LEVEL") or "INFO").upper()
-    level = logging.getLevelName(name)
+    setting = configuration.SETTING["log_level"]
+    name = level_name or os.environ.get(setting.env) or setting.default
+    level = logging.getLevelName(name.upper())
     if not isinstance(level, int):
-        raise ConfigError(f"--log-level must be DEBUG, INFO, WARNING or ERROR, got {level_name!r}")
+        given = setting.flag if level_name else setting.env
+        raise ConfigError(f"{given} must be DEBUG, INFO, WARNING or ERROR, got {name!r}")
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
 

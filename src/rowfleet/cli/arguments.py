@@ -1,5 +1,6 @@
-"""How the command line is read: argparse types that refuse bad values in one line, every
-``Config`` knob as a flag, and the global flags."""
+"""How the command line is read: argparse types that refuse bad values in one line, and
+every setting of ``config.SETTINGS`` as a flag (global, per command, or the commands' own),
+its type, default and help all derived from the declaration."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any, Callable
 
 from rowfleet import names
 from rowfleet import tasks
-from rowfleet.config import Config
+from rowfleet.config import (COMMAND, CONFIG_SETTINGS, ENV_PREFIX, GLOBAL, SETTING, SETTINGS, Config,
+                             Setting)
 from rowfleet.errors import ConfigError
 
 
@@ -50,55 +52,48 @@ int64 = number(int, "a whole number", names.check_int)  # ids, priorities: what 
 positive_number = number(float, "a number", partial(names.check_number, positive=True))
 
 
-# Every Config knob as a flag; None means "not given", so the environment and defaults apply.
-KNOBS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
-    ("--lease", positive_float, "seconds a claimed job's lease lasts (default 600)"),
-    ("--renew", positive_float, "seconds between lease renewals (default 10)"),
-    ("--heartbeat", positive_float, "seconds between worker heartbeats (default 10)"),
-    ("--poll", positive_float, "safety poll of an idle worker, seconds (default 1)"),
-    ("--interval", positive_float, "seconds between orchestrator sweeps (default 5)"),
-    ("--backoff-base", positive_float, "first retry delay, seconds, doubling per attempt (default 2)"),
-    ("--backoff-max", positive_float, "longest retry delay, seconds (default 3600)"),
-    ("--retention", positive_float, "seconds finished jobs are kept before pruning (default 7 days)"),
-    ("--synchronous", str.upper, "SQLite durability: FULL (default) or NORMAL"),
-    ("--busy-timeout", positive_float, "seconds to wait for the SQLite write lock (default 30)"),
-    ("--host", str, "this machine's label in holders and heartbeats (default: hostname)"),
-    ("--budget", positive_float, "wall clock a job may run unless it or its task sets one (default 3600)"),
-    ("--stall-window", positive_float, "seconds without a progress beat before a stall is suspected (default 300)"),
-    ("--stall-samples", positive_int, "readings that confirm a stall (default 3)"),
-    ("--stall-spacing", positive_float, "seconds between those readings (default 1)"),
-    ("--idle-gpu", positive_number, "GPU utilisation %% under which a GPU is idle (default 5)"),
-    ("--memory-delta-mb", positive_number, "memory moving less than this (MiB) is static (default 5120)"),
-    ("--gpu-first-window", positive_float, "GPU jobs: idle window before the first beat (default 1200)"),
-    ("--gpu-window", positive_float, "GPU jobs: idle window after the first beat (default 300)"),
-    ("--gpu-sample", positive_float, "GPU jobs: seconds between GPU readings (default 10)"),
-    ("--watchdog-retries", non_negative_int, "watchdog trips a job may take before it fails (default 3)"),
-    ("--nvidia-smi", str, "the nvidia-smi command for GPU readings (default nvidia-smi)"),
-    ("--restart-delay", positive_float, "supervisor: first wait before restarting a dead child (default 0.5)"),
-    ("--restart-delay-max", positive_float, "supervisor: longest wait, doubling from the first (default 30)"),
-    ("--cancel-grace", positive_float, "seconds a cancelled running job's handler has to stop before its "
-                                       "worker process is ended (default 30)"),
-)
+def _flag_type(setting: Setting) -> Callable[[str], Any]:
+    """How a setting's flag reads its text: the kind's reading, and its flag rule if any."""
+    kind = setting.kind
+    return kind.read if kind.flag_check is None else number(kind.read, kind.expected, kind.flag_check)
 
 
-GLOBALS: tuple[tuple[str, str], ...] = (
-    ("--db", "database: a SQLite path or sqlite:///PATH (default ./rowfleet.db, or ROWFLEET_DB)"),
-    ("--project", "project tag (default '', or ROWFLEET_PROJECT)"),
-    ("--log-level", "DEBUG, INFO (default), WARNING or ERROR (or ROWFLEET_LOG_LEVEL)"),
-)
+def _help(setting: Setting, *more: str) -> str:
+    # argparse %-formats help text: a literal % must be doubled.
+    details = "; ".join((*more, f"default {setting.default_text()}"))
+    return f"{setting.help} ({details})".replace("%", "%%")
 
 
+def add_global_flags(parser: argparse.ArgumentParser, default: Any = None) -> None:
+    """rowfleet's own flags (``--db``, ``--project``, ``--log-level``); ``default`` is
+    what a flag not given leaves (``argparse.SUPPRESS`` keeps a value given earlier)."""
+    for setting in SETTINGS:
+        if setting.scope == GLOBAL:
+            parser.add_argument(setting.flag, dest=setting.name, type=_flag_type(setting), default=default,
+                                help=_help(setting, f"or {setting.env}"))
 
-def knob_names() -> list[str]:
-    return [flag[2:].replace("-", "_") for flag, _, _ in KNOBS]
 
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """Every command's settings as flags, in a group of their own. A flag not given is
+    None, so the environment and the defaults apply."""
+    group = parser.add_argument_group(f"settings (also {ENV_PREFIX}<NAME> in the environment)")
+    for setting in SETTINGS:
+        if setting.scope == COMMAND:
+            group.add_argument(setting.flag, dest=setting.name, type=_flag_type(setting), default=None,
+                               help=_help(setting))
+
+
+def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``Config`` settings the command line gave (None where a flag was not given)."""
+    return {setting.name: getattr(args, setting.name) for setting in CONFIG_SETTINGS
+            if setting.scope in (GLOBAL, COMMAND)}
 
 
 def allow_module_flag(sub: argparse.ArgumentParser) -> None:
     """``--allow-module PREFIX``: whose ``module:function`` names a worker runs (see ``trusted``)."""
-    sub.add_argument("--allow-module", action="append", default=None, metavar="PREFIX",
-                     help="also run module:function tasks of this module and its submodules (repeatable; "
-                          "default ROWFLEET_ALLOW_MODULES, a comma list; the --app modules always are)")
+    setting = SETTING["allow_modules"]
+    sub.add_argument(setting.flag, action="append", default=None, metavar="PREFIX",
+                     help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
 
 
 def trusted(config: Config, args: argparse.Namespace) -> Config:

@@ -1,10 +1,11 @@
-"""Fleet commands: switch workers off and on (control), and see the fleet (workers, broker)."""
+"""Fleet commands: switch workers off and on (control), and see the fleet (workers, broker),
+each rendering the one read model, ``rowfleet.snapshot``."""
 
 from __future__ import annotations
 
 import argparse
 import getpass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from rowfleet import config as configuration
 from rowfleet import control, exitcodes, liveness, names
@@ -13,7 +14,8 @@ from rowfleet.cli.output import print_json, table
 from rowfleet.control import Switch
 from rowfleet.errors import ConfigError
 from rowfleet.job import iso
-from rowfleet.store import Store, open_store
+from rowfleet.snapshot import Project, Services, Worker, snapshot
+from rowfleet.store import open_store
 
 # The job states `broker` counts per queue, in its column order.
 BROKER_STATES = ("queued", "running", "failed", "completed", "cancelled")
@@ -70,128 +72,93 @@ def cmd_control(args: argparse.Namespace, config: configuration.Config) -> int:
 def cmd_workers(args: argparse.Namespace, config: configuration.Config) -> int:
     with open_store(config) as store:
         store.require_schema()
-        workers, switches = _fleet(store, config, include_old=args.include_old)
+        fleet = snapshot(store, listed_for=None if args.include_old else liveness.LISTED_FOR)
     if not args.all_projects:
-        workers = [w for w in workers if w["project"] == config.project]
-        switches = [s for s in switches if s.project in (config.project, control.ANY)]
+        fleet = fleet.for_project(config.project)
     if args.json:
-        print_json({"workers": workers, "switches": [s.to_dict() for s in switches]})
+        print_json({"workers": [w.to_dict() for w in fleet.workers], "switches": [s.to_dict() for s in fleet.switches]})
         return exitcodes.OK
-    print(_workers_table(workers) or "no workers")
-    if switches:
+    print(_workers_table(fleet.workers) or "no workers")
+    if fleet.switches:
         print()
-        print(_switches_table(switches))
+        print(_switches_table(fleet.switches))
     return exitcodes.OK
 
 
 def cmd_broker(args: argparse.Namespace, config: configuration.Config) -> int:
     with open_store(config) as store:
         store.require_schema()
-        counts = store.counts()
-        workers, switches = _fleet(store, config)
-        served = services(store)
-    projects: dict[str, Any] = {}
-    for service in served:
-        _project(projects, service["project"]).update(
-            orchestrators=service["orchestrators"], outbox_waiting=service["outbox_waiting"],
-            outbox_oldest_age=service["outbox_oldest_age"])
-    for row in counts:
-        queue = _project(projects, row["project"])["queues"].setdefault(row["queue"], dict.fromkeys(BROKER_STATES, 0))
-        queue[row["state"]] = row["n"]
-    for worker in workers:
-        _project(projects, worker["project"])["workers"].append(worker)
+        fleet = snapshot(store)
+    projects = fleet.projects()
     if args.json:
-        print_json({"projects": projects, "switches": [s.to_dict() for s in switches]})
+        print_json({"projects": {project.name: _broker_dict(project) for project in projects},
+                    "switches": [s.to_dict() for s in fleet.switches], "count_cap": fleet.cap})
         return exitcodes.OK
     rows = []
-    for name, project in sorted(projects.items()):
-        for queue, tally in sorted(project["queues"].items()):
-            here = [w for w in project["workers"] if w["queue"] == queue]
-            rows.append([name or "''", queue, *(tally[state] for state in BROKER_STATES), _worker_tally(here)])
+    for project in projects:
+        for queue in project.queues():
+            tally = project.tally(queue)
+            here = [w for w in project.workers if w.queue == queue]
+            rows.append([project.name or "''", queue, *(tally[state].text() if state in tally else 0
+                                                        for state in BROKER_STATES), _worker_tally(here)])
     print(table(["project", "queue", *BROKER_STATES, "workers"], rows) or "no jobs")
-    if served:
+    if fleet.services:
         print()
-        print(services_table(served))
+        print(services_table(fleet.services))
     print()
-    print(_workers_table(workers) or "no workers")
-    if switches:
+    print(_workers_table(fleet.workers) or "no workers")
+    if fleet.switches:
         print()
-        print(_switches_table(switches))
+        print(_switches_table(fleet.switches))
     return exitcodes.OK
 
 
-def actual_state(worker: dict[str, Any], now: float) -> str:
-    """What a heartbeat row says a worker is doing: serving, draining, parked, SILENT
-    (flagged dead, or past its own staleness even where no orchestrator sweeps), stopped,
-    or how it ended ("killed by SIGKILL")."""
-    if worker["exit_code"] is not None:
-        return exitcodes.describe(worker["exit_code"])
-    if worker["stopped_at"]:
-        return "stopped"
-    if worker["flagged_dead_at"] or liveness.silent(worker["last_seen"], worker["heartbeat"], now):
-        return "SILENT"
-    return worker["state"]
+def _broker_dict(project: Project) -> dict[str, Any]:
+    """One project as ``broker --json`` shows it: per queue a count for each of
+    ``BROKER_STATES`` (and any other state its jobs are in), and which of those counts
+    stopped at the cap (``capped``: queue -> states)."""
+    queues = {queue: {**dict.fromkeys(BROKER_STATES, 0), **{state: count.n for state, count in
+                                                           project.tally(queue).items()}}
+              for queue in project.queues()}
+    capped: dict[str, list[str]] = {}
+    for count in project.counts:
+        if count.capped:
+            capped.setdefault(count.queue, []).append(count.state)
+    return {"queues": queues, "workers": [w.to_dict() for w in project.workers],
+            "orchestrators": project.services.orchestrators, "outbox_waiting": project.services.outbox_waiting,
+            "outbox_oldest_age": project.services.outbox_oldest_age, "capped": capped}
 
 
-def _fleet(store: Store, config: configuration.Config, include_old: bool = False
-           ) -> tuple[list[dict[str, Any]], list[Switch]]:
-    """Recent workers of every project (every row with ``include_old``), each with its
-    switch's wish and its actual state."""
-    now = store.clock()
-    switches = store.switches()
-    workers = store.workers(since=0.0 if include_old else now - liveness.LISTED_FOR)
-    for worker in workers:
-        held = control.in_force(switches, worker["project"], worker["host"], worker["queue"])
-        worker["desired"] = control.ON if held is None else control.OFF
-        worker["switch"] = None if held is None else held.to_dict()
-        worker["actual"] = actual_state(worker, now)
-        worker["age"] = round(now - worker["last_seen"], 3)
-        for key in ("started_at", "last_seen", "stopped_at", "flagged_dead_at"):
-            worker[key] = iso(worker[key])
-    return workers, switches
-
-
-def services(store: Store) -> list[dict[str, Any]]:
-    """Per project: live orchestrators and waiting outbox events, JSON-ready (the age of the
-    oldest waiting event in seconds)."""
-    now = store.clock()
-    found = store.project_services()
-    for service in found:
-        oldest = service.pop("outbox_oldest")
-        service["outbox_oldest_age"] = None if oldest is None else round(now - oldest, 3)
-    return found
-
-
-def services_table(found: list[dict[str, Any]]) -> str:
+def services_table(found: Iterable[Services]) -> str:
     """Whether each project is served: an orchestrator drains its workflows' outbox and
     recovers its lost jobs; without one, both wait."""
-    rows = [[s["project"] or "''", s["orchestrators"] or "NONE", s["outbox_waiting"],
-             "-" if s["outbox_oldest_age"] is None else f"{s['outbox_oldest_age']:.1f}s"] for s in found]
+    rows = [[s.project or "''", s.orchestrators or "NONE", s.outbox_waiting,
+             "-" if s.outbox_oldest_age is None else f"{s.outbox_oldest_age:.1f}s"] for s in found]
     return table(["project", "orchestrators", "outbox waiting", "oldest"], rows)
 
 
-def _project(projects: dict[str, Any], name: str) -> dict[str, Any]:
-    return projects.setdefault(name, {"queues": {}, "workers": [], "orchestrators": 0, "outbox_waiting": 0,
-                                      "outbox_oldest_age": None})
-
-
-def _workers_table(workers: list[dict[str, Any]]) -> str:
-    rows = [[w["project"] or "''", w["host"], w["queue"], w["pid"], w["current_job"] or "-",
-             w["desired"] if w["switch"] is None else f"off ({w['switch']['policy']})", w["actual"],
-             f"{w['age']:.1f}s ago"] for w in workers]
+def _workers_table(workers: Iterable[Worker]) -> str:
+    rows = [[w.project or "''", w.host, w.queue, w.pid, w.current_job or "-",
+             w.desired if w.switch is None else f"off ({w.switch.policy})", w.actual, seen_text(w)]
+            for w in workers]
     return table(["project", "host", "queue", "pid", "job", "wanted", "actual", "last seen"], rows)
 
 
-def _switches_table(switches: list[Switch]) -> str:
+def seen_text(worker: Worker) -> str:
+    """How long ago a worker last beat, as the listings show it."""
+    return "-" if worker.age is None else f"{worker.age:.1f}s ago"
+
+
+def _switches_table(switches: Iterable[Switch]) -> str:
     rows = [[s.project or "''", s.host, s.queue, s.desired, s.policy if s.desired == control.OFF else "-",
              s.changed_by or "-", iso(s.changed_at)] for s in switches]
     return table(["switch: project", "host", "queue", "wanted", "policy", "by", "at"], rows)
 
 
-def _worker_tally(workers: list[dict[str, Any]]) -> str:
+def _worker_tally(workers: Iterable[Worker]) -> str:
     states: dict[str, int] = {}
     for worker in workers:
-        states[worker["actual"]] = states.get(worker["actual"], 0) + 1
+        states[worker.actual] = states.get(worker.actual, 0) + 1
     return ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "-"
 
 

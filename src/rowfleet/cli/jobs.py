@@ -11,13 +11,13 @@ import time
 from typing import Any, Callable
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, liveness, tasks
+from rowfleet import exitcodes, tasks
 from rowfleet.cli.arguments import (Parser, allow_module_flag, int64, json_flag, non_negative_float,
                                   positive_float, positive_int, trusted)
-from rowfleet.cli.fleet import actual_state, services, services_table
+from rowfleet.cli.fleet import seen_text, services_table
 from rowfleet.cli.output import print_json, short, table
-from rowfleet.errors import NotFound
 from rowfleet.job import RUNNING, STATES, JobSpec, iso
+from rowfleet.snapshot import Progress, snapshot
 from rowfleet.store import Store, open_store
 
 
@@ -115,48 +115,29 @@ def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
 def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
     with open_store(config) as store:
         store.require_schema()
-        counts = store.counts()
-        served = services(store)
-        now = store.clock()
-        workers = store.workers(since=now - liveness.LISTED_FOR)
-        for worker in workers:  # what each busy worker's job last reported
-            job = _job_or_none(store, worker["current_job"], worker["project"])
-            worker["progress"] = None if job is None or job.progress_at is None else \
-                {"fraction": job.progress, "message": job.progress_message, "at": iso(job.progress_at)}
-    for worker in workers:
-        worker["age"] = round(now - worker["last_seen"], 3)
-        worker["actual"] = actual_state(worker, now)
-        for key in ("started_at", "last_seen", "stopped_at", "flagged_dead_at"):
-            worker[key] = iso(worker[key])
+        fleet = snapshot(store)
     if args.json:
-        print_json({"counts": counts, "projects": served, "workers": workers})
+        print_json(fleet.to_dict())
         return exitcodes.OK
     print(table(["project", "queue", "state", "jobs"],
-                 [[c["project"] or "''", c["queue"], c["state"], c["n"]] for c in counts]) or "no jobs")
-    if served:
+                 [[c.project or "''", c.queue, c.state, c.text()] for c in fleet.counts]) or "no jobs")
+    if fleet.services:
         print()
-        print(services_table(served))
+        print(services_table(fleet.services))
     print()
-    rows = [[w["project"] or "''", w["host"], w["queue"], w["pid"], w["current_job"] or "-",
-             _progress_text(w["progress"]), f"{w['age']:.1f}s ago", w["actual"]] for w in workers]
+    rows = [[w.project or "''", w.host, w.queue, w.pid, w.current_job or "-", _progress_text(w.progress),
+             seen_text(w), w.actual] for w in fleet.workers]
     print(table(["project", "host", "queue", "pid", "job", "progress", "last seen", "state"], rows)
           or "no workers")
     return exitcodes.OK
 
 
-def _job_or_none(store: Store, job_id: int | None, project: str) -> Any:
-    try:
-        return None if job_id is None else store.get_job(job_id, project)
-    except NotFound:  # finished and pruned since the heartbeat named it
-        return None
-
-
-def _progress_text(progress: dict[str, Any] | None) -> str:
+def _progress_text(progress: Progress | None) -> str:
     if progress is None:
         return "-"
-    fraction = progress["fraction"]
+    fraction = progress.fraction
     share = "" if fraction is None else f"{fraction:.0%}" if isinstance(fraction, (int, float)) else str(fraction)
-    return short(" ".join(part for part in (share, progress["message"] or "") if part), 40)
+    return short(" ".join(part for part in (share, progress.message or "") if part), 40)
 
 
 def cmd_jobs(args: argparse.Namespace, config: configuration.Config) -> int:

@@ -9,7 +9,7 @@ import threading
 from typing import Any, Callable
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, names, tasks
+from rowfleet import exitcodes, names, tasks, waiting
 from rowfleet.cli.arguments import Parser, allow_module_flag, positive_int, trusted
 from rowfleet.cli.output import print_json, report
 from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError
@@ -76,7 +76,7 @@ def cmd_orchestrator(args: argparse.Namespace, config: configuration.Config) -> 
     if args.once:  # a one-shot command reports a database it cannot reach
         with open_store(config, create=True) as store:
             version = store.migrate()
-            print_json({"schema_version": version, **Orchestrator(store, config).run_once()})
+            print_json({"schema_version": version, **Orchestrator(store, config).run_once().to_dict()})
         return exitcodes.OK
     stop = threading.Event()
     on_stop_signals(lambda *_: stop.set())
@@ -91,21 +91,8 @@ def cmd_orchestrator(args: argparse.Namespace, config: configuration.Config) -> 
 def _migrated_store(config: configuration.Config, stop: threading.Event) -> Store | None:
     """The orchestrator's store, its schema migrated. A server that does not answer yet (down,
     restarting) is waited for, as workers wait, until ``stop``; None if stopped first."""
-    announced = False
-    while not stop.is_set():
-        store = None
-        try:
-            store = open_store(config, create=True)
-            store.migrate()
-            return store
-        except DatabaseUnreachable as exc:
-            if store is not None:
-                store.close()
-            if not announced:
-                log.warning("waiting for the database: %s", exc)
-                announced = True
-        stop.wait(config.poll)
-    return None
+    return waiting.open_when_ready(lambda: open_store(config, create=True), stop, config.poll, log,
+                                   ready=lambda store: store.migrate(), transient=(DatabaseUnreachable,))
 
 
 

@@ -14,7 +14,8 @@ from typing import Callable
 
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError
-from rowfleet.store.base import Store, Tx
+from rowfleet.store.base import Store
+from rowfleet.store.core import Tx
 from rowfleet.wake import Waiter
 
 __all__ = ["Store", "Tx", "Waiter", "open_store", "sqlite_path"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import select
+import time
 from typing import Any, Callable, Iterator
 
 from rowfleet.claim import Claim
@@ -20,7 +21,9 @@ from rowfleet.errors import (ConfigError, DatabaseBroken, DatabaseUnreachable, R
                              StoreUnavailable)
 from rowfleet.job import TERMINAL, Job, Outcome
 from rowfleet.queries import queries
-from rowfleet.store.base import Store, Tx, claim_params, outcome_detail, savepoint, schema_gone_unless_new
+from rowfleet.store.base import Store
+from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
+from rowfleet.store.jobs import claim_params, outcome_detail
 from rowfleet.wake import Doorbell
 
 CONNECT_TIMEOUT = 10
@@ -108,7 +111,7 @@ class PostgresTx(Tx):
 class PostgresStore(Store):
     dialect = "postgres"
     # Queries only this dialect has: composite operations SQLite cannot do in one statement.
-    own_queries = frozenset({"job_finish_and_claim", "job_claim_logged", "database_time", "listen_jobs",
+    own_queries = frozenset({"finish_and_claim", "claim_logged", "database_time", "listen_jobs",
                              "listen_dispatch", "listen_control"})
     # Fragments only this dialect's own queries include.
     own_fragments = frozenset({"claimed_detail"})
@@ -162,17 +165,42 @@ class PostgresStore(Store):
     def claim(self, claim: Claim) -> Job | None:
         """As ``Store.claim``, in one statement: on Postgres round trips are the cost. The
         statement logs the claim itself, with the detail of the ``claimed_detail`` fragment
-        (the token and attempt exist only inside it, so Python cannot bind them)."""
-        row = _AutocommitTx(self).one("job_claim_logged", **claim_params(claim))
+        (the token and attempt exist only inside it, so Python cannot bind them). When a
+        promotion of fallen-due delayed jobs is due (about once per poll), it and the claim
+        share a transaction instead; a claim that finds nothing promotes, and tries again."""
+        row, promoted = self._claiming("claim_logged", claim, **claim_params(claim))
+        if row is None:
+            return None if promoted else self._claim_after_promotion(claim)
+        return Job.from_row(row)
+
+    def _claiming(self, query: str, claim: Claim, **params: Any) -> tuple[Any | None, bool]:
+        """A one-statement claim (``claim_logged``, ``finish_and_claim``): on its own, or
+        after the promotion ``Store`` would run first, in one transaction with it. Its row,
+        and whether it promoted."""
+        if not self._promotion_due(claim):
+            return _AutocommitTx(self).one(query, **params), False
+        with self.transaction() as tx:
+            self._promote(tx, claim)
+            return tx.one(query, **params), True
+
+    def _claim_after_promotion(self, claim: Claim) -> Job | None:
+        """Nothing was due in the claim index: promote what has fallen due, and claim once
+        more if that moved any job."""
+        with self.transaction() as tx:
+            row = tx.one("claim_logged", **claim_params(claim)) if self._promote(tx, claim) else None
         return None if row is None else Job.from_row(row)
+
+    def _promotion_time(self) -> float:
+        # Spacing promotions needs no shared clock: this host's spares the database a round trip.
+        return time.time() if self._test_clock is None else self._test_clock()
 
     def finish(self, job: Job, outcome: Outcome, claim_next: Claim | None = None) -> Job | None:
         """As ``Store.finish``; a terminal outcome followed by a claim is one statement here,
         since on Postgres a busy worker is bound by round trips, not by commits."""
         if claim_next is None or outcome.state not in TERMINAL:
             return super().finish(job, outcome, claim_next)
-        row = _AutocommitTx(self).one(
-            "job_finish_and_claim", id=job.id, token=job.lease_token, state=outcome.state,
+        row, promoted = self._claiming(
+            "finish_and_claim", claim_next, id=job.id, token=job.lease_token, state=outcome.state,
             result=outcome.result_json, error=outcome.error, traceback=outcome.traceback,
             kind=outcome.event or outcome.state, detail=outcome_detail(job, outcome),
             **claim_params(claim_next))
@@ -180,7 +208,9 @@ class PostgresStore(Store):
             with self.transaction() as tx:
                 self._check_already_written(tx, job, outcome)
             return self.claim(claim_next)
-        return Job.from_row(row) if row["id"] is not None else None
+        if row["id"] is None:
+            return None if promoted else self._claim_after_promotion(claim_next)
+        return Job.from_row(row)
 
     def reader(self) -> Tx:
         return _AutocommitTx(self)

@@ -1,7 +1,8 @@
 """Workflow runs over named queries: start, advance, drain the outbox, cancel, restart, input.
 
-Written once for both dialects, below the storage seam, as a part of ``Store`` (which
-provides ``transaction()``, ``_writing(conn)``, ``reader()`` and the job inserts). Every change to a run
+Written once for both dialects, below the storage seam, as the runs part of ``Store``
+(over ``StoreCore``: ``transaction()``, ``_writing(conn)``, ``reader()``, and the job inserts
+of the jobs part). Every change to a run
 happens in a transaction that first locks the run's row (``run_lock``), so the pure walk
 in ``rowfleet.dag`` decides on the state it then changes, even with two orchestrators
 draining events of the same run. Nodes advance in three ways, each one transaction:
@@ -19,6 +20,7 @@ from typing import Any, Iterable
 from rowfleet import dag
 from rowfleet.errors import ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, NotFound, SchemaMissing
 from rowfleet.job import Job, JobSpec, by_name, decode_column, decode_json, drain_retry_delay, encode_json, iso
+from rowfleet.store.core import StoreCore, Tx
 
 log = logging.getLogger("rowfleet.runs")
 
@@ -87,8 +89,8 @@ class Run:
 _RUN_COLUMNS = frozenset(field.name for field in dataclasses.fields(Run) if field.name != "nodes")
 
 
-class WorkflowStore:
-    """The workflow half of ``Store``."""
+class RunStore(StoreCore):
+    """The workflow part of ``Store``: runs, their nodes and the outbox."""
 
     # --- starting and reading ----------------------------------------------------------
 
@@ -100,8 +102,8 @@ class WorkflowStore:
         with self._writing(conn) as tx:
             return self._start(tx, flow, encoded_args, project)
 
-    def _start(self, tx: Any, flow: dag.Workflow, encoded_args: str, project: str) -> int:
-        run = tx.one("run_insert", project=project, name=flow.name, definition=encode_json(flow.to_dict()),
+    def _start(self, tx: Tx, flow: dag.Workflow, encoded_args: str, project: str) -> int:
+        run = tx.one("start_run", project=project, name=flow.name, definition=encode_json(flow.to_dict()),
                      args=encoded_args)
         for node in flow.nodes:
             tx.run("run_node_insert", run_id=run["id"], node_id=node.id)
@@ -112,20 +114,20 @@ class WorkflowStore:
 
     def get_run(self, run_id: int, project: str) -> Run:
         tx = self.reader()
-        row = tx.one("run_get", id=run_id, project=project)
+        row = tx.one("get_run", id=run_id, project=project)
         if row is None:
             raise NotFound(f"no run {run_id}" + (f" in project {project!r}" if project else ""))
         return self._view(tx, row)
 
     def list_runs(self, project: str, state: str | None = None, limit: int = 50) -> list[Run]:
         """Runs, newest first, without their nodes."""
-        rows = self.reader().all("runs_list", project=project, state=state, limit=limit)
+        rows = self.reader().all("list_runs", project=project, state=state, limit=limit)
         return [Run.from_row(row) for row in rows]
 
     def dispatch_events(self, run_id: int) -> list[dict[str, Any]]:
-        return [dict(row) for row in self.reader().all("dispatch_of_run", run_id=run_id)]
+        return [dict(row) for row in self.reader().all("dispatch_events", run_id=run_id)]
 
-    def _view(self, tx: Any, row: Any) -> Run:
+    def _view(self, tx: Tx, row: Any) -> Run:
         node_rows = {node["node_id"]: node for node in tx.all("run_nodes_of", run_id=row["id"])}
         try:
             flow = _flow(row)
@@ -151,7 +153,7 @@ class WorkflowStore:
 
     # --- the walk ----------------------------------------------------------------------
 
-    def _advance(self, tx: Any, run: Any) -> str | None:
+    def _advance(self, tx: Tx, run: Any) -> str | None:
         """Bring a locked run up to date: settle nodes whose jobs finished, then, unless the
         run has ended, walk it and apply what the walk decides. The error when this walk
         failed the run, else None."""
@@ -169,7 +171,7 @@ class WorkflowStore:
             tx.run("run_set_state", id=run["id"], state=step.run_state, error=None)
         return step.error if step.run_state == dag.FAILED else None
 
-    def _settle(self, tx: Any, run_id: int, rows: Iterable[Any]) -> dict[str, dag.NodeState]:
+    def _settle(self, tx: Tx, run_id: int, rows: Iterable[Any]) -> dict[str, dag.NodeState]:
         """Every node's state from its row; a queued node's is folded from its current jobs
         (read in one query for the whole run) and stored once they have ended. Needs no
         definition: a run whose definition is unreadable can still be ended."""
@@ -189,7 +191,7 @@ class WorkflowStore:
                        result=result, error=state.error)
         return states
 
-    def _apply(self, tx: Any, run: Any, node: dag.Node, row: Any,
+    def _apply(self, tx: Tx, run: Any, node: dag.Node, row: Any,
                action: dag.Enqueue | dag.SetState) -> None:
         if isinstance(action, dag.SetState):
             result = encode_json(action.result) if action.state == dag.COMPLETED else None
@@ -201,13 +203,13 @@ class WorkflowStore:
                        model=node.model)
         placement = {"run_id": run["id"], "node_id": node.id, "node_generation": row["generation"]}
         if action.items is None:
-            self._insert(tx, spec, placement)
+            self._enqueue(tx, spec, placement)
         else:
-            self._insert_many(tx, spec, action.items, placement)
+            self._enqueue_many(tx, spec, action.items, placement)
         tx.run("run_node_set", run_id=run["id"], node_id=node.id, state=dag.QUEUED, result=None, error=None,
                items=None if action.items is None else len(action.items))
 
-    def _end_run(self, tx: Any, run: Any, state: str, error: str | None) -> None:
+    def _end_run(self, tx: Tx, run: Any, state: str, error: str | None) -> None:
         """Finish a locked run. Ending it failed or cancelled cancels its queued jobs (so no
         worker claims them), its pending nodes and those waiting for input; a job already
         running finishes, and its node's state is recorded when its event is drained."""
@@ -216,7 +218,7 @@ class WorkflowStore:
             return
         reason = f"run {run['id']} {state}"
         for job in tx.all("run_jobs_cancel", run_id=run["id"], reason=reason):
-            tx.run("event_insert", job_id=job["id"], kind="cancelled", detail=encode_json({"reason": reason}))
+            tx.run("record_event", job_id=job["id"], kind="cancelled", detail=encode_json({"reason": reason}))
         rows = tx.all("run_nodes_of", run_id=run["id"])
         for row in rows:
             if row["state"] in (dag.PENDING, dag.AWAITING_INPUT):
@@ -224,7 +226,7 @@ class WorkflowStore:
                        items=row["items"], result=None, error=reason)
         self._settle(tx, run["id"], [row for row in rows if row["state"] == dag.QUEUED])
 
-    def _lock_run(self, tx: Any, run_id: int, project: str) -> Any:
+    def _lock_run(self, tx: Tx, run_id: int, project: str) -> Any:
         run = tx.one("run_lock", id=run_id)
         if run is None or run["project"] != project:
             raise NotFound(f"no run {run_id}" + (f" in project {project!r}" if project else ""))
@@ -285,13 +287,13 @@ class WorkflowStore:
 
     # --- the orchestrator's side: the outbox -------------------------------------------
 
-    def _dispatch(self, tx: Any, job: Job) -> None:
+    def _dispatch(self, tx: Tx, job: Job) -> None:
         """The outbox row for a node's job that just reached a terminal state; written in
         the transaction that writes that state."""
         tx.run("dispatch_insert", project=job.project, run_id=job.run_id, node_id=job.node_id, job_id=job.id,
                kind="job_finished")
 
-    def _run_ended(self, tx: Any, run_id: int) -> str | None:
+    def _run_ended(self, tx: Tx, run_id: int) -> str | None:
         """The state of a finished run (kept from changing by a share lock), else None."""
         row = tx.one("run_state_shared", id=run_id)
         return row["state"] if row is not None and row["state"] in dag.RUN_TERMINAL else None
@@ -356,7 +358,7 @@ class WorkflowStore:
         event, no node awaiting input) for ``grace`` seconds a dispatch event, so the next
         drain walks it again; the ids of such runs."""
         with self.transaction() as tx:
-            stranded = [row["id"] for row in tx.all("runs_stranded", project=project, grace=grace, limit=limit)]
+            stranded = [row["id"] for row in tx.all("reconcile_runs", project=project, grace=grace, limit=limit)]
             for run_id in stranded:
                 tx.run("dispatch_insert", project=project, run_id=run_id, node_id=None, job_id=None,
                        kind="reconcile")

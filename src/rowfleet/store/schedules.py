@@ -1,7 +1,7 @@
 """Periodic schedules over named queries: fire a slot exactly once, read what fired.
 
-Written once for both dialects, below the storage seam, as a part of ``Store`` (which
-provides ``transaction()``, ``reader()`` and ``_insert``). A slot is fired in one
+Written once for both dialects, below the storage seam, as the schedules part of ``Store`` (over
+``StoreCore``: ``transaction()``, ``reader()``, and ``_enqueue`` of the jobs part). A slot is fired in one
 transaction that first holds the schedule's row (``schedule_hold``), so schedulers racing
 for a schedule take turns, and each one sees the newest slot the others fired. The slot's
 row in ``schedule_slots`` is the proof of firing: its primary key admits one row per
@@ -15,10 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from rowfleet.job import Job, JobSpec
+from rowfleet.store.core import StoreCore
 
 
-class ScheduleStore:
-    """The periodic-schedule half of ``Store``."""
+class ScheduleStore(StoreCore):
+    """The periodic-schedule part of ``Store``."""
 
     def fire_slot(self, project: str, name: str, slot: float, spec: JobSpec, fired_by: str) -> Job | None:
         """Enqueue ``spec`` as schedule ``name``'s job for ``slot`` (epoch seconds), in one
@@ -29,12 +30,12 @@ class ScheduleStore:
             raise ValueError(f"the job of schedule {name!r} is for project {spec.project!r}, not {project!r}")
         key = {"project": project, "name": name, "slot": slot}
         with self.transaction() as tx:
-            last_slot = tx.one("schedule_hold", project=project, name=name)["last_slot"]
+            last_slot = tx.one("fire_slot", project=project, name=name)["last_slot"]
             if last_slot is not None and last_slot >= slot:
                 return None
             if tx.one("schedule_slot_insert", fired_by=fired_by, **key) is None:
                 return None
-            job = self._insert(tx, spec)
+            job = self._enqueue(tx, spec)
             tx.run("schedule_slot_set_job", job_id=job.id, **key)
             tx.run("schedule_advance", **key)
             return job
@@ -42,10 +43,10 @@ class ScheduleStore:
     def last_slots(self, project: str) -> dict[str, float | None]:
         """Each schedule of ``project`` the database knows: the newest slot fired (None
         while a scheduler has held its row but not yet fired any)."""
-        return {row["name"]: row["last_slot"] for row in self.reader().all("schedules_last_slots", project=project)}
+        return {row["name"]: row["last_slot"] for row in self.reader().all("last_slots", project=project)}
 
     def fired_slots(self, project: str, name: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         """The slots fired, newest first (of every schedule, or of ``name``): each with its
         schedule's name, the slot, the job enqueued, when and by whom."""
-        rows = self.reader().all("schedule_slots_list", project=project, name=name, limit=limit)
+        rows = self.reader().all("fired_slots", project=project, name=name, limit=limit)
         return [dict(row) for row in rows]

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterator
 
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, DatabaseBroken, DatabaseBusy, RowfleetError, SchemaMissing, StoreUnavailable
-from rowfleet.store.base import Store, Tx, savepoint, schema_gone_unless_new
+from rowfleet.store.base import Store
+from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
 from rowfleet.wake import FileWaiter, Sleeper, Waiter
 
 

@@ -1,15 +1,16 @@
-"""Workflow (DAG) rows of rowfleet's benchmark: the ``dag`` section of tools/bench.py.
+"""Workflow (DAG) rows of rowfleet's benchmark: the ``dag`` section.
 
 Owns the DAG throughput measurement: nodes per second through a wide fan-out, executed by
 real processes, each rowfleet figure beside a baseline measured in the same run by the
 same kind of worker processes on the same kind of database.
 
-Every measurement gets a fresh database (a SQLite file from bench.py's ``Lab``, synchronous
-FULL, the default), two long-running rowfleet worker processes (``bench.idle_worker``:
-``Worker(...).run()`` on the default settings, poll 1 s) and, on the rowfleet side only,
-one orchestrator process (``Orchestrator(store, config).run()`` on the default settings:
-5 s sweeps, poll 1 s; it drains the dispatch outbox as soon as a commit wakes it). Every
-process has opened the database and gone idle before the clock starts. Then:
+Every measurement gets a fresh database (a SQLite file from the harness's ``Lab``,
+synchronous FULL, the default), two long-running rowfleet worker processes
+(``harness.idle_worker``: ``Worker(...).run()`` on the default settings, poll 1 s) and, on
+the rowfleet side only, one orchestrator process (``Orchestrator(store, config).run()`` on
+the default settings: 5 s sweeps, poll 1 s; it drains the dispatch outbox as soon as a
+commit wakes it). Every process has opened the database and gone idle before the clock
+starts. Then:
 
 * ``fan-out``: this process calls ``Store.start_run`` on a workflow "root -> N parallel
   no-op nodes -> one fan-in node" (N + 2 nodes of one job each; the fan-in takes no
@@ -38,28 +39,26 @@ run ended) and how long after the run's end that was; the two workers' per job, 
 and baseline. And how long the root's dispatch event waited for its drain, which the
 whole fan-out waits on.
 
-On PostgreSQL (a throwaway server from tests/pg_harness.py, as tools/bench_pg.py gets
-one, or the one ``ROWFLEET_TEST_PG`` names; the durability column is read back from the
+On PostgreSQL (the harness's ``pg_server``: a throwaway server from tests/pg_harness.py,
+or the one ``ROWFLEET_TEST_PG`` names; the durability column is read back from the
 server) the fan-out row is measured again the same way, baseline included, on fresh
 databases of that server, with N = ``Sizes.pg_dag_nodes`` (1000). Without psycopg or the
 server binaries it is one row saying why; with ``--quick``, one row saying it did not run.
 
-Imports bench.py's helpers and constants (the rows must read like the others), rowfleet's
-public pieces, and (only in ``postgres``) pg_harness and bench_pg's ``durability``; never
-psycopg itself, which only rowfleet's Postgres store and pg_harness load.
+Imports the harness (tools/bench/harness.py: the rows must read like the others) and
+rowfleet's public pieces, never another section; never psycopg itself, which only
+rowfleet's Postgres store and pg_harness load.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
-import bench
-from bench import PROJECT, QUEUE, Row, count, progress, ratio
+from . import harness
+from .harness import EACH, NOOP, NUMBERS, PROJECT, QUEUE, Bench, Row, count, progress, ratio, rounds_note
 
 from rowfleet import dag
 from rowfleet.config import Config
@@ -67,7 +66,23 @@ from rowfleet.job import JobSpec
 from rowfleet.orchestrator import Orchestrator
 from rowfleet.store import Store, open_store
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
+LEGEND = """\
+  dag rows    workflow throughput, each measurement on a fresh database with two worker
+              processes and one orchestrator process (default settings: 1 s poll, 5 s
+              sweeps), all idle before the clock starts at Store.start_run; it stops at the
+              run's finished_at. Fan-out: root -> N no-op nodes -> fan-in; map: the root
+              returns N items -> a map node, one job per item -> fan-in. nodes/s = (N + 2)
+              / seconds. Baseline: N + 2 plain no-op jobs enqueued in one transaction and
+              drained by two such workers with no orchestrator (jobs/s); "s" is the time of
+              each, rowfleet/baseline. "Orchestrator CPU us/node": its user+system CPU until
+              every dispatch event of the run was drained, per node; "outbox empty" = how
+              long after the run ended that was (an event drained after the end finds the
+              run ended, but each drain still reads the whole run). "Workers' CPU us/job":
+              rowfleet/baseline. "Root's event drained after": from the root job's finish
+              to the drain that enqueues the fan-out; about 1 s means the orchestrator
+              missed the wake-up and waited for its poll. pg dag: the same fan-out on the
+              pg rows' server, N = Sizes.pg_dag_nodes (not with --quick)."""
+
 WORKERS = 2
 POLL_EVERY = 0.01  # seconds between the cheap reads that watch for the end of a run
 OUTBOX_POLL = 0.05  # seconds between reads of the run's dispatch events once it ended
@@ -87,9 +102,9 @@ def fan_out(n: int) -> dag.Workflow:
     >>> [node.id for node in fan_out(2).nodes]
     ['root', 'n0', 'n1', 'fan_in']
     """
-    nodes: list[dict[str, Any]] = [{"id": "root", "task": bench.NOOP, "queue": QUEUE}]
-    nodes += [{"id": f"n{i}", "task": bench.NOOP, "queue": QUEUE, "depends_on": ["root"]} for i in range(n)]
-    nodes.append({"id": "fan_in", "task": bench.NOOP, "queue": QUEUE, "depends_on": [f"n{i}" for i in range(n)]})
+    nodes: list[dict[str, Any]] = [{"id": "root", "task": NOOP, "queue": QUEUE}]
+    nodes += [{"id": f"n{i}", "task": NOOP, "queue": QUEUE, "depends_on": ["root"]} for i in range(n)]
+    nodes.append({"id": "fan_in", "task": NOOP, "queue": QUEUE, "depends_on": [f"n{i}" for i in range(n)]})
     return dag.parse_workflow({"name": "bench-fan-out", "nodes": nodes})
 
 
@@ -100,9 +115,9 @@ def mapped(n: int) -> dag.Workflow:
     [('root', None), ('each', 'root'), ('fan_in', None)]
     """
     return dag.parse_workflow({"name": "bench-map", "nodes": [
-        {"id": "root", "task": bench.NUMBERS, "queue": QUEUE, "args": [n]},
-        {"id": "each", "task": bench.EACH, "queue": QUEUE, "map": {"$from": "root"}, "depends_on": ["root"]},
-        {"id": "fan_in", "task": bench.NOOP, "queue": QUEUE, "depends_on": ["each"]},
+        {"id": "root", "task": NUMBERS, "queue": QUEUE, "args": [n]},
+        {"id": "each", "task": EACH, "queue": QUEUE, "map": {"$from": "root"}, "depends_on": ["root"]},
+        {"id": "fan_in", "task": NOOP, "queue": QUEUE, "depends_on": ["each"]},
     ]})
 
 
@@ -133,7 +148,7 @@ def orchestrator_child(db: str, control: Any) -> None:
     orchestrator = Orchestrator(store, config)
     orchestrator.run_once()
     control.send("ready")
-    bench.answer_cpu_requests(control, orchestrator.request_stop)
+    harness.answer_cpu_requests(control, orchestrator.request_stop)
     try:
         orchestrator.run()
     finally:
@@ -143,17 +158,22 @@ def orchestrator_child(db: str, control: Any) -> None:
 # --- the section -------------------------------------------------------------------------
 
 
-class DagBench:
-    """The dag rows, added to ``host`` (a ``bench.Bench``) as they are measured."""
+def run(bench: Bench) -> None:
+    """The section: the dag rows on SQLite, then the fan-out on PostgreSQL."""
+    DagBench(bench).run()
 
-    def __init__(self, host: Any) -> None:
-        self.host = host
-        self.lab = host.lab
-        self.sizes = host.sizes
-        self.mp = host.mp
+
+class DagBench:
+    """The dag rows, added to ``bench`` as they are measured."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.lab = bench.lab
+        self.sizes = bench.sizes
+        self.mp = bench.mp
 
     def add(self, row: Row) -> None:
-        self.host.add(row)
+        self.bench.add(row)
 
     def run(self) -> None:
         n, rounds = self.sizes.dag_nodes, self.sizes.dag_rounds
@@ -175,7 +195,7 @@ class DagBench:
         what = f"root -> {n:,} nodes -> fan-in" if shape == "fan-out" else f"root -> map over {n:,} items -> fan-in"
         waits = [d.root_wait for d in ours if d.root_wait is not None]
         slow = sum(1 for wait in waits if wait >= SLOW_DRAIN)
-        notes = [f"{bench._rounds(len(ours))}; N={n:,}: {what}",
+        notes = [f"{rounds_note(len(ours))}; N={n:,}: {what}",
                  f"{median([d.seconds for d in ours]):.2f} s/{median([d.seconds for d in bare]):.2f} s",
                  f"orchestrator CPU us/node {median([d.orchestrator_cpu for d in ours]) / jobs * 1e6:,.0f} "
                  f"(outbox empty {median([d.outbox_after for d in ours]):.1f} s after the run ended)",
@@ -194,20 +214,9 @@ class DagBench:
         if not n:
             self.add(Row(label, "-", "-", "-", "-", "not run with --quick (a server takes seconds to start)"))
             return
-        sys.path.insert(0, str(TESTS))
-        try:
-            import pg_harness
-        finally:
-            sys.path.remove(str(TESTS))
-        progress("dag on postgres: starting a throwaway server (tests/pg_harness.py)")
-        server = pg_harness.server()
+        server = harness.pg_server(self.bench, "dag on postgres", label)
         if server is None:
-            reason = " ".join((pg_harness.unavailable_reason() or "unknown reason").split())
-            progress(f"dag on postgres: skipped: {reason}")
-            self.add(Row(label, "-", "-", "-", "-", f"skipped, PostgreSQL unavailable: {reason}"))
             return
-        import bench_pg
-
         created: list[str] = []
 
         def database(_label: str) -> str:
@@ -220,7 +229,7 @@ class DagBench:
         try:
             settings = dict(server.psql(database("settings"), "SELECT name, setting FROM pg_settings "
                                                               "WHERE name IN ('fsync', 'synchronous_commit')"))
-            durability = bench_pg.durability(settings)
+            durability = harness.durability(settings)
             ours, bare = [], []
             for round_no in range(self.sizes.dag_rounds):
                 progress(f"dag on postgres: round {round_no + 1} of {self.sizes.dag_rounds}: {n + 2:,} plain "
@@ -250,7 +259,7 @@ class DagBench:
         until all are idle, then time ``flow`` (or N + 2 plain jobs) to its end."""
         db = database(f"dag-{kind}")
         children: list[tuple[Any, Any]] = []  # (pipe, process); the orchestrator last
-        targets = [(bench.idle_worker, (db, self.lab.task_dir, False), f"bench-dag-worker-{i}")
+        targets = [(harness.idle_worker, (db, self.lab.task_dir, False), f"bench-dag-worker-{i}")
                    for i in range(WORKERS)]
         if flow is not None:
             targets.append((orchestrator_child, (db,), "bench-dag-orchestrator"))
@@ -269,7 +278,7 @@ class DagBench:
                 cpu_before = [_cpu(pipe) for pipe, _ in children]
                 start = time.time()
                 if flow is None:
-                    store.enqueue_many(JobSpec(task=bench.NOOP, queue=QUEUE, project=PROJECT), [None] * (n + 2))
+                    store.enqueue_many(JobSpec(task=NOOP, queue=QUEUE, project=PROJECT), [None] * (n + 2))
                     end = watch.jobs_done(n + 2, self._deadline(n))
                     cpu_after = [_cpu(pipe) for pipe, _ in children]
                     progress(f"dag: {kind}: {n + 2:,} jobs in {end - start:.2f} s")
@@ -282,7 +291,7 @@ class DagBench:
                 store.close()
         finally:
             for pipe, child in children:
-                bench.stop_child(pipe, child)
+                harness.stop_child(pipe, child)
         progress(f"dag: {kind}: {n + 2:,} nodes in {end - start:.2f} s; the outbox was empty "
                  f"{max(event['processed_at'] for event in events) - end:.1f} s later")
         used = [after - before for before, after in zip(cpu_before, cpu_after)]

@@ -1,4 +1,4 @@
-"""PostgreSQL rows of rowfleet's benchmark: the ``postgres`` section of tools/bench.py.
+"""PostgreSQL rows of rowfleet's benchmark: the ``postgres`` section.
 
 Owns the PostgreSQL measurements, each rowfleet figure beside a bare psycopg baseline
 measured in the same run on the same server and schema:
@@ -10,18 +10,22 @@ measured in the same run on the same server and schema:
   most processes, also the ceiling of one job per claim (FLOOR_TURN) as a third loop;
 * idle wake latency: an idle worker (poll 1 s, LISTEN) and jobs enqueued one at a time by
   this process, vs a bare LISTEN connection in another process stamping each notification;
-* claim latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim UPDATE.
+* claim latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim UPDATE;
+  and ``Store.claim`` with 10k due rows behind delayed ones of higher priority vs
+  ``Store.claim`` with none delayed.
 
-Every number comes from one throwaway server started by tests/pg_harness.py (or the one
-``ROWFLEET_TEST_PG`` names), which runs with fsync and synchronous_commit off: the
-durability column says so, read back from the server. Each round-trip run gets a fresh
-database copied from one template, as the SQLite rows get a fresh file. Without psycopg or
-the server binaries the section prints one row saying why, and fails nothing.
+Every number comes from one throwaway server (the harness's ``pg_server``: started by
+tests/pg_harness.py, or the one ``ROWFLEET_TEST_PG`` names), which runs with fsync and
+synchronous_commit off: the durability column says so, read back from the server. Each
+round-trip run gets a fresh database copied from one template, as the SQLite rows get a
+fresh file. Without psycopg or the server binaries the section prints one row saying why,
+and fails nothing.
 
 psycopg is imported only inside functions (tools/check_deps.py allows that in files whose
-name has ``pg`` as a word part), so tools/bench.py runs without it. Imports bench.py's
-helpers and constants (the rows must read like the SQLite ones), rowfleet's public pieces,
-and pg_harness from tests/; reads rowfleet's SQL only to EXPLAIN its claim.
+name has ``postgres`` as a word part), so the rest of the bench runs without it. Imports
+the harness (tools/bench/harness.py: the rows must read like the SQLite ones) and
+rowfleet's public pieces, never another section; reads rowfleet's SQL only to EXPLAIN its
+claim and to LISTEN on the workers' channel.
 """
 
 from __future__ import annotations
@@ -33,24 +37,47 @@ import random
 import secrets
 import select
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
-import bench
-from bench import (NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Row, count, paired, percentile, progress,
-                   ratio, shares, short)
+from . import harness
+from .harness import NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, count, paired, percentile, \
+    progress, ratio, rounds_note, shares, short
 
 import rowfleet
 from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.job import JobSpec
-from rowfleet.store import open_store
 from rowfleet.queries import queries
+from rowfleet.store import open_store
 from rowfleet.worker import Worker
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
+LEGEND = """\
+  pg rows     one throwaway PostgreSQL server (tests/pg_harness.py, or ROWFLEET_TEST_PG),
+              over TCP (127.0.0.1 for the harness's own). Their durability is read from the
+              server: "pg fsync=off" means fsync, full_page_writes and synchronous_commit
+              are off (the harness's test settings), so no commit waits for a disk: these
+              rows measure round trips and CPU, not what a durable server pays. Baselines
+              run on psycopg autocommit connections, one transaction per statement. Round
+              trip: claim UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1)
+              RETURNING, then the complete UPDATE; a busy rowfleet worker finishes a job
+              and claims the next in one statement. With the most processes a third loop,
+              the "ceiling of one job per claim", runs that turn as one minimal statement
+              with no events: how far a claim of one job can beat the baseline here. Each
+              run copies one template database;
+              its window opens once every process has claimed a job ("all claiming" =
+              release to the last first claim, rowfleet/bare: a rowfleet worker imports
+              psycopg, ~0.15 s here, and opens three connections after the release; the
+              bare loop does both before it). Idle wake: a worker (poll 1 s) on LISTEN,
+              jobs enqueued 20-50 ms apart; the baseline is a bare LISTEN connection in a
+              third process stamping each NOTIFY as it arrives (the floor, about zero: no
+              ratio). Claim latency: Store.claim vs the bare claim UPDATE, on a queue
+              filled by rowfleet.enqueue_many (100k jobs per call), then VACUUM ANALYZE.
+              "Due behind delayed": Store.claim on 10k due jobs plus delayed ones of
+              higher priority vs Store.claim on 10k due and none delayed, taking turns.
+              "CPU us/job": user+system CPU (/proc) over the window of the worker processes
+              and of their server backends, per job completed, rowfleet/bare: on 2 cores
+              the round trips are CPU-bound, so this says where the time goes."""
 
 # The baselines: the smallest SQL that does the same work on rowfleet's own schema, ordered
 # as rowfleet orders its claim so that both walk the same index. Each runs on an autocommit
@@ -60,7 +87,7 @@ UPDATE jobs
 SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
     claimed_by = %(holder)s, lease_expires_at = %(now)s + 600, started_at = %(now)s, updated_at = %(now)s
 WHERE id = (SELECT id FROM jobs
-            WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s AND run_at <= %(now)s
+            WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= %(now)s
             ORDER BY run_next DESC, priority, run_at, id
             LIMIT 1
             FOR UPDATE SKIP LOCKED)
@@ -85,7 +112,7 @@ UPDATE jobs
 SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
     claimed_by = %(holder)s, lease_expires_at = %(now)s + 600, started_at = %(now)s, updated_at = %(now)s
 WHERE id = (SELECT id FROM jobs
-            WHERE state = 'queued' AND project = %(project)s AND queue = %(queue)s AND run_at <= %(now)s
+            WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= %(now)s
             ORDER BY run_next DESC, priority, run_at, id
             LIMIT 1
             FOR UPDATE SKIP LOCKED)
@@ -98,18 +125,6 @@ SLOW_WAKE = 0.5  # seconds: a wake-up this late waited for the safety poll, not 
 STARTUP_LIMIT = 10.0
 
 
-def durability(settings: dict[str, str]) -> str:
-    """The durability column for a server's ``fsync`` and ``synchronous_commit``.
-
-    >>> durability({"fsync": "off", "synchronous_commit": "off"}), durability({"fsync": "on",
-    ... "synchronous_commit": "off"}), durability({"fsync": "on", "synchronous_commit": "on"})
-    ('pg fsync=off', 'pg sync=off', 'pg sync=on')
-    """
-    if settings.get("fsync") == "off":
-        return "pg fsync=off"
-    return "pg sync=off" if settings.get("synchronous_commit") == "off" else "pg sync=on"
-
-
 def _connect(url: str) -> Any:
     import psycopg
 
@@ -118,8 +133,7 @@ def _connect(url: str) -> Any:
 
 def _database_url(url: str, name: str) -> str:
     """``url`` pointed at database ``name``, which must be a test database's name."""
-    import pg_harness
-
+    pg_harness = harness.pg_harness()
     return pg_harness.with_database(url, pg_harness.check_test_database(name))
 
 
@@ -156,7 +170,7 @@ def cpu_seconds(pids: list[int]) -> float | None:
 
 def roundtrip_worker(url: str, task_dir: str, barrier: Any) -> None:
     """One rowfleet worker (burst mode), released with the others by ``barrier``."""
-    bench._import_tasks(task_dir)
+    harness.import_tasks(task_dir)
     worker = Worker(Config(db=url, project=PROJECT), QUEUE, burst=True)
     barrier.wait()
     worker.run()
@@ -166,7 +180,7 @@ def roundtrip_bare(url: str, task_dir: str, barrier: Any) -> None:
     """The bare loop: claim in one transaction, complete in a second, one job per claim."""
     from rowfleet import tasks
 
-    bench._import_tasks(task_dir)
+    harness.import_tasks(task_dir)
     handlers: dict[str, Callable[..., Any]] = {}
     conn = _connect(url)
     claim = {"holder": f"bare:{os.getpid()}", "project": PROJECT, "queue": QUEUE}
@@ -187,7 +201,7 @@ def roundtrip_floor(url: str, task_dir: str, barrier: Any) -> None:
     """FLOOR_TURN in a loop: each statement finishes the job in hand and claims the next."""
     from rowfleet import tasks
 
-    bench._import_tasks(task_dir)
+    harness.import_tasks(task_dir)
     conn = _connect(url)
     turn = {"holder": f"floor:{os.getpid()}", "project": PROJECT, "queue": QUEUE, "id": 0, "token": 0}
     barrier.wait()
@@ -225,35 +239,32 @@ def bare_listener(url: str, control: Any) -> None:
 # --- the section -------------------------------------------------------------------------
 
 
-class PostgresBench:
-    """The postgres rows, added to ``host`` (a ``bench.Bench``) as they are measured."""
+def run(bench: Bench) -> None:
+    """The section: start the server, measure, stop it."""
+    PostgresBench(bench).run()
 
-    def __init__(self, host: Any) -> None:
-        self.host = host
-        self.lab = host.lab
-        self.sizes = host.sizes
-        self.mp = host.mp
+
+class PostgresBench:
+    """The postgres rows, added to ``bench`` as they are measured."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.lab = bench.lab
+        self.sizes = bench.sizes
+        self.mp = bench.mp
         self.server: Any = None
         self.durability = "pg"
         self._databases: list[str] = []
 
     def add(self, row: Row) -> None:
-        self.host.add(row)
+        self.bench.add(row)
 
     def run(self) -> None:
         """Start the server, measure, stop it. A server that cannot start is a row, not a failure."""
-        sys.path.insert(0, str(TESTS))
-        try:
-            import pg_harness
-        finally:
-            sys.path.remove(str(TESTS))
-        progress("postgres: starting a throwaway server (tests/pg_harness.py)")
+        harness.pg_harness()  # loaded before the clock, as the server's start is what it times
         started = time.perf_counter()
-        self.server = pg_harness.server()
+        self.server = harness.pg_server(self.bench, "postgres", "pg server")
         if self.server is None:
-            reason = " ".join((pg_harness.unavailable_reason() or "unknown reason").split())
-            progress(f"postgres: skipped: {reason}")
-            self.add(Row("pg server", "-", "-", "-", "-", f"skipped, PostgreSQL unavailable: {reason}"))
             return
         import psycopg
 
@@ -275,7 +286,7 @@ class PostgresBench:
                 "('fsync', 'synchronous_commit', 'full_page_writes')").fetchall())
             version = conn.execute("SHOW server_version").fetchone()[0].split()[0]
             host = conn.info.host
-        self.durability = durability(settings)
+        self.durability = harness.durability(settings)
         where = "external server (ROWFLEET_TEST_PG)" if self.server.external else f"started in {took:.1f} s"
         self.add(Row("pg server", self.durability, "-", "-", "-",
                      f"PostgreSQL {version}, TCP {host}, {where}; "
@@ -301,8 +312,9 @@ class PostgresBench:
         return url
 
     def _drop_database(self, url: str) -> None:
-        import pg_harness
         from psycopg import sql
+
+        pg_harness = harness.pg_harness()
 
         name = pg_harness.check_test_database(pg_harness.database_of(url))
         with _connect(self.server.admin_url()) as conn:
@@ -326,9 +338,7 @@ class PostgresBench:
             store.enqueue_many(JobSpec(task=NOOP, queue=QUEUE), [None] * s.pg_roundtrip_jobs)
         with _connect(template) as conn:
             conn.execute("VACUUM ANALYZE")
-        import pg_harness
-
-        template_name = pg_harness.database_of(template)
+        template_name = harness.pg_harness().database_of(template)
         for procs in s.worker_counts:
             kinds = [("bare", roundtrip_bare), ("rowfleet", roundtrip_worker)]
             if procs == max(s.worker_counts):
@@ -346,7 +356,7 @@ class PostgresBench:
                 return statistics.median(values) if values else float("nan")
 
             a, b = median(ours, "rate"), median(bare, "rate")
-            notes = [f"{bench._rounds(s.roundtrip_rounds)} of {s.pg_roundtrip_window:g} s; all claiming "
+            notes = [f"{rounds_note(s.roundtrip_rounds)} of {s.pg_roundtrip_window:g} s; all claiming "
                      f"{median(ours, 'started') * 1000:.0f}/{median(bare, 'started') * 1000:.0f} ms after the release"]
             if procs > 1:
                 notes.append(f"shares {shares([r.split for r in ours])}% (bare {shares([r.split for r in bare])}%)")
@@ -363,11 +373,11 @@ class PostgresBench:
         self._drop_database(template)
 
     def _run_workers(self, kind: str, target: Callable[..., None], template: str, procs: int) -> Run:
-        """As ``Bench._run_workers``, on a fresh copy of the ``template`` database, but the
-        window opens once every process has made its first claim: importing psycopg and
-        connecting cost a rowfleet worker tenths of a second here, which a window opened by
-        the first claim would charge to throughput. Also reads the CPU the processes and their server
-        backends spend per job over the window (Linux /proc; None elsewhere)."""
+        """As the SQLite round trip's ``_run_workers``, on a fresh copy of the ``template``
+        database, but the window opens once every process has made its first claim: importing
+        psycopg and connecting cost a rowfleet worker tenths of a second here, which a window
+        opened by the first claim would charge to throughput. Also reads the CPU the processes
+        and their server backends spend per job over the window (Linux /proc; None elsewhere)."""
         window = self.sizes.pg_roundtrip_window
         url = self._new_database(f"{kind}{procs}", template)
         barrier = self.mp.Barrier(procs + 1)
@@ -376,7 +386,7 @@ class PostgresBench:
         for child in children:
             child.start()
         try:
-            bench.await_start_line(barrier, children, f"pg {kind}")
+            harness.await_start_line(barrier, children, f"pg {kind}")
             with _connect(url) as conn:
                 start = time.time()
                 barrier.wait()
@@ -462,7 +472,7 @@ class PostgresBench:
         """Seconds from each enqueue's commit returning to its handler's start, and to a bare
         LISTEN connection (another process) reading its notification."""
         control, child_end = self.mp.Pipe()
-        worker = self.mp.Process(target=bench.idle_worker, args=(url, self.lab.task_dir, False, child_end),
+        worker = self.mp.Process(target=harness.idle_worker, args=(url, self.lab.task_dir, False, child_end),
                                  name="bench-pg-idle-worker")
         listen, listen_end = self.mp.Pipe()
         listener = self.mp.Process(target=bare_listener, args=(url, listen_end), name="bench-pg-listener")
@@ -475,7 +485,7 @@ class PostgresBench:
         try:
             if not listen.poll(30) or listen.recv() != "ready":
                 raise RuntimeError("the bare LISTEN process did not start")
-            bench.Bench._wait(lambda: reader.execute("SELECT count(*) FROM workers").fetchone()[0] > 0,
+            harness.wait_for(lambda: reader.execute("SELECT count(*) FROM workers").fetchone()[0] > 0,
                               "the idle worker's first heartbeat", worker)
             time.sleep(0.3)  # let it settle into its wait
             rng = random.Random(7)
@@ -485,7 +495,7 @@ class PostgresBench:
                 job_id = rowfleet.enqueue(STAMP, queue=QUEUE).id
                 committed.append((job_id, time.time()))  # the commit has returned: visible to all
                 time.sleep(rng.uniform(0.020, 0.050))  # the handler usually ran meanwhile
-                bench.Bench._wait(lambda: reader.execute("SELECT state FROM jobs WHERE id = %s", (job_id,)
+                harness.wait_for(lambda: reader.execute("SELECT state FROM jobs WHERE id = %s", (job_id,)
                                                          ).fetchone()[0] == "completed", f"job {job_id}", worker)
             listen.send("stop")
             if not listen.poll(10):
@@ -495,7 +505,7 @@ class PostgresBench:
         finally:
             reader.close()
             for pipe, child in ((control, worker), (listen, listener)):
-                bench.stop_child(pipe, child)
+                harness.stop_child(pipe, child)
         if len(heard) != len(committed):
             raise RuntimeError(f"the bare LISTEN process heard {len(heard)} notifications for "
                                f"{len(committed)} enqueues")
@@ -534,14 +544,53 @@ class PostgresBench:
             self.add(Row(f"pg claim latency, {short(rows)} queued (us)", self.durability, f"{ours:.0f}",
                          f"{bare:.0f}", ratio(ours, bare), "; ".join(notes)))
         self._drop_database(url)
+        self._claim_behind_delayed()
+
+    def _claim_behind_delayed(self) -> None:
+        """Claim latency when delayed jobs of a higher priority sort ahead of the due ones,
+        against rowfleet's own claim with none delayed, taking turns."""
+        s = self.sizes
+        due, delayed = 10_000, s.delayed_rows
+        progress(f"pg claim latency: {due:,} due rows behind {delayed:,} delayed ones of higher priority")
+        behind, alone = self._new_database("claim_delayed"), self._new_database("claim_none_delayed")
+        for url, later in ((behind, delayed), (alone, 0)):
+            with open_store(Config(db=url, project=PROJECT)) as store:
+                store.enqueue_many(JobSpec(task=NOOP, queue=QUEUE, project=PROJECT), [None] * due)
+                while later > 0:
+                    batch = min(s.pg_load_batch, later)
+                    later -= store.enqueue_many(JobSpec(task=NOOP, queue=QUEUE, project=PROJECT, priority=-1,
+                                                        delay=3600.0), [None] * batch)
+            with _connect(url) as conn:
+                conn.execute("VACUUM ANALYZE jobs")
+        plan = self._claim_plan(behind)
+        stores = [open_store(Config(db=url, project=PROJECT)) for url in (behind, alone)]
+        holder = f"bench:{os.getpid()}"
+
+        def claimer(store: Any) -> Callable[[], None]:
+            def claim_one() -> None:
+                if store.claim(Claim(PROJECT, QUEUE, holder, 600.0)) is None:
+                    raise RuntimeError("the claim benchmark ran out of queued jobs")
+            return claim_one
+
+        try:
+            mine, theirs = paired(claimer(stores[0]), claimer(stores[1]), s.claims, s.claim_seconds,
+                                  warmup=s.claim_warmup)
+        finally:
+            for store in stores:
+                store.close()
+        ours, base = statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6
+        self.add(Row(f"pg claim latency, 10k due behind {short(delayed)} delayed (us)", self.durability,
+                     f"{ours:.0f}", f"{base:.0f}", ratio(ours, base),
+                     f"median of {min(len(mine), len(theirs)):,}; baseline: rowfleet's claim with 10k queued "
+                     f"and none delayed; {plan}"))
+        for url in (behind, alone):
+            self._drop_database(url)
 
     def _claim_plan(self, url: str) -> str:
         """Which index PostgreSQL's plan for rowfleet's own claim query searches."""
-        from rowfleet.queries import queries
-
         params = {"now": None, "project": PROJECT, "queue": QUEUE, "holder": "x", "lease": 600.0}
         with _connect(url) as conn:
-            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + queries("postgres")["job_claim"], params))
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + queries("postgres")["claim"], params))
         if "jobs_claim" in plan:
             return "plan: jobs_claim index"
         return "plan: " + "; ".join(line.strip() for line in plan.splitlines()[:3])

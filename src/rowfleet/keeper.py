@@ -1,0 +1,241 @@
+"""A worker's keeper thread: lease renewal, heartbeat and the operator's switch, on its own connection.
+
+The keeper knows its worker by an ``Identity`` (who it is, as its heartbeat row and its
+claims name it, and the rhythm of the keeper's chores) and shares with the worker's main
+thread only explicit cells: the ``SwitchCell`` both threads read and write, the job in
+hand (``hold``/``release``), and the state its heartbeat shows (``publish``).
+
+A switch that moves is acted on here, because the main thread may be deep in a handler:
+a hard switch has the watchdog stop the job in hand, a drain switch makes the heartbeat
+say draining; then ``wake`` tells the main thread to look. A renewal that finds the job
+handed to another worker ends the process (77); one that carries an operator's cancel
+asks the handler to stop and has the watchdog end the process after the grace.
+
+Writes no SQL: everything goes through the store. Must not import ``rowfleet.worker``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from rowfleet import control, exitcodes, waiting
+from rowfleet.config import Config
+from rowfleet.control import Switch
+from rowfleet.errors import LeaseLost, RowfleetError
+from rowfleet.job import Job
+from rowfleet.serving import describe_switch, stop_reason
+from rowfleet.store import Store
+from rowfleet.watchdog import Watchdog
+
+log = logging.getLogger("rowfleet.worker")
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """Who a worker is, and the rhythm its keeper keeps (seconds)."""
+
+    worker_id: str  # its heartbeat row: host, pid and start time, unique across restarts
+    project: str
+    host: str
+    queue: str
+    pid: int
+    lease: float         # how long a claim or a renewal holds the job
+    renew: float         # between two renewals of the job in hand
+    heartbeat: float     # between two heartbeats
+    poll: float          # between two reads of the switch (a NOTIFY on Postgres is sooner)
+    cancel_grace: float  # how long a cancelled handler may take to return
+
+    @classmethod
+    def of(cls, config: Config, queue: str, pid: int, started: float) -> "Identity":
+        """The identity of a worker of ``queue`` in process ``pid``, started at ``started``
+        (epoch seconds).
+
+        >>> Identity.of(Config(host="box"), "gpu", 42, 1.5).worker_id
+        'box:42:1500'
+        """
+        return cls(f"{config.host}:{pid}:{int(started * 1000)}", config.project, config.host, queue, pid,
+                   config.lease, config.renew, config.heartbeat, config.poll, config.cancel_grace)
+
+    @property
+    def holder(self) -> str:
+        """How its claims name it: host and pid."""
+        return f"{self.host}:{self.pid}"
+
+
+class SwitchCell:
+    """The off switch holding a worker (None: on), read and written by its two threads."""
+
+    def __init__(self, switch: Switch | None = None) -> None:
+        self._lock = threading.Lock()
+        self._switch = switch
+
+    def get(self) -> Switch | None:
+        with self._lock:
+            return self._switch
+
+    def set(self, switch: Switch | None) -> bool:
+        """Hold ``switch`` from now on; whether it differs from the one held before."""
+        with self._lock:
+            moved, self._switch = switch != self._switch, switch
+            return moved
+
+
+class Keeper(threading.Thread):
+    """On its own connection (``connect()``): renews the lease of the job in hand, upserts
+    the heartbeat, and reads the worker's switch (once per poll, and at once when the
+    store's control waiter hears of a change: a NOTIFY on Postgres)."""
+
+    def __init__(self, identity: Identity, switch: SwitchCell, connect: Callable[[], Store], watchdog: Watchdog, *,
+                 exit: Callable[[int], None], wake: Callable[[], None]) -> None:
+        super().__init__(name=f"rowfleet-keeper-{identity.pid}", daemon=True)
+        self.identity = identity
+        self.switch = switch
+        self.connect = connect
+        self.watchdog = watchdog
+        self.exit = exit  # how a stale token ends the process (os._exit)
+        self.wake = wake  # tells the main thread the switch moved
+        self._job: Job | None = None
+        self._cancel_reason: str | None = None  # an operator cancelled the job in hand: why
+        self._state = control.SERVING  # what the heartbeat row shows
+        self._released = 0  # jobs held and let go: the worker has run jobs
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self._waiter: Any = None  # the control waiter, made with the keeper's connection
+
+    # --- called by the worker's main thread ---------------------------------------------
+
+    def hold(self, job: Job) -> None:
+        with self._lock:
+            self._job = job
+            self._cancel_reason = None
+
+    def release(self) -> None:
+        with self._lock:
+            self._job = None
+            self._released += 1
+
+    def cancel_reason(self, job: Job) -> str | None:
+        """Why an operator cancelled ``job``, once a renewal has told us; else None."""
+        with self._lock:
+            return self._cancel_reason if self._job is job else None
+
+    def held(self) -> Job | None:
+        with self._lock:
+            return self._job
+
+    def publish(self, state: str, store: Store) -> None:
+        """Show ``state`` (``control.SERVING``, ``DRAINING``, ``PARKED``) in the heartbeat row
+        now, written with ``store`` (the calling thread's connection)."""
+        with self._lock:
+            self._state = state
+        self.beat(store)
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self._waiter is not None:
+            self._waiter.interrupt()
+        self.join()
+
+    # --- the thread ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        store = waiting.open_when_ready(self.connect, self._halt, self.identity.poll, log,
+                                        transient=(RowfleetError,), announce=_cannot_reach)
+        if store is None:
+            return
+        try:
+            self._waiter = store.control_waiter(self.identity.host)
+            if self._halt.is_set():  # stopped while we connected: stop() found no waiter to wake
+                self._waiter.interrupt()
+            self._keep(store)
+        finally:
+            if self._waiter is not None:
+                self._waiter.close()
+            store.close()
+
+    def _keep(self, store: Store) -> None:
+        # The renewal goes before the beat, and with every beat: a process frozen past its
+        # staleness (SIGSTOP, a hang) whose job was handed on learns so from the renewal and
+        # exits 77, before a beat could claim that it still holds the job.
+        chores = {"renew": (self.identity.renew, self._renew), "switch": (self.identity.poll, self._look),
+                  "beat": (self.identity.heartbeat, self.beat)}
+        due = dict.fromkeys(chores, 0.0)  # when each chore is next due (monotonic)
+        while not self._halt.is_set():
+            if time.monotonic() >= due["beat"]:
+                due["renew"] = 0.0
+            for chore, (every, act) in chores.items():
+                if time.monotonic() >= due[chore]:
+                    act(store)
+                    due[chore] = time.monotonic() + every
+            if self._waiter.wait(max(0.0, min(due.values()) - time.monotonic())):
+                due["switch"] = 0.0  # told of a change: look now
+
+    def _look(self, store: Store) -> None:
+        try:
+            switch = store.switch_in_force(self.identity.project, self.identity.host, self.identity.queue)
+        except RowfleetError as exc:  # keep acting on the last switch read
+            log.warning("could not read this worker's switch: %s", exc)
+            return
+        if self.switch.set(switch):
+            self._switch_moved(switch, store)
+
+    def _switch_moved(self, switch: Switch | None, store: Store) -> None:
+        """Act on a new switch now: the main thread acts when it next looks (``wake``)."""
+        with self._lock:
+            job, has_run_jobs, state = self._job, self._released > 0, self._state
+        step = control.next_step(switch, holding_job=job is not None, has_run_jobs=has_run_jobs)
+        log.warning("worker %s: %s", self.identity.holder, describe_switch(switch, step))
+        if step == control.STOP and job is not None:
+            self.watchdog.operator_stop(stop_reason(switch))
+        elif step != control.STOP:
+            self.watchdog.operator_stop(None)  # switched back on, or down to drain, before the stop
+        if step == control.FINISH_THEN_PARK or (step == control.SERVE and state == control.DRAINING):
+            self.publish(control.DRAINING if step == control.FINISH_THEN_PARK else control.SERVING, store)
+        self.wake()
+
+    def beat(self, store: Store) -> None:
+        """Upsert the worker's heartbeat row, naming the job in hand; never raises."""
+        with self._lock:
+            job, state = self._job, self._state
+        me = self.identity
+        try:
+            store.worker_beat(me.worker_id, me.project, me.host, me.queue, me.pid, job.id if job else None, state)
+        except RowfleetError as exc:
+            log.warning("heartbeat failed: %s", exc)
+
+    def _renew(self, store: Store) -> None:
+        job = self.held()
+        if job is None:
+            return
+        try:
+            renewal = store.renew(job, self.identity.lease)
+        except LeaseLost as exc:
+            if self.held() is job:  # not merely finished between our read and the renew
+                log.error("job %d: %s; it was given to another worker: exiting", job.id, exc)
+                self.exit(exitcodes.REASSIGNED)
+            return
+        except RowfleetError as exc:
+            log.warning("lease renewal of job %d failed (will retry): %s", job.id, exc)
+            return
+        if renewal.cancel_requested_at is not None:
+            self._cancel_seen(job, renewal.cancel_reason or "cancelled by an operator")
+
+    def _cancel_seen(self, job: Job, reason: str) -> None:
+        """An operator cancelled the job in hand: its handler is asked to stop (it may check
+        ``cancel_requested()``), and the watchdog ends the process if it has not after the grace."""
+        with self._lock:
+            if self._job is not job or self._cancel_reason is not None:
+                return  # finished meanwhile, or already seen
+            self._cancel_reason = reason
+        grace = self.identity.cancel_grace
+        log.warning("job %d: %s; asking its handler to stop (the process is ended in %gs if it has not)",
+                    job.id, reason, grace)
+        self.watchdog.cancel(job, reason, grace)
+
+
+def _cannot_reach(exc: RowfleetError) -> None:
+    log.error("keeper cannot reach the database, so leases are not renewed yet: %s", exc)

@@ -1,0 +1,41 @@
+-- rowfleet's queries for PostgreSQL: the schema's bookkeeping and the savepoint a caller's connection gets.
+-- rowfleet's queries for PostgreSQL (psycopg placeholders). Time is the database's clock,
+-- rowfleet_now(%(now)s), where %(now)s is NULL but in tests. The same names exist for every dialect.
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer          PRIMARY KEY,
+    name       text             NOT NULL,
+    applied_at double precision NOT NULL
+);
+
+-- name: migrations_exists
+SELECT count(*) AS n FROM information_schema.tables
+WHERE table_schema = current_schema() AND table_name = 'schema_migrations';
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) AS version FROM schema_migrations;
+
+-- name: schema_tables
+-- Names every table of the current schema and reads no row: fails naming a table that is gone.
+SELECT 1 AS present FROM jobs, job_events, workers, worker_controls, runs, run_nodes, dispatch_events,
+    schedules, schedule_slots, orchestrators WHERE 1 = 0;
+
+-- name: migration_record
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (%(version)s, %(name)s, rowfleet_now(%(now)s));
+
+-- name: savepoint_begin
+-- A composite write inside a caller's open transaction runs in this savepoint, so a failure
+-- undoes only our statements. A fixed name: savepoints of one name nest, innermost first.
+SAVEPOINT rowfleet_write;
+
+-- name: savepoint_release
+RELEASE SAVEPOINT rowfleet_write;
+
+-- name: savepoint_rollback
+-- Leaves the savepoint in place, empty; savepoint_release then ends it.
+ROLLBACK TO SAVEPOINT rowfleet_write;
+
+-- name: database_time
+-- The database's clock (or a test's), as every statement here reads it.
+SELECT coalesce(%(now)s::double precision, extract(epoch FROM now())::double precision) AS now;

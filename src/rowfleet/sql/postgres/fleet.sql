@@ -1,0 +1,164 @@
+-- rowfleet's queries for PostgreSQL: the fleet: worker heartbeats, operators' switches, orchestrators.
+
+-- name: worker_beat
+INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, heartbeat, lease, started_at, last_seen)
+VALUES (%(worker_id)s, %(project)s, %(host)s, %(queue)s, %(pid)s, %(current_job)s, %(state)s, %(heartbeat)s, %(lease)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s))
+ON CONFLICT (worker_id) DO UPDATE
+SET current_job = excluded.current_job, state = excluded.state, heartbeat = excluded.heartbeat,
+    lease = excluded.lease, last_seen = excluded.last_seen,
+    flagged_dead_at = NULL;
+
+-- name: worker_stopped
+UPDATE workers SET stopped_at = rowfleet_now(%(now)s), current_job = NULL, last_seen = rowfleet_now(%(now)s)
+WHERE worker_id = %(worker_id)s;
+
+-- fragment: worker_listed
+-- Live workers (however long their cadence), and any row seen since :since: a stopped,
+-- dead or silent worker stays listed for a while, then leaves the default listings.
+(w.last_seen >= %(since)s
+ OR (w.stopped_at IS NULL AND w.flagged_dead_at IS NULL
+     AND w.last_seen >= rowfleet_now(%(now)s) - %(missed_beats)s * w.heartbeat))
+
+-- name: workers
+SELECT w.* FROM workers AS w
+WHERE {{worker_listed}}
+ORDER BY w.project, w.host, w.queue, w.pid;
+
+-- name: flag_stale_workers
+-- Judged by each worker's own cadence: a worker beating every 40 s is not late at 30.
+-- A row locked by a heartbeat that froze before its commit is skipped, not waited for:
+-- one frozen process must not hold up the whole sweep. The next sweep sees it.
+UPDATE workers SET flagged_dead_at = rowfleet_now(%(now)s)
+WHERE worker_id IN (SELECT worker_id FROM workers
+                    WHERE stopped_at IS NULL AND flagged_dead_at IS NULL
+                      AND last_seen < rowfleet_now(%(now)s) - %(missed_beats)s * heartbeat
+                    FOR UPDATE SKIP LOCKED)
+RETURNING *;
+
+-- name: prune_workers
+DELETE FROM workers WHERE last_seen < rowfleet_now(%(now)s) - %(retention)s AND (stopped_at IS NOT NULL OR flagged_dead_at IS NOT NULL);
+
+-- name: set_switch
+INSERT INTO worker_controls (project, host, queue, desired, policy, changed_by, changed_at)
+VALUES (%(project)s, %(host)s, %(queue)s, %(desired)s, %(policy)s, %(changed_by)s, rowfleet_now(%(now)s))
+ON CONFLICT (project, host, queue) DO UPDATE
+SET desired = excluded.desired, policy = excluded.policy, changed_by = excluded.changed_by,
+    changed_at = excluded.changed_at
+RETURNING *;
+
+-- name: switch_in_force
+-- Every row that applies to the workers of (project, host, queue), wildcards included.
+SELECT * FROM worker_controls
+WHERE host IN (%(host)s, '*') AND project IN (%(project)s, '*') AND queue IN (%(queue)s, '*');
+
+-- name: switches
+SELECT * FROM worker_controls ORDER BY project, host, queue;
+
+-- name: listen_control
+-- Workers wait on this channel for their switch; the control_notify trigger sends the host.
+LISTEN rowfleet_control;
+
+-- name: worker_exited
+UPDATE workers SET exit_code = %(code)s, stopped_at = coalesce(stopped_at, rowfleet_now(%(now)s)), current_job = NULL
+WHERE worker_id = (SELECT worker_id FROM workers WHERE host = %(host)s AND pid = %(pid)s
+                   ORDER BY started_at DESC LIMIT 1)
+RETURNING worker_id, host, pid, started_at;
+
+-- name: flagged_workers
+SELECT pid FROM workers
+WHERE host = %(host)s AND flagged_dead_at IS NOT NULL AND stopped_at IS NULL;
+
+-- Orchestrators: one row per process, beaten once per sweep.
+
+-- name: orchestrator_beat
+INSERT INTO orchestrators (orchestrator_id, project, host, pid, sweep_interval, started_at, last_seen)
+VALUES (%(orchestrator_id)s, %(project)s, %(host)s, %(pid)s, %(sweep_interval)s, rowfleet_now(%(now)s),
+        rowfleet_now(%(now)s))
+ON CONFLICT (orchestrator_id) DO UPDATE
+SET last_seen = excluded.last_seen, sweep_interval = excluded.sweep_interval, stopped_at = NULL;
+
+-- name: orchestrator_stopped
+UPDATE orchestrators SET stopped_at = rowfleet_now(%(now)s), last_seen = rowfleet_now(%(now)s)
+WHERE orchestrator_id = %(orchestrator_id)s;
+
+-- name: project_services
+-- Per project with jobs, an orchestrator or outbox events: its live orchestrators (judged
+-- by each one's own sweep interval) and the outbox events waiting to be drained. The
+-- projects with jobs are found by hopping along the jobs_state index, one seek per
+-- project, never by reading every job (a DISTINCT would, at a million rows).
+WITH RECURSIVE job_projects(project) AS (
+    SELECT (SELECT project FROM jobs ORDER BY project LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.project FROM jobs AS j WHERE j.project > p.project ORDER BY j.project LIMIT 1)
+    FROM job_projects AS p WHERE p.project IS NOT NULL
+)
+SELECT project,
+       (SELECT count(*) FROM orchestrators AS o
+        WHERE o.project = p.project AND o.stopped_at IS NULL
+          AND o.last_seen >= rowfleet_now(%(now)s) - %(missed_beats)s * o.sweep_interval) AS orchestrators,
+       (SELECT count(*) FROM dispatch_events AS e
+        WHERE e.project = p.project AND e.processed_at IS NULL AND e.poisoned_at IS NULL) AS outbox_waiting,
+       (SELECT min(created_at) FROM dispatch_events AS e
+        WHERE e.project = p.project AND e.processed_at IS NULL AND e.poisoned_at IS NULL) AS outbox_oldest
+FROM (SELECT project FROM job_projects WHERE project IS NOT NULL
+      UNION SELECT project FROM orchestrators WHERE stopped_at IS NULL
+      UNION SELECT project FROM dispatch_events WHERE processed_at IS NULL AND poisoned_at IS NULL) AS p
+ORDER BY project;
+
+-- name: prune_orchestrators
+DELETE FROM orchestrators WHERE last_seen < rowfleet_now(%(now)s) - %(retention)s;
+
+-- The fleet in one consistent read (fleet_rows): a read transaction around the statements
+-- below, so counts, workers, switches and services all show one moment.
+
+-- name: fleet_rows_begin
+-- Repeatable read: every statement sees the snapshot of the first, and now() is that moment.
+BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+
+-- name: fleet_rows
+-- The moment the snapshot shows, as every statement of it reads now. No JIT, for this
+-- transaction only: the counts' subqueries are planned for any (project, state, queue), as
+-- if each group held a large share of the jobs, and that guess would have them compiled
+-- (half a second at a million jobs) to run a few milliseconds of index steps.
+SELECT rowfleet_now(%(now)s) AS now, set_config('jit', 'off', true) AS jit;
+
+-- name: fleet_rows_counts
+-- Jobs per (project, queue, state), cheap at a million rows. The groups are found by hopping
+-- along the jobs_state index (project, state, queue, id), one seek per group, never by
+-- reading every job. A live state (:queued, :running) is counted exactly: only its own index
+-- entries are read. A finished state is counted up to :cap + 1 entries, the group's first in
+-- id order, which the index holds in that order: more than :cap reads as "over the cap"
+-- (exact false and n = :cap + 1), so a million completed jobs cost 10,001 steps.
+WITH RECURSIVE groups(project, state, queue) AS (
+    (SELECT project, state, queue FROM jobs ORDER BY project, state, queue LIMIT 1)
+    UNION ALL
+    SELECT j.project, j.state, j.queue FROM groups AS g
+    JOIN jobs AS j ON j.id = coalesce(
+        (SELECT n.id FROM jobs AS n WHERE n.project = g.project AND n.state = g.state AND n.queue > g.queue
+         ORDER BY n.project, n.state, n.queue LIMIT 1),
+        (SELECT n.id FROM jobs AS n WHERE n.project = g.project AND n.state > g.state
+         ORDER BY n.project, n.state, n.queue LIMIT 1),
+        (SELECT n.id FROM jobs AS n WHERE n.project > g.project ORDER BY n.project, n.state, n.queue LIMIT 1))
+)
+SELECT g.project, g.queue, g.state, g.state IN (%(queued)s, %(running)s) AS exact,
+       CASE WHEN g.state IN (%(queued)s, %(running)s)
+            THEN (SELECT count(*) FROM jobs AS c WHERE c.project = g.project AND c.state = g.state
+                                                   AND c.queue = g.queue)
+            ELSE (SELECT count(*) FROM (SELECT 1 FROM jobs AS c WHERE c.project = g.project AND c.state = g.state
+                                                                AND c.queue = g.queue ORDER BY c.id LIMIT %(cap)s + 1) AS capped)
+       END AS n
+FROM groups AS g
+ORDER BY g.project, g.queue, g.state;
+
+-- name: fleet_rows_workers
+-- The listed workers, each with what its current job last reported (joined here, not read
+-- job by job).
+SELECT w.*, j.progress AS job_progress, j.progress_message AS job_progress_message,
+       j.progress_at AS job_progress_at
+FROM workers AS w LEFT JOIN jobs AS j ON j.id = w.current_job AND j.project = w.project
+WHERE {{worker_listed}}
+ORDER BY w.project, w.host, w.queue, w.pid;
+
+-- name: fleet_rows_end
+-- Ends the read transaction (it wrote nothing).
+COMMIT;

@@ -1,0 +1,290 @@
+-- rowfleet's queries for PostgreSQL: jobs: enqueue, the claim (its candidate rule and order, written once as fragments), finish, recovery, reads.
+
+-- name: enqueue
+-- A job due later is delayed: out of the claim index until a claim promotes it.
+INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
+                  idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
+                  timeout, required_model, delayed)
+VALUES (%(project)s, %(queue)s, %(task)s, %(args)s, %(priority)s, %(run_next)s, coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
+        %(max_attempts)s, %(key)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s, %(node_id)s,
+        %(node_generation)s, %(timeout)s, %(model)s,
+        CASE WHEN coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s) > rowfleet_now(%(now)s)
+             THEN 1 ELSE 0 END)
+ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *;
+
+-- name: enqueue_many
+-- One statement for a whole batch: %(args_list)s is a JSON array of each job's args, already
+-- encoded as JSON text, so the rows are bound once instead of once per job. A map node's
+-- items are numbered by their place in the array.
+INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
+                  created_at, updated_at, run_id, node_id, node_item, node_generation,
+                  timeout, required_model, delayed)
+SELECT %(project)s, %(queue)s, %(task)s, batch.value, %(priority)s, %(run_next)s,
+       coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
+       %(max_attempts)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s::bigint, %(node_id)s::text,
+       CASE WHEN %(run_id)s::bigint IS NOT NULL THEN batch.n - 1 END, %(node_generation)s::integer,
+       %(timeout)s::double precision, %(model)s::text,
+       CASE WHEN coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s) > rowfleet_now(%(now)s)
+            THEN 1 ELSE 0 END
+FROM jsonb_array_elements_text(%(args_list)s::jsonb) WITH ORDINALITY AS batch(value, n)
+ORDER BY batch.n;
+
+-- name: job_by_key
+SELECT * FROM jobs WHERE project = %(project)s AND idempotency_key = %(key)s;
+
+-- name: get_job
+SELECT * FROM jobs WHERE id = %(id)s AND project = %(project)s;
+
+-- name: job_holder
+SELECT state, lease_token, claimed_by FROM jobs WHERE id = %(id)s;
+
+-- fragment: claim_candidates
+-- The jobs a claim may take: queued, not delayed (so the jobs_claim index holds them) and
+-- due, in its project's queue. Every claim query and has_due include this, so "is anything
+-- due?" and "take it" cannot disagree. run_at is still compared: a row written by plain
+-- SQL may be due later without being marked delayed.
+state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+
+-- fragment: promotion_candidates
+-- The delayed jobs of a claim's (project, queue) that have fallen due (the jobs_delayed index).
+state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+
+-- fragment: claim_order
+-- Which candidate a claim takes first; the jobs_claim index is in this order.
+ORDER BY run_next DESC, priority, run_at, id
+
+-- fragment: claimed_detail
+-- The claimed event's detail, built from the claimed row inside the statement that claims
+-- it (its token and attempt exist only there). The same keys as Python's
+-- rowfleet.store.base.claimed_detail, which the other dialect uses; tests/test_claim.py
+-- compares them.
+json_build_object('token', lease_token, 'holder', claimed_by, 'attempt', attempts)::text
+
+-- name: claim
+UPDATE jobs
+SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+    claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s, started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+WHERE id = (SELECT id FROM jobs
+            WHERE {{claim_candidates}}
+            {{claim_order}}
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED)
+RETURNING *;
+
+-- name: has_due
+-- A delayed job that has fallen due counts: the claim that follows promotes it. Each half
+-- is ordered as its index is, so that the planner walks jobs_claim and jobs_delayed rather
+-- than every queued row of the queue.
+SELECT 1 AS due
+WHERE (SELECT 1 FROM jobs WHERE {{claim_candidates}} {{claim_order}} LIMIT 1) IS NOT NULL
+   OR (SELECT 1 FROM jobs WHERE {{promotion_candidates}} ORDER BY run_at LIMIT 1) IS NOT NULL;
+
+-- name: promote_due
+-- Delayed jobs that have fallen due join the claim index, soonest first, %(limit)s at most;
+-- rows another transaction holds are left to the next promotion.
+UPDATE jobs SET delayed = 0
+WHERE id IN (SELECT id FROM jobs
+             WHERE {{promotion_candidates}}
+             ORDER BY run_at
+             LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED);
+
+-- name: renew
+-- Also tells the holder, at no extra cost, whether an operator asked it to stop the job.
+UPDATE jobs SET lease_expires_at = rowfleet_now(%(now)s) + %(lease)s, updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING lease_expires_at, cancel_requested_at, cancel_reason;
+
+-- name: finish
+UPDATE jobs
+SET state = %(state)s, result = %(result)s, error = %(error)s, traceback = %(traceback)s,
+    lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
+
+-- name: finish_requeue
+UPDATE jobs
+SET state = 'queued', error = %(error)s, traceback = %(traceback)s, run_at = rowfleet_now(%(now)s) + %(delay)s,
+    delayed = CASE WHEN %(delay)s > 0 THEN 1 ELSE 0 END, lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
+
+-- name: reclaim_lapsed
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id, cancel_reason, cancel_requested_at
+FROM jobs
+WHERE state = 'running' AND lease_expires_at < rowfleet_now(%(now)s)
+ORDER BY lease_expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: job_reclaim
+-- run_at is left as it was (due, since it was claimed): the lapsed job keeps its place
+-- ahead of fresh work.
+UPDATE jobs
+SET state = 'queued', error = %(error)s, delayed = 0, lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s AND lease_expires_at < rowfleet_now(%(now)s)
+RETURNING id;
+
+-- name: job_fail_lapsed
+-- %(state)s is failed, or cancelled for a job that was not to run again (its run ended, or
+-- an operator asked for it to be cancelled).
+UPDATE jobs
+SET state = %(state)s, error = %(error)s, lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s AND lease_expires_at < rowfleet_now(%(now)s)
+RETURNING id;
+
+-- name: cancel
+UPDATE jobs SET state = 'cancelled', error = %(reason)s, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND project = %(project)s AND state = 'queued'
+RETURNING *;
+
+-- name: request_cancel
+-- Asks the worker holding a running job to stop it; the first request's time and reason stay.
+UPDATE jobs SET cancel_requested_at = rowfleet_now(%(now)s), cancel_reason = %(reason)s,
+    updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND project = %(project)s AND state = 'running' AND cancel_requested_at IS NULL
+RETURNING *;
+
+-- name: prioritize
+UPDATE jobs SET run_next = 1, updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND project = %(project)s AND state = 'queued' AND run_next = 0
+RETURNING *;
+
+-- name: retry
+UPDATE jobs
+SET state = 'queued', run_at = rowfleet_now(%(now)s), delayed = 0, max_attempts = greatest(max_attempts, attempts + 1),
+    error = NULL, traceback = NULL, finished_at = NULL, lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s),
+    cancel_requested_at = NULL, cancel_reason = NULL
+WHERE id = %(id)s AND project = %(project)s AND state IN ('failed', 'cancelled')
+RETURNING *;
+
+-- name: list_jobs
+SELECT * FROM jobs
+WHERE project = %(project)s
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: counts
+SELECT project, queue, state, count(*) AS n FROM jobs
+GROUP BY project, queue, state
+ORDER BY project, queue, state;
+
+-- name: record_event
+INSERT INTO job_events (job_id, at, kind, detail) VALUES (%(job_id)s, rowfleet_now(%(now)s), %(kind)s, %(detail)s);
+
+-- name: events
+SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY id;
+
+-- name: prune_events
+DELETE FROM job_events
+WHERE job_id IN (SELECT id FROM jobs
+                 WHERE finished_at < rowfleet_now(%(now)s) - %(retention)s AND state IN ('completed', 'failed', 'cancelled')
+                 ORDER BY finished_at LIMIT %(limit)s);
+
+-- name: prune_jobs
+DELETE FROM jobs
+WHERE id IN (SELECT id FROM jobs
+             WHERE finished_at < rowfleet_now(%(now)s) - %(retention)s AND state IN ('completed', 'failed', 'cancelled')
+             ORDER BY finished_at LIMIT %(limit)s);
+
+-- name: finish_and_claim
+-- A busy worker's whole turn in one statement (one round trip, atomic in autocommit): write
+-- the finished job's terminal state and event (and a workflow node's dispatch event), then
+-- claim the next job of the queue and log that claim, but only if the finish still held
+-- the lease.
+WITH finished AS (
+    UPDATE jobs
+    SET state = %(state)s, result = %(result)s, error = %(error)s, traceback = %(traceback)s,
+        lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+    WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+    RETURNING id, project, run_id, node_id
+), finished_event AS (
+    INSERT INTO job_events (job_id, at, kind, detail)
+    SELECT id, rowfleet_now(%(now)s), %(kind)s, %(detail)s FROM finished
+), finished_dispatch AS (
+    INSERT INTO dispatch_events (project, run_id, node_id, job_id, kind, created_at)
+    SELECT project, run_id, node_id, id, 'job_finished', rowfleet_now(%(now)s) FROM finished
+    WHERE run_id IS NOT NULL
+), claimed AS (
+    UPDATE jobs
+    SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+        claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s,
+        started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+    WHERE id = (SELECT id FROM jobs
+                WHERE {{claim_candidates}}
+                {{claim_order}}
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+      AND EXISTS (SELECT 1 FROM finished)
+    RETURNING *
+), claimed_event AS (
+    INSERT INTO job_events (job_id, at, kind, detail)
+    SELECT id, rowfleet_now(%(now)s), 'claimed', {{claimed_detail}}
+    FROM claimed
+)
+SELECT (SELECT count(*) FROM finished) AS finished, claimed.*
+FROM (SELECT 1) AS turn LEFT JOIN claimed ON true;
+
+-- name: claim_logged
+-- An idle worker's claim and its event in one statement (one round trip, atomic in autocommit).
+WITH claimed AS (
+    UPDATE jobs
+    SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+        claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s,
+        started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+    WHERE id = (SELECT id FROM jobs
+                WHERE {{claim_candidates}}
+                {{claim_order}}
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+    RETURNING *
+), claimed_event AS (
+    INSERT INTO job_events (job_id, at, kind, detail)
+    SELECT id, rowfleet_now(%(now)s), 'claimed', {{claimed_detail}}
+    FROM claimed
+)
+SELECT * FROM claimed;
+
+-- name: listen_jobs
+-- Idle workers wait on this channel; the jobs_notify_queued trigger sends the queue's name.
+LISTEN rowfleet_jobs;
+
+-- name: progress
+UPDATE jobs SET progress = %(progress)s, progress_message = %(message)s, progress_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
+
+-- name: watchdog_trip
+-- A watchdog fault spends a watchdog retry; an operator stop gives back the attempt.
+UPDATE jobs SET watchdog_retries = watchdog_retries + %(spent)s, attempts = attempts - %(refund)s, updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
+
+-- name: job_hand_back
+-- Back to the queue at once, keeping its run_at: it goes ahead of fresh work again.
+UPDATE jobs
+SET state = 'queued', error = %(error)s, delayed = 0, lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
+
+-- name: jobs_of_silent_worker
+-- The running jobs a worker claimed in its lifetime: since its row was made (its first
+-- heartbeat comes before its first claim), and before a newer worker with the same
+-- host:pid appeared (pids are reused). Rows locked by a frozen renewal are left to their lease.
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id, cancel_reason, cancel_requested_at
+FROM jobs
+WHERE state = 'running' AND claimed_by = %(holder)s AND started_at >= %(since)s
+  AND NOT EXISTS (SELECT 1 FROM workers AS newer
+                  WHERE newer.host = %(host)s AND newer.pid = %(pid)s AND newer.started_at > %(since)s
+                    AND newer.started_at <= jobs.started_at)
+FOR UPDATE SKIP LOCKED;
+
+-- name: job_orphan_fail
+-- %(state)s as in job_fail_lapsed.
+UPDATE jobs
+SET state = %(state)s, error = %(error)s, lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;

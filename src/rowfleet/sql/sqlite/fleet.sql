@@ -1,0 +1,150 @@
+-- rowfleet's queries for SQLite: the fleet: worker heartbeats, operators' switches, orchestrators.
+
+-- name: worker_beat
+INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, heartbeat, lease, started_at, last_seen)
+VALUES (:worker_id, :project, :host, :queue, :pid, :current_job, :state, :heartbeat, :lease, :now, :now)
+ON CONFLICT (worker_id) DO UPDATE
+SET current_job = excluded.current_job, state = excluded.state, heartbeat = excluded.heartbeat,
+    lease = excluded.lease, last_seen = excluded.last_seen,
+    flagged_dead_at = NULL;
+
+-- name: worker_stopped
+UPDATE workers SET stopped_at = :now, current_job = NULL, last_seen = :now
+WHERE worker_id = :worker_id;
+
+-- fragment: worker_listed
+-- Live workers (however long their cadence), and any row seen since :since: a stopped,
+-- dead or silent worker stays listed for a while, then leaves the default listings.
+(w.last_seen >= :since
+ OR (w.stopped_at IS NULL AND w.flagged_dead_at IS NULL AND w.last_seen >= :now - :missed_beats * w.heartbeat))
+
+-- name: workers
+SELECT w.* FROM workers AS w
+WHERE {{worker_listed}}
+ORDER BY w.project, w.host, w.queue, w.pid;
+
+-- name: flag_stale_workers
+-- Judged by each worker's own cadence: a worker beating every 40 s is not late at 30.
+UPDATE workers SET flagged_dead_at = :now
+WHERE worker_id IN (SELECT worker_id FROM workers
+                    WHERE stopped_at IS NULL AND flagged_dead_at IS NULL AND last_seen < :now - :missed_beats * heartbeat)
+RETURNING *;
+
+-- name: prune_workers
+DELETE FROM workers WHERE last_seen < :now - :retention AND (stopped_at IS NOT NULL OR flagged_dead_at IS NOT NULL);
+
+-- name: set_switch
+INSERT INTO worker_controls (project, host, queue, desired, policy, changed_by, changed_at)
+VALUES (:project, :host, :queue, :desired, :policy, :changed_by, :now)
+ON CONFLICT (project, host, queue) DO UPDATE
+SET desired = excluded.desired, policy = excluded.policy, changed_by = excluded.changed_by,
+    changed_at = excluded.changed_at
+RETURNING *;
+
+-- name: switch_in_force
+-- Every row that applies to the workers of (project, host, queue), wildcards included.
+SELECT * FROM worker_controls
+WHERE host IN (:host, '*') AND project IN (:project, '*') AND queue IN (:queue, '*');
+
+-- name: switches
+SELECT * FROM worker_controls ORDER BY project, host, queue;
+
+-- name: worker_exited
+UPDATE workers SET exit_code = :code, stopped_at = coalesce(stopped_at, :now), current_job = NULL
+WHERE worker_id = (SELECT worker_id FROM workers WHERE host = :host AND pid = :pid
+                   ORDER BY started_at DESC LIMIT 1)
+RETURNING worker_id, host, pid, started_at;
+
+-- name: flagged_workers
+SELECT pid FROM workers
+WHERE host = :host AND flagged_dead_at IS NOT NULL AND stopped_at IS NULL;
+
+-- Orchestrators: one row per process, beaten once per sweep.
+
+-- name: orchestrator_beat
+INSERT INTO orchestrators (orchestrator_id, project, host, pid, sweep_interval, started_at, last_seen)
+VALUES (:orchestrator_id, :project, :host, :pid, :sweep_interval, :now, :now)
+ON CONFLICT (orchestrator_id) DO UPDATE
+SET last_seen = excluded.last_seen, sweep_interval = excluded.sweep_interval, stopped_at = NULL;
+
+-- name: orchestrator_stopped
+UPDATE orchestrators SET stopped_at = :now, last_seen = :now WHERE orchestrator_id = :orchestrator_id;
+
+-- name: project_services
+-- Per project with jobs, an orchestrator or outbox events: its live orchestrators (judged
+-- by each one's own sweep interval) and the outbox events waiting to be drained. The
+-- projects with jobs are found by hopping along the jobs_state index, one seek per
+-- project, never by reading every job (a DISTINCT would, at a million rows).
+WITH RECURSIVE job_projects(project) AS (
+    SELECT (SELECT project FROM jobs ORDER BY project LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.project FROM jobs AS j WHERE j.project > p.project ORDER BY j.project LIMIT 1)
+    FROM job_projects AS p WHERE p.project IS NOT NULL
+)
+SELECT project,
+       (SELECT count(*) FROM orchestrators AS o
+        WHERE o.project = p.project AND o.stopped_at IS NULL
+          AND o.last_seen >= :now - :missed_beats * o.sweep_interval) AS orchestrators,
+       (SELECT count(*) FROM dispatch_events AS e
+        WHERE e.project = p.project AND e.processed_at IS NULL AND e.poisoned_at IS NULL) AS outbox_waiting,
+       (SELECT min(created_at) FROM dispatch_events AS e
+        WHERE e.project = p.project AND e.processed_at IS NULL AND e.poisoned_at IS NULL) AS outbox_oldest
+FROM (SELECT project FROM job_projects WHERE project IS NOT NULL
+      UNION SELECT project FROM orchestrators WHERE stopped_at IS NULL
+      UNION SELECT project FROM dispatch_events WHERE processed_at IS NULL AND poisoned_at IS NULL) AS p
+ORDER BY project;
+
+-- name: prune_orchestrators
+DELETE FROM orchestrators WHERE last_seen < :now - :retention;
+
+-- The fleet in one consistent read (fleet_rows): a read transaction around the statements
+-- below, so counts, workers, switches and services all show one moment.
+
+-- name: fleet_rows_begin
+-- Deferred: a reader takes no write lock, and WAL gives it one snapshot from its first read.
+BEGIN DEFERRED;
+
+-- name: fleet_rows
+-- The moment the snapshot shows, as every statement of it reads :now.
+SELECT :now AS now;
+
+-- name: fleet_rows_counts
+-- Jobs per (project, queue, state), cheap at a million rows. The groups are found by hopping
+-- along the jobs_state index (project, state, queue, id), one seek per group, never by
+-- reading every job. A live state (:queued, :running) is counted exactly: only its own index
+-- entries are read. A finished state is counted up to :cap + 1 entries, the group's first in
+-- id order, which the index holds in that order: more than :cap reads as "over the cap"
+-- (exact = 0 and n = :cap + 1), so a million completed jobs cost 10,001 steps.
+WITH RECURSIVE groups(project, state, queue) AS (
+    SELECT * FROM (SELECT project, state, queue FROM jobs ORDER BY project, state, queue LIMIT 1)
+    UNION ALL
+    SELECT j.project, j.state, j.queue FROM groups AS g
+    JOIN jobs AS j ON j.id = coalesce(
+        (SELECT n.id FROM jobs AS n WHERE n.project = g.project AND n.state = g.state AND n.queue > g.queue
+         ORDER BY n.project, n.state, n.queue LIMIT 1),
+        (SELECT n.id FROM jobs AS n WHERE n.project = g.project AND n.state > g.state
+         ORDER BY n.project, n.state, n.queue LIMIT 1),
+        (SELECT n.id FROM jobs AS n WHERE n.project > g.project ORDER BY n.project, n.state, n.queue LIMIT 1))
+)
+SELECT g.project, g.queue, g.state, g.state IN (:queued, :running) AS exact,
+       CASE WHEN g.state IN (:queued, :running)
+            THEN (SELECT count(*) FROM jobs AS c WHERE c.project = g.project AND c.state = g.state
+                                                   AND c.queue = g.queue)
+            ELSE (SELECT count(*) FROM (SELECT 1 FROM jobs AS c WHERE c.project = g.project AND c.state = g.state
+                                                                AND c.queue = g.queue ORDER BY c.id LIMIT :cap + 1))
+       END AS n
+FROM groups AS g
+ORDER BY g.project, g.queue, g.state;
+
+-- name: fleet_rows_workers
+-- The listed workers, each with what its current job last reported (joined here, not read
+-- job by job).
+SELECT w.*, j.progress AS job_progress, j.progress_message AS job_progress_message,
+       j.progress_at AS job_progress_at
+FROM workers AS w LEFT JOIN jobs AS j ON j.id = w.current_job AND j.project = w.project
+WHERE {{worker_listed}}
+ORDER BY w.project, w.host, w.queue, w.pid;
+
+-- name: fleet_rows_end
+-- Ends the read transaction (it wrote nothing).
+COMMIT;

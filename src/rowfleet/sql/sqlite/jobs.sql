@@ -1,0 +1,209 @@
+-- rowfleet's queries for SQLite: jobs: enqueue, the claim (its candidate rule and order, written once as fragments), finish, recovery, reads.
+
+-- name: enqueue
+-- A job due later is delayed: out of the claim index until a claim promotes it.
+INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
+                  idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
+                  timeout, required_model, delayed)
+VALUES (:project, :queue, :task, :args, :priority, :run_next, coalesce(:run_at, :now + :delay),
+        :max_attempts, :key, :now, :now, :run_id, :node_id, :node_generation, :timeout, :model,
+        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END)
+ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *;
+
+-- name: enqueue_many
+-- One statement for a whole batch: :args_list is a JSON array of each job's args, already
+-- encoded as JSON text, so the rows are bound once instead of once per job. A map node's
+-- items are numbered by their place in the array.
+INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
+                  created_at, updated_at, run_id, node_id, node_item, node_generation,
+                  timeout, required_model, delayed)
+SELECT :project, :queue, :task, value, :priority, :run_next, coalesce(:run_at, :now + :delay),
+       :max_attempts, :now, :now, :run_id, :node_id, CASE WHEN :run_id IS NOT NULL THEN key END,
+       :node_generation, :timeout, :model, CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END
+FROM json_each(:args_list)
+ORDER BY key;
+
+-- name: job_by_key
+SELECT * FROM jobs WHERE project = :project AND idempotency_key = :key;
+
+-- name: get_job
+SELECT * FROM jobs WHERE id = :id AND project = :project;
+
+-- name: job_holder
+SELECT state, lease_token, claimed_by FROM jobs WHERE id = :id;
+
+-- fragment: claim_candidates
+-- The jobs a claim may take: queued, not delayed (so the jobs_claim index holds them) and
+-- due, in its project's queue. Every claim query and has_due include this, so "is anything
+-- due?" and "take it" cannot disagree. run_at is still compared: a row written by plain
+-- SQL may be due later without being marked delayed.
+state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+
+-- fragment: promotion_candidates
+-- The delayed jobs of a claim's (project, queue) that have fallen due (the jobs_delayed index).
+state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND run_at <= :now
+
+-- fragment: claim_order
+-- Which candidate a claim takes first; the jobs_claim index is in this order.
+ORDER BY run_next DESC, priority, run_at, id
+
+-- name: claim
+UPDATE jobs
+SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+    claimed_by = :holder, lease_expires_at = :now + :lease, started_at = :now, updated_at = :now
+WHERE id = (SELECT id FROM jobs
+            WHERE {{claim_candidates}}
+            {{claim_order}}
+            LIMIT 1)
+RETURNING *;
+
+-- name: has_due
+-- A delayed job that has fallen due counts: the claim that follows promotes it. Each half
+-- is ordered as its index is, so that the planner walks jobs_claim and jobs_delayed rather
+-- than every queued row of the queue.
+SELECT 1 AS due
+WHERE (SELECT 1 FROM jobs WHERE {{claim_candidates}} {{claim_order}} LIMIT 1) IS NOT NULL
+   OR (SELECT 1 FROM jobs WHERE {{promotion_candidates}} ORDER BY run_at LIMIT 1) IS NOT NULL;
+
+-- name: promote_due
+-- Delayed jobs that have fallen due join the claim index, soonest first, :limit at most.
+UPDATE jobs SET delayed = 0
+WHERE id IN (SELECT id FROM jobs
+             WHERE {{promotion_candidates}}
+             ORDER BY run_at
+             LIMIT :limit);
+
+-- name: renew
+-- Also tells the holder, at no extra cost, whether an operator asked it to stop the job.
+UPDATE jobs SET lease_expires_at = :now + :lease, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING lease_expires_at, cancel_requested_at, cancel_reason;
+
+-- name: finish
+UPDATE jobs
+SET state = :state, result = :result, error = :error, traceback = :traceback,
+    lease_expires_at = NULL, finished_at = :now, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;
+
+-- name: finish_requeue
+UPDATE jobs
+SET state = 'queued', error = :error, traceback = :traceback, run_at = :now + :delay,
+    delayed = CASE WHEN :delay > 0 THEN 1 ELSE 0 END, lease_expires_at = NULL, claimed_by = NULL, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;
+
+-- name: reclaim_lapsed
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id, cancel_reason, cancel_requested_at
+FROM jobs
+WHERE state = 'running' AND lease_expires_at < :now
+ORDER BY lease_expires_at
+LIMIT :limit;
+
+-- name: job_reclaim
+-- run_at is left as it was (due, since it was claimed): the lapsed job keeps its place
+-- ahead of fresh work.
+UPDATE jobs
+SET state = 'queued', error = :error, delayed = 0, lease_expires_at = NULL, claimed_by = NULL, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token AND lease_expires_at < :now
+RETURNING id;
+
+-- name: job_fail_lapsed
+-- :state is failed, or cancelled for a job that was not to run again (its run ended, or
+-- an operator asked for it to be cancelled).
+UPDATE jobs
+SET state = :state, error = :error, lease_expires_at = NULL, finished_at = :now, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token AND lease_expires_at < :now
+RETURNING id;
+
+-- name: cancel
+UPDATE jobs SET state = 'cancelled', error = :reason, finished_at = :now, updated_at = :now
+WHERE id = :id AND project = :project AND state = 'queued'
+RETURNING *;
+
+-- name: request_cancel
+-- Asks the worker holding a running job to stop it; the first request's time and reason stay.
+UPDATE jobs SET cancel_requested_at = :now, cancel_reason = :reason, updated_at = :now
+WHERE id = :id AND project = :project AND state = 'running' AND cancel_requested_at IS NULL
+RETURNING *;
+
+-- name: prioritize
+UPDATE jobs SET run_next = 1, updated_at = :now
+WHERE id = :id AND project = :project AND state = 'queued' AND run_next = 0
+RETURNING *;
+
+-- name: retry
+UPDATE jobs
+SET state = 'queued', run_at = :now, delayed = 0, max_attempts = max(max_attempts, attempts + 1),
+    error = NULL, traceback = NULL, finished_at = NULL, lease_expires_at = NULL, claimed_by = NULL, updated_at = :now,
+    cancel_requested_at = NULL, cancel_reason = NULL
+WHERE id = :id AND project = :project AND state IN ('failed', 'cancelled')
+RETURNING *;
+
+-- name: list_jobs
+SELECT * FROM jobs
+WHERE project = :project
+  AND (:state IS NULL OR state = :state)
+  AND (:queue IS NULL OR queue = :queue)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: counts
+SELECT project, queue, state, count(*) AS n FROM jobs
+GROUP BY project, queue, state
+ORDER BY project, queue, state;
+
+-- name: record_event
+INSERT INTO job_events (job_id, at, kind, detail) VALUES (:job_id, :now, :kind, :detail);
+
+-- name: events
+SELECT * FROM job_events WHERE job_id = :job_id ORDER BY id;
+
+-- name: prune_events
+DELETE FROM job_events
+WHERE job_id IN (SELECT id FROM jobs
+                 WHERE finished_at < :now - :retention AND state IN ('completed', 'failed', 'cancelled')
+                 ORDER BY finished_at LIMIT :limit);
+
+-- name: prune_jobs
+DELETE FROM jobs
+WHERE id IN (SELECT id FROM jobs
+             WHERE finished_at < :now - :retention AND state IN ('completed', 'failed', 'cancelled')
+             ORDER BY finished_at LIMIT :limit);
+
+-- name: progress
+UPDATE jobs SET progress = :progress, progress_message = :message, progress_at = :now, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;
+
+-- name: watchdog_trip
+-- A watchdog fault spends a watchdog retry; an operator stop gives back the attempt.
+UPDATE jobs SET watchdog_retries = watchdog_retries + :spent, attempts = attempts - :refund, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;
+
+-- name: job_hand_back
+-- Back to the queue at once, keeping its run_at: it goes ahead of fresh work again.
+UPDATE jobs
+SET state = 'queued', error = :error, delayed = 0, lease_expires_at = NULL, claimed_by = NULL, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;
+
+-- name: jobs_of_silent_worker
+-- The running jobs a worker claimed in its lifetime: since its row was made (its first
+-- heartbeat comes before its first claim), and before a newer worker with the same
+-- host:pid appeared (pids are reused).
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id, cancel_reason, cancel_requested_at
+FROM jobs
+WHERE state = 'running' AND claimed_by = :holder AND started_at >= :since
+  AND NOT EXISTS (SELECT 1 FROM workers AS newer
+                  WHERE newer.host = :host AND newer.pid = :pid AND newer.started_at > :since
+                    AND newer.started_at <= jobs.started_at);
+
+-- name: job_orphan_fail
+-- :state as in job_fail_lapsed.
+UPDATE jobs
+SET state = :state, error = :error, lease_expires_at = NULL, finished_at = :now, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;

@@ -1,0 +1,235 @@
+"""The store's declared core: what every part of ``Store`` builds on, and what a dialect provides.
+
+``StoreCore`` holds the configuration, the clock and the dialect's named queries, declares
+the transaction interface a dialect implements (``transaction()``, a write transaction that
+takes the write lock up front; ``reader()``, reads outside a transaction;
+``caller_transaction(conn)``, statements on a caller's own connection inside a savepoint;
+the waiters; ``close()``), owns the schema (migrate, version checks), and declares the few
+steps one part of the store asks of another, so that each part (``jobs``, ``runs``,
+``schedules``, ``fleet``) reads as a whole and says what it relies on.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from typing import Any, Callable, Iterable, Iterator
+
+from rowfleet.config import Config
+from rowfleet.errors import DatabaseBroken, MigrationError, RowfleetError, SchemaMissing
+from rowfleet.job import Job, JobSpec
+from rowfleet.queries import latest_version, migrations, queries
+from rowfleet.wake import Waiter
+
+
+class Tx(abc.ABC):
+    """Named statements inside one transaction (or one autocommit read).
+
+    ``now`` is read once when the transaction starts and passed to every statement as
+    ``:now``, so every row it writes agrees.
+    """
+
+    now: float
+
+    @abc.abstractmethod
+    def one(self, query: str, **params: Any) -> Any | None:
+        """Run a named query; its first row (mapping-like) or None."""
+
+    @abc.abstractmethod
+    def all(self, query: str, **params: Any) -> list[Any]:
+        """Run a named query; every row."""
+
+    @abc.abstractmethod
+    def run(self, query: str, **params: Any) -> int:
+        """Run a named statement that returns no rows; how many rows it changed."""
+
+    @abc.abstractmethod
+    def script(self, sql: str) -> None:
+        """Run a multi-statement script (a migration) inside this transaction."""
+
+
+class StoreCore(abc.ABC):
+    """One database connection, its configuration and its dialect's named queries. Not
+    thread-safe: each thread opens its own store."""
+
+    dialect: str = ""
+
+    def __init__(self, config: Config, clock: Callable[[], float]) -> None:
+        self.config = config
+        self.clock = clock
+        self.sql = queries(self.dialect)
+
+    # --- what a dialect provides -------------------------------------------------------
+
+    @abc.abstractmethod
+    def transaction(self, durable: bool = True) -> contextlib.AbstractContextManager[Tx]:
+        """A write transaction, holding the write lock from its first statement.
+
+        ``durable=False`` lets the commit skip waiting for the disk. Only for writes whose
+        loss in a power cut is harmless: a lost claim runs the job again (at-least-once
+        either way), a lost renewal or heartbeat is renewed or beaten again.
+        """
+
+    @abc.abstractmethod
+    def reader(self) -> Tx:
+        """Statements that only read, each seeing the latest committed state."""
+
+    @abc.abstractmethod
+    def caller_transaction(self, conn: Any) -> contextlib.AbstractContextManager[Tx]:
+        """Statements on the caller's own connection, which the caller commits or rolls back.
+
+        A connection is borrowed, never trusted to roll back for us: inside the caller's open
+        transaction the statements run in a ``savepoint``, so a failure undoes them and leaves
+        the caller's own work committable; with none open they are a transaction of their own
+        (committed at once where the connection autocommits, else left for the caller's commit).
+        """
+
+    def _writing(self, conn: Any = None) -> contextlib.AbstractContextManager[Tx]:
+        """A write transaction: on the caller's ``conn`` when given, else one of our own."""
+        return self.transaction() if conn is None else self.caller_transaction(conn)
+
+    @abc.abstractmethod
+    def waiter(self, queue: str) -> Waiter:
+        """A way for an idle worker of ``queue`` to sleep until there may be work for it."""
+
+    @abc.abstractmethod
+    def control_waiter(self, host: str) -> Waiter:
+        """A way for a worker of ``host`` to sleep until its switch may have changed."""
+
+    @abc.abstractmethod
+    def dispatch_waiter(self, project: str) -> Waiter:
+        """A way for an orchestrator to sleep until a dispatch event of ``project`` may exist."""
+
+    @abc.abstractmethod
+    def changed(self) -> bool:
+        """True when another connection has committed since the last call (cheap)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "StoreCore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- what one part of the store asks of another ------------------------------------
+
+    @abc.abstractmethod
+    def _enqueue(self, tx: Tx, spec: JobSpec, placement: dict[str, Any] | None = None) -> Job:
+        """jobs: insert one job in ``tx`` (a workflow node's when ``placement`` names it)."""
+
+    @abc.abstractmethod
+    def _enqueue_many(self, tx: Tx, spec: JobSpec, args_list: Iterable[Any],
+                     placement: dict[str, Any] | None = None) -> int:
+        """jobs: insert one job per item in ``tx``; how many."""
+
+    @abc.abstractmethod
+    def _get_job(self, tx: Tx, job_id: int, project: str) -> Job:
+        """jobs: read one job in ``tx`` (``NotFound`` when there is none)."""
+
+    @abc.abstractmethod
+    def _recover_jobs_of(self, tx: Tx, worker: Any, lost: str, kind: str) -> list[dict[str, Any]]:
+        """jobs: hand back (or end) the running jobs a lost worker claimed; what was done."""
+
+    @abc.abstractmethod
+    def _dispatch(self, tx: Tx, job: Job) -> None:
+        """runs: tell the outbox that a workflow node's job reached a terminal state."""
+
+    @abc.abstractmethod
+    def _run_ended(self, tx: Tx, run_id: int) -> str | None:
+        """runs: how the run ended (its state), or None while it goes on."""
+
+    # --- schema ------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        """The schema version the database records (0: none yet)."""
+        return recorded_version(self.reader())
+
+    def refuse_newer_schema(self) -> int:
+        """The recorded schema version, or ``MigrationError`` when it is newer than this
+        rowfleet: an older rowfleet's writes could break a newer schema, so every store is
+        checked once, when it is opened (``open_store``), before any command writes."""
+        version = self.schema_version()
+        target = latest_version(self.dialect)
+        if version > target:
+            raise MigrationError(_newer(version, target))
+        return version
+
+    def migrate(self) -> int:
+        """Apply every pending migration, each with its bookkeeping row in one transaction;
+        then the schema must be whole (``DatabaseBroken`` if its tables were dropped).
+
+        Safe to run from two processes at once: the version is re-read under the write lock.
+        """
+        target = latest_version(self.dialect)
+        for migration in migrations(self.dialect):
+            with self.transaction() as tx:
+                tx.script(self.sql["migrations_table"])
+                current = tx.one("schema_version")["version"]
+                if current > target:
+                    raise MigrationError(_newer(current, target))
+                if current >= migration.version:
+                    continue
+                tx.script(migration.sql)
+                tx.run("migration_record", version=migration.version, name=migration.name)
+        return self.require_schema()
+
+    def require_schema(self) -> int:
+        """The schema version; ``SchemaMissing`` when it is absent or out of date (wait, or
+        run init), ``MigrationError`` when newer, ``DatabaseBroken`` when its tables are gone."""
+        version = self.refuse_newer_schema()
+        target = latest_version(self.dialect)
+        if version < target:
+            raise SchemaMissing(f"the database {self.config.db_shown!r} has schema version {version}, "
+                                f"rowfleet needs {target}: run `rowfleet init` (or start the orchestrator)")
+        try:
+            self.reader().one("schema_tables")
+        except SchemaMissing as exc:
+            raise schema_gone(version, exc) from None
+        return version
+
+
+@contextlib.contextmanager
+def savepoint(tx: Tx) -> Iterator[Tx]:
+    """``tx``'s statements in a savepoint of the transaction open on its connection: released
+    when they succeed, rolled back to on any error, so the transaction's earlier work stays
+    as it was (and, on PostgreSQL, committable after a failed statement)."""
+    tx.run("savepoint_begin")
+    try:
+        yield tx
+    except BaseException:
+        # An error that ended the whole transaction (a lost connection) took the savepoint
+        # with it: the error to raise is the first one.
+        with contextlib.suppress(RowfleetError):
+            tx.run("savepoint_rollback")
+            tx.run("savepoint_release")
+        raise
+    tx.run("savepoint_release")
+
+
+def recorded_version(tx: Tx) -> int:
+    """The schema version the database records (0: none yet)."""
+    if not tx.one("migrations_exists")["n"]:
+        return 0
+    return tx.one("schema_version")["version"]
+
+
+def schema_gone(version: int, missing: SchemaMissing) -> DatabaseBroken:
+    return DatabaseBroken(f"the database records rowfleet schema version {version}, but {missing.detail}: its "
+                          f"tables were dropped; restore it from a backup, or move it aside and run `rowfleet init`")
+
+
+def schema_gone_unless_new(missing: SchemaMissing, tx: Tx, dialect: str) -> RowfleetError:
+    """What a missing table means: a schema not made yet (``SchemaMissing``: wait, or run
+    init), unless the database (read with ``tx``) records the current version, so its tables
+    existed and were dropped since: ``DatabaseBroken``, which no wait repairs."""
+    try:
+        version = recorded_version(tx)
+    except RowfleetError:  # the version cannot be read either: say what we know
+        return missing
+    return schema_gone(version, missing) if version >= latest_version(dialect) else missing
+
+
+def _newer(version: int, target: int) -> str:
+    return f"the database schema is version {version}, newer than this rowfleet knows ({target}): upgrade rowfleet"

@@ -1,0 +1,168 @@
+"""The fleet over named queries: workers' heartbeats and how they end, operators' switches
+per (project, host, queue), and the orchestrators' rows. Written once for both dialects as
+the fleet part of ``Store``; a silent or exited worker's jobs are handed back by the jobs
+part (``_recover_jobs_of``), in the same transaction that flags the worker.
+
+Also the fleet's rows in one consistent read (``fleet_rows``), from which
+``rowfleet.snapshot`` derives the read model every front end renders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Iterator
+
+from rowfleet import control, exitcodes, liveness
+from rowfleet.control import Switch
+from rowfleet.errors import ConfigError, RowfleetError
+from rowfleet.job import QUEUED, RUNNING
+from rowfleet.store.core import StoreCore, Tx
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetRows:
+    """The fleet as stored at one moment (``now``, the database's clock on PostgreSQL):
+    job counts per (project, queue, state), each with ``exact`` (false: counted only up to
+    the cap, so ``n`` past it means "more"), the listed workers' rows with their current
+    job's ``job_progress``, ``job_progress_message`` and ``job_progress_at``, every switch,
+    and each project's services (as ``project_services``)."""
+
+    now: float
+    counts: list[dict[str, Any]]
+    workers: list[dict[str, Any]]
+    switches: list[Switch]
+    services: list[dict[str, Any]]
+
+
+class FleetStore(StoreCore):
+    """The fleet part of ``Store``: workers, switches and orchestrators."""
+
+    # --- workers -------------------------------------------------------------------------
+
+    def worker_beat(self, worker_id: str, project: str, host: str, queue: str, pid: int,
+             current_job: int | None, state: str = control.SERVING) -> None:
+        """Upsert a worker's heartbeat row: the job in hand, serving, draining or parked, and
+        the cadence and lease of this store's ``Config`` (the worker's own), by which every
+        reader judges whether it went silent."""
+        with self.transaction(durable=False) as tx:
+            tx.run("worker_beat", worker_id=worker_id, project=project, host=host, queue=queue,
+                   pid=pid, current_job=current_job, state=state, heartbeat=self.config.heartbeat,
+                   lease=self.config.lease)
+
+    def worker_stopped(self, worker_id: str) -> None:
+        with self.transaction() as tx:
+            tx.run("worker_stopped", worker_id=worker_id)
+
+    def flag_stale_workers(self) -> list[dict[str, Any]]:
+        """Flag workers that missed ``liveness.MISSED_BEATS`` of their own heartbeats as dead,
+        and put the jobs they hold back in the queue at once (ahead of fresh work) rather
+        than waiting for their leases. The rows flagged, each with ``jobs``: what was done
+        with its jobs.
+
+        A frozen worker that wakes up finds its jobs' tokens taken and exits without writing.
+        """
+        with self.transaction() as tx:
+            flagged = [dict(row) for row in tx.all("flag_stale_workers", missed_beats=liveness.MISSED_BEATS)]
+            for worker in flagged:
+                holder = f"{worker['host']}:{worker['pid']}"
+                silent = worker["flagged_dead_at"] - worker["last_seen"]
+                lost = f"worker {holder} stopped beating ({silent:.0f}s since its last heartbeat)"
+                worker["jobs"] = self._recover_jobs_of(tx, worker, lost, "worker_dead")
+            return flagged
+
+    def worker_exited(self, host: str, pid: int, code: int) -> list[dict[str, Any]]:
+        """Record how a worker process ended (its supervisor saw the exit code, negative for a
+        signal), and hand back at once any job it still held: a child killed by SIGKILL (the
+        OOM killer's signal) must not leave its job waiting out the lease. What was done
+        with each such job."""
+        with self.transaction() as tx:
+            worker = tx.one("worker_exited", host=host, pid=pid, code=code)
+            if worker is None:  # it died before its first heartbeat: it claimed nothing
+                return []
+            lost = f"worker {host}:{pid} {exitcodes.describe(code)} while running it"
+            return [item for item in self._recover_jobs_of(tx, worker, lost, "worker_exited")
+                    if item["action"] != "none"]
+
+    def flagged_workers(self, host: str) -> set[int]:
+        """Pids of this host's workers that the dead-worker sweep flagged and that have not stopped."""
+        return {row["pid"] for row in self.reader().all("flagged_workers", host=host)}
+
+    def workers(self, since: float) -> list[dict[str, Any]]:
+        """Live workers, and every worker row seen since ``since`` (stopped, dead or silent)."""
+        return [dict(row) for row in self.reader().all("workers", since=since,
+                                                       missed_beats=liveness.MISSED_BEATS)]
+
+    # --- operators' switches -----------------------------------------------------------
+
+    def set_switch(self, project: str, host: str, queue: str, desired: str, policy: str = control.DRAIN,
+                   changed_by: str = "") -> Switch:
+        """Write the switch of the workers of (project, host, queue); ``*`` matches all."""
+        if desired not in (control.ON, control.OFF):
+            raise ConfigError(f"a switch is {control.ON!r} or {control.OFF!r}, got {desired!r}")
+        if policy not in control.POLICIES:
+            raise ConfigError(f"a stop policy is {control.HARD!r} or {control.DRAIN!r}, got {policy!r}")
+        for what, value in (("project", project), ("host", host), ("queue", queue)):
+            if not isinstance(value, str) or (what != "project" and not value):
+                raise ConfigError(f"a switch's {what} must be a non-empty string (or '*' for all), got {value!r}")
+        with self.transaction() as tx:
+            return Switch.from_row(tx.one("set_switch", project=project, host=host, queue=queue, desired=desired,
+                                          policy=policy, changed_by=changed_by))
+
+    def switch_in_force(self, project: str, host: str, queue: str) -> Switch | None:
+        """The off switch holding the workers of (project, host, queue), or None: they serve."""
+        rows = self.reader().all("switch_in_force", project=project, host=host, queue=queue)
+        return control.in_force((Switch.from_row(row) for row in rows), project, host, queue)
+
+    def switches(self) -> list[Switch]:
+        """Every switch row, of every project."""
+        return [Switch.from_row(row) for row in self.reader().all("switches")]
+
+    # --- orchestrators -----------------------------------------------------------------
+
+    def orchestrator_beat(self, orchestrator_id: str, project: str, host: str, pid: int) -> None:
+        """Upsert an orchestrator's row, with this store's sweep interval (its own cadence)."""
+        with self.transaction(durable=False) as tx:
+            tx.run("orchestrator_beat", orchestrator_id=orchestrator_id, project=project, host=host, pid=pid,
+                   sweep_interval=self.config.interval)
+
+    def orchestrator_stopped(self, orchestrator_id: str) -> None:
+        with self.transaction() as tx:
+            tx.run("orchestrator_stopped", orchestrator_id=orchestrator_id)
+
+    def project_services(self) -> list[dict[str, Any]]:
+        """Per project: how many live orchestrators serve it, how many outbox events wait to
+        be drained, and when the oldest of them was written (None when none waits)."""
+        return [dict(row) for row in self.reader().all("project_services", missed_beats=liveness.MISSED_BEATS)]
+
+    # --- the fleet at one moment -------------------------------------------------------
+
+    def fleet_rows(self, cap: int, listed_for: float | None) -> FleetRows:
+        """Everything ``rowfleet.snapshot`` shows, read in one read transaction so that the
+        counts, workers, switches and services agree: workers seen in the last
+        ``listed_for`` seconds (every row with None) and live ones; finished jobs counted
+        up to ``cap`` (``cap + 1`` when there are more), live ones exactly."""
+        with self._one_read() as tx:
+            now = tx.one("fleet_rows")["now"]
+            since = 0.0 if listed_for is None else now - listed_for
+            return FleetRows(
+                now=now,
+                counts=[dict(row) for row in tx.all("fleet_rows_counts", cap=cap, queued=QUEUED, running=RUNNING)],
+                workers=[dict(row) for row in tx.all("fleet_rows_workers", since=since,
+                                                     missed_beats=liveness.MISSED_BEATS)],
+                switches=[Switch.from_row(row) for row in tx.all("switches")],
+                services=[dict(row) for row in tx.all("project_services", missed_beats=liveness.MISSED_BEATS)])
+
+    @contextlib.contextmanager
+    def _one_read(self) -> Iterator[Tx]:
+        """Reader statements inside one read transaction (a snapshot of one moment, taking
+        no write lock), ended whether they succeed or not."""
+        tx = self.reader()
+        tx.run("fleet_rows_begin")
+        try:
+            yield tx
+        except BaseException:
+            with contextlib.suppress(RowfleetError):  # the error to raise is the first one
+                tx.run("fleet_rows_end")
+            raise
+        tx.run("fleet_rows_end")

@@ -1,0 +1,444 @@
+"""Jobs over named queries: enqueue, the claim, finish, recovery of orphaned jobs, what
+operators do to a job, and the reads. Written once for both dialects as the jobs part of
+``Store`` (``StoreCore`` is what it builds on; ``rowfleet.store.sql`` names each statement
+after the method that runs it). Every state change is a guarded UPDATE; one that matches
+nothing is an answer (``LeaseLost``, ``Conflict``), decided here rather than swallowed.
+
+A job written to run later is *delayed* (its ``delayed`` column): still queued to every
+reader, but out of the claim's index, so that a claim never steps over a backlog of jobs
+not yet due. The claim promotes the delayed jobs of its (project, queue) that have fallen
+due, inside its own transaction: before claiming, when this store has not promoted for
+that queue within the last ``config.poll`` seconds (or its last promotion filled its
+batch), and whenever a claim finds nothing else. ``has_due`` sees a fallen-due delayed job
+too, so an idle worker's safety poll claims it; a delayed job starts within ``config.poll``
+of falling due, as it did when claims stepped over it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable
+
+from rowfleet import job as jobs
+from rowfleet.claim import Claim
+from rowfleet.errors import ConfigError, Conflict, LeaseLost, NotFound
+from rowfleet.job import Event, Job, JobSpec, Outcome
+from rowfleet.config import Config
+from rowfleet.store.core import StoreCore, Tx
+
+PROMOTE_BATCH = 1000  # delayed jobs one promotion moves into the claim index, at most
+
+
+class JobStore(StoreCore):
+    """The jobs part of ``Store``."""
+
+    def __init__(self, config: Config, clock: Callable[[], float]) -> None:
+        super().__init__(config, clock)
+        # When this store last promoted each (project, queue)'s fallen-due delayed jobs, by
+        # ``_promotion_time``; absent: never, or its last batch was full.
+        self._promoted: dict[tuple[str, str], float] = {}
+
+    # --- enqueue -----------------------------------------------------------------------
+
+    def enqueue(self, spec: JobSpec, conn: Any = None) -> Job:
+        """Insert one job, or return the existing one with the same idempotency key.
+
+        With ``conn`` the insert runs on the caller's connection and commits with the
+        caller's transaction, or not at all.
+        """
+        with self._writing(conn) as tx:
+            return self._enqueue(tx, spec)
+
+    def _enqueue(self, tx: Tx, spec: JobSpec, placement: dict[str, Any] | None = None) -> Job:
+        """Insert a job (a workflow node's when ``placement`` names its run, node and generation)."""
+        # Look the key up first: an INSERT that loses to the key would still spend a job id.
+        row = tx.one("job_by_key", project=spec.project, key=spec.key) if spec.key is not None else None
+        if row is None:
+            row = tx.one("enqueue", **_enqueue_params(spec, placement))
+        if row is None:  # a concurrent insert won the key (possible on a caller's connection)
+            row = tx.one("job_by_key", project=spec.project, key=spec.key)
+        return Job.from_row(row)
+
+    def enqueue_many(self, spec: JobSpec, args_list: Iterable[Any], conn: Any = None) -> int:
+        """Insert one job per item of ``args_list``, each otherwise as ``spec`` says, in one
+        transaction (all or none); returns how many. Idempotency keys are one-by-one only."""
+        if spec.key is not None:
+            raise ConfigError("enqueue_many does not take an idempotency key: enqueue keyed jobs one by one")
+        with self._writing(conn) as tx:
+            return self._enqueue_many(tx, spec, args_list)
+
+    def _enqueue_many(self, tx: Tx, spec: JobSpec, args_list: Iterable[Any],
+                     placement: dict[str, Any] | None = None) -> int:
+        """One statement for many jobs; with ``placement``, the items of a map node, numbered."""
+        params = _enqueue_params(spec, placement)
+        del params["args"], params["key"]
+        params["args_list"] = jobs.encode_json([_encode_args(args) for args in args_list])
+        return tx.run("enqueue_many", **params)
+
+    # --- claim, renew, finish ----------------------------------------------------------
+
+    def claim(self, claim: Claim) -> Job | None:
+        """Take the next due job of the claim's (project, queue), or None when there is none."""
+        with self.transaction(durable=False) as tx:
+            return self._claim(tx, claim)
+
+    def _claim(self, tx: Tx, claim: Claim) -> Job | None:
+        """The claim in ``tx``, promoting fallen-due delayed jobs first when that is due, or
+        once nothing else is found (promoted jobs are claimed in the same transaction)."""
+        promoted = self._promotion_due(claim)
+        if promoted:
+            self._promote(tx, claim)
+        job = self._take(tx, claim)
+        if job is None and not promoted and self._promote(tx, claim):
+            job = self._take(tx, claim)
+        return job
+
+    def _take(self, tx: Tx, claim: Claim) -> Job | None:
+        row = tx.one("claim", **claim_params(claim))
+        if row is None:
+            return None
+        job = Job.from_row(row)
+        tx.run("record_event", job_id=job.id, kind="claimed", detail=claimed_detail(job))
+        return job
+
+    def _promotion_due(self, claim: Claim) -> bool:
+        """Whether a claim of ``claim``'s queue should promote first (``promotion_due``), by
+        when this store last promoted that queue."""
+        return promotion_due(self._promoted.get((claim.project, claim.queue)), self._promotion_time(),
+                             self.config.poll)
+
+    def _promote(self, tx: Tx, claim: Claim) -> int:
+        """Move the delayed jobs of ``claim``'s queue that have fallen due into the claim
+        index (a batch at most); how many. Recorded, so that the next claims skip it."""
+        moved = tx.run("promote_due", project=claim.project, queue=claim.queue, limit=PROMOTE_BATCH)
+        if moved >= PROMOTE_BATCH:
+            self._promoted.pop((claim.project, claim.queue), None)
+        else:
+            self._promoted[(claim.project, claim.queue)] = self._promotion_time()
+        return moved
+
+    def _promotion_time(self) -> float:
+        """The time promotions are spaced by: this store's clock (a dialect whose clock costs
+        a round trip reads a local one instead)."""
+        return self.clock()
+
+    def has_due(self, claim: Claim) -> bool:
+        """A cheap read: would ``claim`` find a job now (a delayed job fallen due included, as
+        the claim promotes it)? Takes no lock. It takes the whole claim, not its queue alone,
+        so that every input that narrows a claim narrows this too."""
+        return self.reader().one("has_due", **claim_params(claim)) is not None
+
+    def renew(self, job: Job, lease: float) -> "Renewal":
+        """Extend the lease of a job still held with ``job.lease_token``: the new deadline,
+        and whether an operator has asked for the job to be cancelled."""
+        with self.transaction(durable=False) as tx:
+            row = tx.one("renew", id=job.id, token=job.lease_token, lease=lease)
+            if row is None:
+                raise self._stale(tx, job)
+            return Renewal(row["lease_expires_at"], row["cancel_requested_at"], row["cancel_reason"])
+
+    def finish(self, job: Job, outcome: Outcome, claim_next: Claim | None = None) -> Job | None:
+        """Write a run's outcome, guarded by the job's token; optionally take the next job
+        for ``claim_next`` in the same transaction, so a busy worker pays one commit per job.
+
+        Raises ``LeaseLost`` (writing nothing) when the token is stale. Finishing again
+        with the same token and the same terminal state is a no-op.
+        """
+        with self.transaction() as tx:
+            self._write_outcome(tx, job, outcome)
+            if claim_next is None:
+                return None
+            return self._claim(tx, claim_next)
+
+    def _write_outcome(self, tx: Tx, job: Job, outcome: Outcome) -> Outcome:
+        """Write ``outcome`` (a re-queue of a node whose run has ended becomes cancelled);
+        the outcome as written."""
+        if outcome.state == jobs.QUEUED and job.run_id is not None:
+            ended = self._run_ended(tx, job.run_id)
+            if ended:  # no retry for a node of a run that has ended: nobody may claim it
+                outcome = Outcome(jobs.CANCELLED, error=not_retried(f"run {job.run_id} {ended}", outcome.error),
+                                  traceback=outcome.traceback, event="cancelled")
+        guard = {"id": job.id, "token": job.lease_token, "error": outcome.error,
+                 "traceback": outcome.traceback}
+        if outcome.state == jobs.QUEUED:
+            row = tx.one("finish_requeue", delay=outcome.delay, **guard)
+        else:
+            row = tx.one("finish", state=outcome.state, result=outcome.result_json, **guard)
+        if row is None:
+            self._check_already_written(tx, job, outcome)
+            return outcome
+        tx.run("record_event", job_id=job.id, kind=outcome.event or outcome.state,
+               detail=outcome_detail(job, outcome))
+        if job.run_id is not None and outcome.state in jobs.TERMINAL:
+            self._dispatch(tx, job)
+        return outcome
+
+    def _check_already_written(self, tx: Tx, job: Job, outcome: Outcome) -> None:
+        """The guarded write matched nothing: fine if this holder already wrote this terminal
+        state (terminal transitions are idempotent), else ``LeaseLost``."""
+        holder = tx.one("job_holder", id=job.id)
+        if holder and holder["state"] == outcome.state in jobs.TERMINAL \
+                and holder["lease_token"] == job.lease_token:
+            return
+        raise self._stale(tx, job, holder)
+
+    def _stale(self, tx: Tx, job: Job, holder: Any = None) -> LeaseLost:
+        holder = holder if holder is not None else tx.one("job_holder", id=job.id)
+        if holder is None:
+            return LeaseLost(job.id, job.lease_token, "the job no longer exists")
+        if holder["lease_token"] == job.lease_token:  # this holder's own claim, already ended
+            return LeaseLost(job.id, job.lease_token, message=f"job {job.id} is already {holder['state']}")
+        return LeaseLost(job.id, job.lease_token, f"it was claimed again (token {holder['lease_token']}) "
+                                                  f"and is {holder['state']}")
+
+    # --- recovery ----------------------------------------------------------------------
+
+    def reclaim_lapsed(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Re-queue running jobs whose lease lapsed (or fail them on their last attempt, or
+        when they belong to a workflow run that has ended).
+
+        A reclaimed job keeps its id and run_at, so it sorts ahead of fresh work of its priority.
+        """
+        with self.transaction() as tx:
+            done = [self._recover(tx, row, f"worker {row['claimed_by']} was lost (lease lapsed)", "reclaimed",
+                                  requeue="job_reclaim", fail="job_fail_lapsed")
+                    for row in tx.all("reclaim_lapsed", limit=limit)]
+        return [item for item in done if item["action"] != "none"]
+
+    def _recover_jobs_of(self, tx: Tx, worker: Any, lost: str, kind: str) -> list[dict[str, Any]]:
+        """Hand back (or end) the running jobs the worker of this row claimed in its lifetime."""
+        return [self._recover(tx, row, lost, kind, requeue="job_hand_back", fail="job_orphan_fail")
+                for row in tx.all("jobs_of_silent_worker", holder=f"{worker['host']}:{worker['pid']}",
+                                  host=worker["host"], pid=worker["pid"], since=worker["started_at"])]
+
+    def _recover(self, tx: Tx, row: Any, lost: str, kind: str, requeue: str, fail: str) -> dict[str, Any]:
+        """Put an orphaned running job back in the queue with ``requeue``, or end it with
+        ``fail``: cancelled when it was not to run again (its workflow run has ended, or an
+        operator asked for it to be cancelled), failed when that was its last attempt. What
+        it did: its ``action`` is the state written (reclaimed for a re-queue), or none."""
+        guard = {"id": row["id"], "token": row["lease_token"]}
+        detail = {"token": row["lease_token"], "holder": row["claimed_by"], "attempt": row["attempts"]}
+        stopped = self._not_to_run_again(tx, row)
+        # A row from plain SQL may hold anything: counts that are no numbers end the job here,
+        # rather than the sweep (and every other lapsed job in its batch) on a TypeError.
+        unreadable = "; ".join(problem for problem in (jobs.decode_column(name, row[name])[1]
+                                                       for name in ("attempts", "max_attempts")) if problem)
+        if not unreadable and stopped is None and row["attempts"] < row["max_attempts"]:
+            if tx.one(requeue, error=f"{lost}; re-queued", **guard):
+                _record_event(tx, row["id"], kind, **detail)
+                return {"id": row["id"], "action": "reclaimed", **detail}
+            return {"id": row["id"], "action": "none", **detail}
+        if stopped is not None:
+            state, error = jobs.CANCELLED, not_retried(stopped, lost)
+        elif unreadable:
+            state, error = jobs.FAILED, f"{lost}; not re-queued, since its row cannot be decoded: {unreadable}"
+        else:
+            state, error = jobs.FAILED, f"{lost} on the last attempt ({row['attempts']} of {row['max_attempts']})"
+        if tx.one(fail, state=state, error=error, **guard):
+            _record_event(tx, row["id"], state, error=error, **detail)
+            if row["run_id"] is not None:
+                self._dispatch(tx, self._get_job(tx, row["id"], row["project"]))
+            return {"id": row["id"], "action": state, **detail}
+        return {"id": row["id"], "action": "none", **detail}
+
+    def _not_to_run_again(self, tx: Tx, row: Any) -> str | None:
+        """Why an orphaned running job must not run again (its workflow run has ended, or an
+        operator asked for it to be cancelled); None when it may."""
+        ended = row["run_id"] is not None and self._run_ended(tx, row["run_id"])
+        if ended:
+            return f"run {row['run_id']} {ended}"
+        if row["cancel_requested_at"] is not None:
+            return row["cancel_reason"] or "cancelled by an operator"
+        return None
+
+    # --- what operators do to a job ----------------------------------------------------
+
+    def cancel(self, job_id: int, project: str, reason: str = "cancelled by an operator") -> Job:
+        """Cancel a queued job at once; for a running job, ask its worker to stop it: the
+        worker learns of it with its next lease renewal, asks the handler to stop
+        (``rowfleet.cancel_requested()``), and past ``config.cancel_grace`` ends its own
+        process; the job ends cancelled either way, and the job returned is still running.
+        Cancelling a cancelled job, or asking twice, is a no-op; a finished job conflicts."""
+        with self.transaction() as tx:
+            row = tx.one("cancel", id=job_id, project=project, reason=reason)
+            if row is not None:
+                _record_event(tx, job_id, "cancelled", reason=reason)
+                job = Job.from_row(row)
+                if job.run_id is not None:
+                    self._dispatch(tx, job)
+                return job
+            job = self._get_job(tx, job_id, project)
+            if job.state == jobs.RUNNING:
+                return self._request_cancel(tx, job, reason)
+            if job.state == jobs.CANCELLED:
+                return job
+            raise Conflict(f"job {job_id} is {job.state}; only queued or running jobs can be cancelled")
+
+    def _request_cancel(self, tx: Tx, job: Job, reason: str) -> Job:
+        row = tx.one("request_cancel", id=job.id, project=job.project, reason=reason)
+        if row is None:  # asked before: the first request's time and reason stand
+            return job
+        _record_event(tx, job.id, "cancel_requested", reason=reason, token=job.lease_token, holder=job.claimed_by)
+        return Job.from_row(row)
+
+    def prioritize(self, job_id: int, project: str) -> Job:
+        """Make a queued job run next: ahead of every priority (``run_next``). A no-op for a
+        job that already runs next; a job that is not queued conflicts."""
+        with self.transaction() as tx:
+            row = tx.one("prioritize", id=job_id, project=project)
+            if row is not None:
+                _record_event(tx, job_id, "prioritized", run_next=True)
+                return Job.from_row(row)
+            job = self._get_job(tx, job_id, project)
+            if job.state == jobs.QUEUED:  # already run-next
+                return job
+            raise Conflict(f"job {job_id} is {job.state}; only a queued job can be made to run next")
+
+    def retry(self, job_id: int, project: str) -> Job:
+        """Revive a failed or cancelled job: queued now, with at least one attempt left."""
+        with self.transaction() as tx:
+            node_job = self._get_job(tx, job_id, project)
+            if node_job.run_id is not None:
+                raise Conflict(f"job {job_id} is node {node_job.node_id!r} of run {node_job.run_id}: "
+                               f"restart the run instead (rowfleet restart {node_job.run_id})")
+            row = tx.one("retry", id=job_id, project=project)
+            if row is None:
+                job = self._get_job(tx, job_id, project)
+                raise Conflict(f"job {job_id} is {job.state}; only failed or cancelled jobs can be retried")
+            job = Job.from_row(row)
+            _record_event(tx, job_id, "revived", max_attempts=job.max_attempts)
+            return job
+
+    # --- what a running job reports, and how a watchdog stops it ------------------------
+
+    def progress(self, job: Job, fraction: float | None, message: str | None) -> None:
+        """Record a progress beat of a job still held with ``job.lease_token``."""
+        with self.transaction(durable=False) as tx:
+            if tx.one("progress", id=job.id, token=job.lease_token, progress=fraction, message=message) is None:
+                raise self._stale(tx, job)
+
+    def watchdog_trip(self, job: Job, detail: dict[str, Any], outcome: Outcome, spent: int, refund: int) -> str:
+        """Write what a watchdog decided for the job in hand, in one transaction: the retry
+        spent and the forensic ``watchdog_trip`` event, or for an operator's stop the attempt
+        given back and an ``operator_stop`` event (an operator is not a fault), and the
+        outcome (re-queued, or failed through the outbox like any failure). The state written:
+        a re-queue of a node whose run has ended is cancelled instead. ``LeaseLost``
+        (writing nothing) when the job is no longer this holder's."""
+        with self.transaction() as tx:
+            if tx.one("watchdog_trip", id=job.id, token=job.lease_token, spent=spent, refund=refund) is None:
+                raise self._stale(tx, job)
+            if refund and not (job.run_id is not None and self._run_ended(tx, job.run_id)):
+                # an operator's stop, not a fault: back at once, ahead of fresh work
+                tx.one("job_hand_back", id=job.id, token=job.lease_token, error=outcome.error)
+                _record_event(tx, job.id, outcome.event or "operator_stop", token=job.lease_token, **detail)
+                return jobs.QUEUED
+            _record_event(tx, job.id, "watchdog_trip", **detail)
+            return self._write_outcome(tx, job, outcome).state
+
+    def record_event(self, job_id: int, kind: str, **detail: Any) -> None:
+        """Append a forensic event to a job's log."""
+        with self.transaction() as tx:
+            _record_event(tx, job_id, kind, **detail)
+
+    # --- reads -------------------------------------------------------------------------
+
+    def get_job(self, job_id: int, project: str) -> Job:
+        return self._get_job(self.reader(), job_id, project)
+
+    def _get_job(self, tx: Tx, job_id: int, project: str) -> Job:
+        row = tx.one("get_job", id=job_id, project=project)
+        if row is None:
+            where = f" in project {project!r}" if project else ""
+            raise NotFound(f"no job {job_id}{where}")
+        return Job.from_row(row)
+
+    def list_jobs(self, project: str, state: str | None = None, queue: str | None = None,
+                  limit: int = 50) -> list[Job]:
+        rows = self.reader().all("list_jobs", project=project, state=state, queue=queue, limit=limit)
+        return [Job.from_row(row) for row in rows]
+
+    def events(self, job_id: int) -> list[Event]:
+        return [Event.from_row(row) for row in self.reader().all("events", job_id=job_id)]
+
+    def counts(self) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.reader().all("counts")]
+
+
+def _enqueue_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"project": spec.project, "queue": spec.queue, "task": spec.task, "args": spec.args_json(),
+            "priority": spec.priority, "run_next": int(spec.run_next), "run_at": spec.run_at,
+            "delay": float(spec.delay), "max_attempts": spec.max_attempts, "key": spec.key,
+            "timeout": spec.timeout, "model": spec.model,
+            **(placement or {"run_id": None, "node_id": None, "node_generation": None})}
+
+
+@dataclasses.dataclass(frozen=True)
+class Renewal:
+    """What a lease renewal tells the holder: the new deadline, and any cancel request."""
+
+    lease_expires_at: float
+    cancel_requested_at: float | None = None
+    cancel_reason: str | None = None
+
+
+def not_retried(why: str, error: str | None) -> str:
+    """The error of a job that ends cancelled instead of running again.
+
+    >>> not_retried("run 4 cancelled", "worker h:1 was lost (lease lapsed)")
+    'run 4 cancelled; not retried after: worker h:1 was lost (lease lapsed)'
+    """
+    return f"{why}; not retried after: {error}" if error else why
+
+
+def promotion_due(last: float | None, now: float, poll: float) -> bool:
+    """Whether a claim promotes fallen-due delayed jobs before it claims: none promoted
+    since ``last`` (None: never, or the last batch was full) for ``poll`` seconds, or a
+    clock that went back since.
+
+    >>> [promotion_due(None, 10.0, 1.0), promotion_due(9.5, 10.0, 1.0), promotion_due(9.0, 10.0, 1.0),
+    ...  promotion_due(11.0, 10.0, 1.0)]
+    [True, False, True, True]
+    """
+    return last is None or not last <= now < last + poll
+
+
+def claim_params(claim: Claim) -> dict[str, Any]:
+    """The bound parameters of every claim query (job_claim, job_due, and a dialect's own).
+
+    >>> claim_params(Claim("", "default", "box:7", 600.0))
+    {'project': '', 'queue': 'default', 'holder': 'box:7', 'lease': 600.0}
+    """
+    return dict(vars(claim))  # its fields, flat; dataclasses.asdict would deep-copy, on every claim
+
+
+def claimed_detail(job: Job) -> str:
+    """The JSON detail of the event that records a claim, from the claimed job. (A dialect
+    that claims and logs in one statement builds the same keys in its SQL, from the same row.)
+
+    >>> from types import SimpleNamespace
+    >>> claimed_detail(SimpleNamespace(lease_token=5, claimed_by="box:7", attempts=2))
+    '{"token":5,"holder":"box:7","attempt":2}'
+    """
+    return jobs.encode_json({"token": job.lease_token, "holder": job.claimed_by, "attempt": job.attempts})
+
+
+def outcome_detail(job: Job, outcome: Outcome) -> str:
+    """The JSON detail of the event that records a run's outcome (every dialect writes this
+    one, bound as a parameter)."""
+    detail: dict[str, Any] = {"token": job.lease_token, "attempt": job.attempts}
+    if outcome.error:
+        detail["error"] = outcome.error
+    if outcome.state == jobs.QUEUED:
+        detail["delay"] = round(outcome.delay, 3)
+    return jobs.encode_json(detail)
+
+
+def _encode_args(args: Any) -> str:
+    try:
+        return jobs.encode_json(args)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"args must be JSON-serialisable: {exc}") from None
+
+
+def _record_event(tx: Tx, job_id: int, kind: str, **detail: Any) -> None:
+    tx.run("record_event", job_id=job_id, kind=kind, detail=jobs.encode_json(detail))

@@ -1,0 +1,143 @@
+"""The worker's claim loop, decided without a database: ``serving.next_action`` table-driven
+over the loop's state, the switch cell its two threads share, and the keeper's identity.
+
+The loop's actions against real databases and real processes are in test_lifecycle.py,
+test_fleet_processes.py and test_processes.py.
+"""
+
+from __future__ import annotations
+
+import doctest
+import threading
+import unittest
+
+from rowfleet import control, keeper, serving
+from rowfleet.config import Config
+from rowfleet.control import Switch
+from rowfleet.keeper import Identity, SwitchCell
+from rowfleet.serving import Action, Moment, next_action
+
+AWAIT, CLAIM, DONE, DONE_SWITCHED_OFF, EXIT_HARD, PARK, READ_SWITCH, RESUME, RUN, WAIT_SWITCH = (
+    Action.AWAIT, Action.CLAIM, Action.DONE, Action.DONE_SWITCHED_OFF, Action.EXIT_HARD, Action.PARK,
+    Action.READ_SWITCH, Action.RESUME, Action.RUN, Action.WAIT_SWITCH)
+
+HARD = Switch("", "box", "q", control.OFF, control.HARD, changed_by="ops")
+DRAIN = Switch("", "box", "q", control.OFF, control.DRAIN, changed_by="ops")
+
+
+def load_tests(loader, tests, pattern):
+    tests.addTests(doctest.DocTestSuite(serving))
+    tests.addTests(doctest.DocTestSuite(keeper))
+    return tests
+
+
+def looked(**facts) -> Moment:
+    """A moment of a loop that has read its switch (every one after the first step)."""
+    return Moment(switch_read=True, **facts)
+
+
+class NextActionTest(unittest.TestCase):
+    def test_table(self):
+        cases = [  # the loop's state -> what it does next
+            # starting: the switch first, so a worker started while off never claims
+            (Moment(), READ_SWITCH),
+            (Moment(switch=HARD, burst=True), READ_SWITCH),
+            (Moment(stopping=True), DONE),
+            # serving
+            (looked(), CLAIM),
+            (looked(idle=True), AWAIT),  # the last claim found nothing: wait for work
+            (looked(holding_job=True), RUN),
+            (looked(holding_job=True, idle=True), RUN),
+            (looked(holding_job=True, switch=HARD, has_run_jobs=True), RUN),  # the watchdog stops it, not the loop
+            (looked(holding_job=True, switch=DRAIN), RUN),  # the job in hand finishes
+            (looked(stopping=True, holding_job=True), DONE),  # claimed with the last outcome: its lease lapses
+            (looked(stopping=True, idle=True), DONE),
+            # burst: never waits, never parks; leaves once a claim of its own found nothing
+            (looked(burst=True), CLAIM),
+            (looked(burst=True, idle=True), CLAIM),  # a finish found nothing next: one more claim
+            (looked(burst=True, idle=True, drained=True), DONE),
+            (looked(burst=True, drained=True, switch=HARD, has_run_jobs=True), DONE),  # drained first
+            (looked(burst=True, switch=DRAIN), DONE_SWITCHED_OFF),
+            (looked(burst=True, switch=HARD), DONE_SWITCHED_OFF),  # ran nothing: it would park
+            (looked(burst=True, switch=HARD, has_run_jobs=True), EXIT_HARD),
+            # drain: park until switched on, then serve in place
+            (looked(switch=DRAIN), PARK),
+            (looked(switch=DRAIN, has_run_jobs=True), PARK),
+            (looked(switch=DRAIN, idle=True), PARK),
+            (looked(switch=DRAIN, parked=True), WAIT_SWITCH),
+            (looked(parked=True), RESUME),
+            (looked(parked=True, idle=True), RESUME),  # announced serving before it waits for work
+            (looked(stopping=True, parked=True), DONE),
+            # hard: a worker that ran jobs exits (79) to free its memory; a fresh one parks
+            (looked(switch=HARD, has_run_jobs=True), EXIT_HARD),
+            (looked(switch=HARD, has_run_jobs=True, parked=True), EXIT_HARD),  # escalated while parked
+            (looked(switch=HARD), PARK),
+            (looked(switch=HARD, parked=True), WAIT_SWITCH),
+        ]
+        for moment, expected in cases:
+            with self.subTest(moment=moment):
+                self.assertEqual(next_action(moment), expected)
+
+    def test_every_action_is_reachable(self):
+        actions = {next_action(Moment(**facts)) for facts in _every_moment()}
+        self.assertEqual(actions, {DONE, DONE_SWITCHED_OFF, EXIT_HARD, READ_SWITCH, RUN, PARK, WAIT_SWITCH, RESUME,
+                                   AWAIT, CLAIM})
+
+    def test_a_stop_always_ends_the_loop_and_nothing_claims_under_an_off_switch(self):
+        for facts in _every_moment():
+            action = next_action(Moment(**facts))
+            with self.subTest(**facts):
+                if facts["stopping"]:
+                    self.assertEqual(action, DONE)
+                if facts["switch"] is not None or not facts["switch_read"]:
+                    self.assertNotEqual(action, CLAIM)
+                if facts["burst"]:
+                    self.assertNotIn(action, (AWAIT, PARK, WAIT_SWITCH))
+
+
+def _every_moment():
+    flags = ("stopping", "switch_read", "holding_job", "has_run_jobs", "burst", "idle", "drained", "parked")
+    for bits in range(2 ** len(flags)):
+        for switch in (None, DRAIN, HARD):
+            facts = {flag: bool(bits >> i & 1) for i, flag in enumerate(flags)}
+            yield {**facts, "switch": switch}
+
+
+class SwitchCellTest(unittest.TestCase):
+    def test_set_says_whether_the_switch_moved(self):
+        cell = SwitchCell()
+        self.assertIsNone(cell.get())
+        self.assertFalse(cell.set(None))
+        self.assertTrue(cell.set(DRAIN))
+        self.assertFalse(cell.set(Switch("", "box", "q", control.OFF, control.DRAIN, changed_by="ops")))  # equal
+        self.assertTrue(cell.set(HARD))
+        self.assertEqual(cell.get(), HARD)
+        self.assertTrue(cell.set(None))
+
+    def test_two_threads_setting_at_once_see_each_move_once(self):
+        cell, moves = SwitchCell(), []
+        barrier = threading.Barrier(2)
+
+        def flip():
+            barrier.wait()
+            moves.append(sum(cell.set(DRAIN) for _ in range(1000)))
+
+        threads = [threading.Thread(target=flip) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(sum(moves), 1, "exactly one of the threads moved it from on to drain")
+
+
+class IdentityTest(unittest.TestCase):
+    def test_of_takes_the_keeper_rhythm_from_the_config(self):
+        config = Config(project="alpha", host="box", lease=60.0, renew=5.0, heartbeat=3.0, poll=0.5, cancel_grace=7.0)
+        identity = Identity.of(config, "gpu", 42, 1700000000.25)
+        self.assertEqual(identity, Identity("box:42:1700000000250", "alpha", "box", "gpu", 42, lease=60.0, renew=5.0,
+                                            heartbeat=3.0, poll=0.5, cancel_grace=7.0))
+        self.assertEqual(identity.holder, "box:42")
+
+
+if __name__ == "__main__":
+    unittest.main()

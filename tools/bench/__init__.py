@@ -1,0 +1,43 @@
+"""rowfleet's benchmark: ``python make.py bench`` (or ``python -m tools.bench``) prints one table.
+
+Every number comes from one run on fresh databases in a temporary folder (removed
+afterwards), each rowfleet figure beside a baseline measured in the same run, on the same
+schema, with the same settings. The sections, in the table's order:
+
+* ``enqueue``, ``batch``, ``roundtrip``, ``wake``, ``claim`` (``sqlite.py``): rowfleet vs
+  bare ``sqlite3`` loops on SQLite files;
+* ``status`` (``status.py``): the store work of ``rowfleet status --json`` at a million
+  jobs vs a bare ``GROUP BY state`` on the same SQLite file;
+* ``dag`` (``dag.py``): workflow nodes/s through a wide fan-out and a map, vs as many plain
+  jobs; the fan-out again on a throwaway PostgreSQL server;
+* ``postgres`` (``postgres.py``): round trips, idle wake and claim latency on a throwaway
+  PostgreSQL server, vs bare psycopg loops (the only module that imports psycopg, inside
+  functions; without psycopg or a server it prints one row saying why).
+
+Measurements are bounded by time as well as by count, so a slow disk (an fsync costs 70 us
+here when the machine is quiet, 4 ms when it is loaded) stretches nothing past its budget;
+the footer records the fsync cost and the load average at the start and the end, because
+every FULL row pays that fsync.
+
+Layout, and the one direction of its imports: ``__main__.py`` (the command line and the
+registry ``SECTIONS``) imports the section modules; each section module imports
+``harness.py`` (sizes, ``Row``, timing in turns, temp databases, worker processes, the
+PostgreSQL server, the table and the legend's frame); the harness imports no section, and
+no section imports another. Run one section with ``python make.py bench --section NAME``
+(or ``python -m tools.bench NAME``), all of them with no name.
+
+To add a row to a section: build a ``harness.Row`` (benchmark, durability, rowfleet,
+baseline, ratio, note; the baseline measured in the same run) and ``bench.add`` it where
+the section measures, and say in the module's ``LEGEND`` what both sides do. To add a
+section: write ``tools/bench/NAME.py`` with a module docstring, ``LEGEND`` (lines indented
+as the other parts are: a two-space indent, the label padded to 12 characters) and
+``run(bench: harness.Bench) -> None``, which measures with ``bench.sizes`` (add its sizes,
+and smaller ones for ``--quick``, to ``harness.Sizes`` and ``harness.QUICK``), keeps its
+databases under ``bench.lab`` and starts children with ``bench.mp``; then add one line
+``"NAME": Section(NAME.run, NAME.LEGEND)`` to ``SECTIONS`` in ``__main__.py`` where its rows
+belong in the table. A section fails by raising ``RuntimeError`` (or a rowfleet, sqlite3
+or OS error): its rows so far stay, and a FAILED row says why.
+
+Stdlib and rowfleet only (psycopg as said above). The modules put ``<repo>/src`` on
+``sys.path`` themselves (the harness does), so the bench runs from a checkout.
+"""

@@ -1,0 +1,511 @@
+"""SQLite rows of rowfleet's benchmark: the ``enqueue``, ``batch``, ``roundtrip``, ``wake``
+and ``claim`` sections, each rowfleet figure beside a bare ``sqlite3`` loop measured in the
+same run, on fresh files of the same schema, with the same pragmas:
+
+* ``enqueue``, one job per transaction: ``rowfleet.enqueue`` vs ``BEGIN IMMEDIATE; INSERT; COMMIT``;
+* ``batch`` enqueue: ``rowfleet.enqueue_many`` vs one ``executemany`` INSERT, one transaction each;
+* ``roundtrip`` (claim -> no-op handler -> complete) with 1, 2 and 4 worker processes
+  released together by a barrier, vs as many processes running the bare two-transaction
+  loop (claim in one ``BEGIN IMMEDIATE``, complete in a second); plus each process's share;
+* idle ``wake`` latency (an enqueue's commit in another process -> its handler starting) and
+  an idle worker's CPU use: the push path vs the same worker forced onto its polling fallback;
+* ``claim`` latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim
+  UPDATE; and ``Store.claim`` with 10k due rows behind delayed ones of higher priority vs
+  ``Store.claim`` with none delayed.
+
+Imports the harness (tools/bench/harness.py) and rowfleet's public pieces, never another
+section. Holds bare ``sqlite3`` connections only for the baselines, to load queues fast
+and to read back what workers wrote; reads rowfleet's SQL only to EXPLAIN its claim.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import statistics
+import time
+from typing import Any, Callable
+
+from . import harness
+from .harness import NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, count, paired, percentile, \
+    progress, ratio, rounds_note, shares, short
+
+import rowfleet
+from rowfleet import tasks
+from rowfleet.claim import Claim
+from rowfleet.config import Config
+from rowfleet.job import JobSpec
+from rowfleet.queries import queries
+from rowfleet.store.sqlite import SQLiteStore
+from rowfleet.worker import Worker
+
+# The baselines: the smallest SQL that does the same work on rowfleet's own schema.
+BARE_INSERT = ("INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts, "
+               "created_at, updated_at) VALUES (?, ?, ?, ?, 0, 0, ?, 5, ?, ?)")
+BARE_CLAIM = """
+UPDATE jobs
+SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+    claimed_by = :holder, lease_expires_at = :now + 600, started_at = :now, updated_at = :now
+WHERE id = (SELECT id FROM jobs
+            WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+            ORDER BY run_next DESC, priority, run_at, id
+            LIMIT 1)
+RETURNING id, lease_token, task, args
+"""
+BARE_COMPLETE = """
+UPDATE jobs SET state = 'completed', result = :result, lease_expires_at = NULL,
+    finished_at = :now, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+"""
+
+STARTUP_ALLOWANCE = 0.3  # seconds a round-trip run may take to make its first claim
+
+LEGEND = """\
+  baselines   enqueue: BEGIN IMMEDIATE; INSERT; COMMIT per job, same schema and pragmas.
+              batch: one executemany INSERT in one transaction (best of the rounds).
+              round trip: as many processes each running the bare two-transaction loop
+              (claim UPDATE ... RETURNING in one BEGIN IMMEDIATE, complete in a second).
+              Both sides: processes released together by a barrier; jobs completed (by
+              finished_at) within a fixed window opening at the first claim, on a queue deep
+              enough not to run dry. "first claim" = release to first claim, rowfleet/bare.
+              idle wake and CPU: the same worker with its inotify push path switched off, so
+              it naps 50 ms between data_version checks. Latency = handler start - the
+              enqueuing process's commit returning, both by time.time(). "Other queue busy":
+              this process enqueues ~100 jobs/s to a queue the idle worker does not serve.
+              claim latency: the bare claim UPDATE in its own BEGIN IMMEDIATE transaction.
+              rowfleet's Store.claim also writes a job event and builds a Job, and commits
+              without waiting for fsync even at FULL (a lost claim only runs a job again).
+              "Due behind delayed": Store.claim on 10k due jobs plus delayed ones of higher
+              priority (rowfleet.enqueue_many with a delay) vs Store.claim on 10k due
+              jobs and none delayed, taking turns: what a backlog of delayed jobs costs.
+  turns       enqueue and claim rows time rowfleet and the baseline in alternating blocks
+              of 25 calls, so both meet the same disk and the same neighbours.
+  shares      each worker process's share of the jobs completed in the window (claimed_by
+              host:pid), largest first, mean over the rounds."""
+
+
+# --- bare SQLite ---------------------------------------------------------------------------
+
+
+def bare_connect(path: str, synchronous: str) -> sqlite3.Connection:
+    """A bare connection with the pragmas rowfleet's ``connect()`` sets."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = " + ("FULL" if synchronous == "FULL" else "NORMAL"))
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def load_queued(path: str, rows: int, chunk: int = 250_000) -> None:
+    """Fill ``jobs`` with ``rows`` due, queued no-op jobs, fast: a rollback journal without
+    fsync while loading (nothing here must survive a crash), back to WAL afterwards."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = DELETE")
+        conn.execute("PRAGMA synchronous = OFF")
+        conn.execute("PRAGMA cache_size = -262144")
+        now = time.time() - 1.0
+        done = 0
+        while done < rows:
+            n = min(chunk, rows - done)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(BARE_INSERT, ((PROJECT, QUEUE, NOOP, "null", now, now, now) for _ in range(n)))
+            conn.execute("COMMIT")
+            done += n
+        conn.execute("PRAGMA journal_mode = WAL")
+    finally:
+        conn.close()
+
+
+def claim_plan(path: str) -> str:
+    """Which index SQLite's plan for rowfleet's own claim query searches."""
+    conn = sqlite3.connect(path)
+    try:
+        params = {"now": time.time(), "project": PROJECT, "queue": QUEUE, "holder": "x", "lease": 600.0}
+        details = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + queries("sqlite")["claim"], params)]
+    finally:
+        conn.close()
+    if any("jobs_claim" in detail for detail in details):
+        return "plan: jobs_claim index"
+    return "plan: " + "; ".join(details)
+
+
+# --- child processes (module level: spawned children import this file) ------------------
+
+
+def roundtrip_worker(path: str, synchronous: str, task_dir: str, barrier: Any) -> None:
+    """One rowfleet worker (burst mode), released with the others by ``barrier``."""
+    harness.import_tasks(task_dir)
+    worker = Worker(Config(db=path, project=PROJECT, synchronous=synchronous), QUEUE, burst=True)
+    barrier.wait()
+    worker.run()
+
+
+def roundtrip_bare(path: str, synchronous: str, task_dir: str, barrier: Any) -> None:
+    """The bare two-transaction loop: claim in one transaction, complete in a second."""
+    harness.import_tasks(task_dir)
+    handlers: dict[str, Callable[..., Any]] = {}
+    conn = bare_connect(path, synchronous)
+    claim = {"holder": f"bare:{os.getpid()}", "project": PROJECT, "queue": QUEUE}
+    barrier.wait()
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        rows = conn.execute(BARE_CLAIM, {"now": time.time(), **claim}).fetchall()
+        conn.execute("COMMIT")
+        if not rows:
+            break
+        job_id, token, task, args = rows[0]
+        handler = handlers.get(task) or handlers.setdefault(task, tasks.resolve(task))
+        result = handler() if args == "null" else handler(args)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(BARE_COMPLETE, {"now": time.time(), "id": job_id, "token": token,
+                                     "result": "null" if result is None else repr(result)})
+        conn.execute("COMMIT")
+    conn.close()
+
+
+# --- 1. one job per transaction ------------------------------------------------------------
+
+
+def enqueue(bench: Bench) -> None:
+    s = bench.sizes
+    for sync in ("FULL", "NORMAL"):
+        ours, bare = [], []
+        for round_no in range(s.rounds):
+            progress(f"enqueue, one job per transaction, {sync}, round {round_no + 1} of {s.rounds}: "
+                     f"rowfleet and bare taking turns")
+            a, b = _single_round(bench, sync)
+            ours.append(a)
+            bare.append(b)
+        a, b = statistics.median(ours), statistics.median(bare)
+        bench.add(Row("enqueue, 1 job/transaction (jobs/s)", sync, count(a), count(b), ratio(a, b),
+                      f"{rounds_note(s.rounds)}, each up to {s.enqueue_jobs:,} jobs or {s.enqueue_seconds:g} s"))
+
+
+def _single_round(bench: Bench, sync: str) -> tuple[float, float]:
+    """Jobs/s of rowfleet.enqueue and of the bare loop, each on its own fresh database."""
+    conn = bare_connect(bench.lab.database(f"bare-insert-{sync.lower()}"), sync)
+    rowfleet.configure(db=bench.lab.database(f"enqueue-{sync.lower()}"), project=PROJECT, synchronous=sync)
+
+    def bare() -> None:
+        now = time.time()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(BARE_INSERT, (PROJECT, QUEUE, NOOP, "null", now, now, now))
+        conn.execute("COMMIT")
+
+    try:
+        ours, theirs = paired(lambda: rowfleet.enqueue(NOOP, queue=QUEUE), bare, bench.sizes.enqueue_jobs,
+                              bench.sizes.enqueue_seconds)
+    finally:
+        conn.close()
+    return len(ours) / sum(ours), len(theirs) / sum(theirs)
+
+
+# --- 2. many jobs in one transaction -------------------------------------------------------
+
+
+def batch(bench: Bench) -> None:
+    n, sync = bench.sizes.batch_jobs, "FULL"
+    ours, bare = [], []
+    for round_no in range(min(2, bench.sizes.rounds)):
+        progress(f"batch enqueue: {n:,} jobs in one transaction, round {round_no + 1}")
+        conn = bare_connect(bench.lab.database("bare-batch"), sync)
+        try:
+            start = time.perf_counter()
+            now = time.time()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(BARE_INSERT, ((PROJECT, QUEUE, NOOP, str(i), now, now, now) for i in range(n)))
+            conn.execute("COMMIT")
+            bare.append(n / (time.perf_counter() - start))
+        finally:
+            conn.close()
+        rowfleet.configure(db=bench.lab.database("batch"), project=PROJECT, synchronous=sync)
+        rowfleet.enqueue_many(NOOP, [], queue=QUEUE)  # opens the API's connection outside the timing
+        start = time.perf_counter()
+        written = rowfleet.enqueue_many(NOOP, range(n), queue=QUEUE)
+        ours.append(n / (time.perf_counter() - start))
+        if written != n:
+            raise RuntimeError(f"enqueue_many wrote {written} of {n} jobs")
+    a, b = max(ours), max(bare)
+    bench.add(Row("batch enqueue, 1 transaction (jobs/s)", sync, count(a), count(b), ratio(a, b),
+                  f"{n:,} jobs with an int argument; best of {len(ours)}"))
+
+
+# --- 3 and 4. round trips with worker processes --------------------------------------------
+
+
+def roundtrip(bench: Bench) -> None:
+    s = bench.sizes
+    template = bench.lab.database("roundtrip-template")
+    load_queued(template, s.roundtrip_jobs)
+    cases = [("FULL", k) for k in s.worker_counts]
+    cases += [("NORMAL", k) for k in s.worker_counts if k in (1, max(s.worker_counts))]
+    for sync, procs in cases:
+        ours, bare, our_shares, bare_shares, problems = [], [], [], [], set()
+        our_start, bare_start = [], []
+        for round_no in range(s.roundtrip_rounds):
+            progress(f"round trip, {procs} process(es), {sync}, round {round_no + 1} of {s.roundtrip_rounds}: "
+                     f"bare loop, then rowfleet, {s.roundtrip_window:g} s each")
+            for target, rates, split, starts in ((roundtrip_bare, bare, bare_shares, bare_start),
+                                                 (roundtrip_worker, ours, our_shares, our_start)):
+                rate, split_now, started, problem = _run_workers(bench, target, template, procs, sync)
+                rates.append(rate)
+                split.append(split_now)
+                starts.append(started)
+                if problem:
+                    problems.add(problem)
+        a, b = statistics.median(ours), statistics.median(bare)
+        notes = [f"{rounds_note(s.roundtrip_rounds)} of {s.roundtrip_window:g} s; first claim "
+                 f"{statistics.median(our_start) * 1000:.0f}/{statistics.median(bare_start) * 1000:.0f} ms "
+                 f"after the start"]
+        if procs > 1:
+            notes.append(f"shares {shares(our_shares)}% (bare {shares(bare_shares)}%)")
+        notes += sorted(problems)
+        label = f"round trip, {procs} worker proc{'s' if procs > 1 else ''} (jobs/s)"
+        bench.add(Row(label, sync, count(a), count(b), ratio(a, b), "; ".join(notes)))
+
+
+def _run_workers(bench: Bench, target: Callable[..., None], template: str, procs: int, sync: str
+                 ) -> tuple[float, list[float], float, str]:
+    """Start ``procs`` processes of ``target`` on a copy of ``template``, release them
+    together, and count the jobs completed in the window that opens with the first claim
+    (so neither side is charged for opening its database).
+
+    Returns (jobs/s, each process's share in percent, largest first, seconds from the
+    release to the first claim, a problem or '')."""
+    kind = "bare" if target is roundtrip_bare else "rowfleet"
+    window = bench.sizes.roundtrip_window
+    path = bench.lab.database(f"roundtrip-{kind}-{procs}-{sync.lower()}", template)
+    barrier = bench.mp.Barrier(procs + 1)
+    children = [bench.mp.Process(target=target, args=(path, sync, bench.lab.task_dir, barrier),
+                                 name=f"bench-{kind}-{i}") for i in range(procs)]
+    for child in children:
+        child.start()
+    try:
+        harness.await_start_line(barrier, children, kind)
+        start = time.time()
+        barrier.wait()
+        time.sleep(window + STARTUP_ALLOWANCE)
+        stopped = time.time() - 0.05  # commits begun before this had time to land
+    finally:
+        for child in children:
+            child.terminate()  # jobs in hand are abandoned: this database is thrown away
+        for child in children:
+            child.join(30)
+    conn = sqlite3.connect(path)
+    try:
+        first = conn.execute("SELECT min(started_at) FROM jobs").fetchone()[0] or start
+        end = first + window
+        done, last = conn.execute("SELECT count(*), max(finished_at) FROM jobs "
+                                  "WHERE state = 'completed' AND finished_at <= ?", (end,)).fetchone()
+        queued = conn.execute("SELECT count(*) FROM jobs WHERE state = 'queued'").fetchone()[0]
+        per_holder = [n for (n,) in conn.execute(
+            "SELECT count(*) FROM jobs WHERE state = 'completed' AND finished_at <= ? "
+            "GROUP BY claimed_by ORDER BY 1 DESC", (end,))]
+    finally:
+        conn.close()
+    problem = ""
+    elapsed = window
+    if end > stopped:
+        problem = f"{kind}: the first claim came {first - start:.2f} s after the start; the window was cut short"
+        elapsed = max(1e-6, stopped - first)
+    if queued == 0:  # drained early: the window would undercount
+        problem = "the queue ran dry: raise --jobs"
+        elapsed = max(1e-6, (last or end) - start)
+    if done == 0:
+        problem = f"{kind}: no job completed in the window"
+    split = [100.0 * n / max(1, done) for n in per_holder] + [0.0] * (procs - len(per_holder))
+    return done / elapsed, split, first - start, problem
+
+
+# --- 5. idle wake latency and idle CPU -----------------------------------------------------
+
+
+def wake(bench: Bench) -> None:
+    s = bench.sizes
+    progress(f"idle wake: {s.wake_samples} enqueues, one at a time, to an idle worker (inotify push path)")
+    push, push_cpu = _wake_samples(bench, s.wake_samples, polling=False)
+    progress(f"idle wake: {s.polling_samples} enqueues to an idle worker forced onto its polling fallback")
+    poll, poll_cpu = _wake_samples(bench, s.polling_samples, polling=True)
+    for label, q in (("p50", 0.50), ("p99", 0.99)):
+        a, b = percentile(push, q) * 1000, percentile(poll, q) * 1000
+        bench.add(Row(f"idle wake latency {label} (ms)", "FULL", f"{a:.2f}", f"{b:.2f}", ratio(a, b),
+                      f"push vs polling fallback; {len(push)}/{len(poll)} samples"))
+    bench.add(Row("idle worker CPU (% of a core)", "FULL", f"{push_cpu[0]:.2f}", f"{poll_cpu[0]:.2f}",
+                  ratio(push_cpu[0], poll_cpu[0]) if poll_cpu[0] else "-",
+                  f"push vs polling fallback; {s.idle_seconds:g} s with nothing to do"))
+    bench.add(Row("idle worker CPU, other queue busy (%)", "FULL", f"{push_cpu[1]:.2f}", f"{poll_cpu[1]:.2f}",
+                  ratio(push_cpu[1], poll_cpu[1]) if poll_cpu[1] else "-",
+                  f"{s.idle_seconds:g} s of ~{push_cpu[2]:.0f}/{poll_cpu[2]:.0f} enqueues/s to another queue "
+                  f"of the same database"))
+
+
+def _wake_samples(bench: Bench, samples: int, polling: bool) -> tuple[list[float], tuple[float, float, float]]:
+    """Seconds from each enqueue's commit to its handler's start; and the worker's CPU
+    use (% of one core) while idle, then while another queue takes ~100 enqueues/s
+    (with the enqueue rate reached)."""
+    path = bench.lab.database("wake-poll" if polling else "wake-push")
+    control, child_end = bench.mp.Pipe()
+    child = bench.mp.Process(target=harness.idle_worker, args=(path, bench.lab.task_dir, polling, child_end),
+                             name="bench-idle-worker")
+    child.start()
+    child_end.close()
+    reader = sqlite3.connect(path, isolation_level=None)
+    rowfleet.configure(db=path, project=PROJECT, synchronous="FULL")
+    try:
+        harness.wait_for(lambda: reader.execute("SELECT count(*) FROM workers").fetchone()[0] > 0,
+                         "the idle worker's first heartbeat", child)
+        time.sleep(0.3)  # let it settle into its wait
+        rng = random.Random(7)
+        committed: dict[int, float] = {}
+        warmup = 3
+        for i in range(warmup + samples):
+            job_id = rowfleet.enqueue(STAMP, queue=QUEUE).id
+            at = time.time()  # the commit has returned: the job is visible to everyone
+            if i >= warmup:
+                committed[job_id] = at
+            harness.wait_for(lambda: reader.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)
+                                                    ).fetchone()[0] == "completed", f"job {job_id}", child)
+            time.sleep(rng.uniform(0.020, 0.050))
+        latencies = [float(result) - committed[job_id] for job_id, result
+                     in reader.execute("SELECT id, result FROM jobs WHERE state = 'completed'")
+                     if job_id in committed]
+        time.sleep(1.2)  # past the last job's settle window and one safety poll
+
+        def cpu_while(activity: Callable[[float], int]) -> tuple[float, float]:
+            control.send("cpu")
+            before, t0 = control.recv(), time.monotonic()
+            done = activity(t0 + bench.sizes.idle_seconds)
+            control.send("cpu")
+            used, elapsed = control.recv() - before, time.monotonic() - t0
+            return 100.0 * used / elapsed, done / elapsed
+
+        def nothing(until: float) -> int:
+            time.sleep(max(0.0, until - time.monotonic()))
+            return 0
+
+        def other_queue(until: float) -> int:
+            n = 0
+            while time.monotonic() < until:
+                rowfleet.enqueue(NOOP, queue="other")
+                n += 1
+                time.sleep(0.01)
+            return n
+
+        idle, _ = cpu_while(nothing)
+        busy_elsewhere, rate = cpu_while(other_queue)
+        cpu = (idle, busy_elsewhere, rate)
+    finally:
+        reader.close()
+        harness.stop_child(control, child)
+    return latencies, cpu
+
+
+# --- 6. claim latency against the queue's depth --------------------------------------------
+
+
+def claim(bench: Bench) -> None:
+    medians: dict[tuple[str, int], tuple[float, float]] = {}
+    depths = bench.sizes.claim_rows
+    for rows in depths:
+        path = bench.lab.database(f"claim-{rows}")
+        progress(f"claim latency: loading {rows:,} queued rows")
+        start = time.perf_counter()
+        load_queued(path, rows)
+        loaded = time.perf_counter() - start
+        plan = claim_plan(path)
+        for sync in ("FULL", "NORMAL"):
+            progress(f"claim latency: {rows:,} queued rows, {sync}: rowfleet and bare taking turns")
+            ours, bare, samples = _claims(bench, path, sync)
+            medians[(sync, rows)] = (ours, bare)
+            notes = [f"median of {samples:,}", plan]
+            if rows == depths[-1] and len(depths) > 1:
+                o0, b0 = medians[(sync, depths[0])]
+                notes.append(f"{short(rows)}/{short(depths[0])}: rowfleet {ours / o0:.2f}x, bare {bare / b0:.2f}x")
+            if sync == "FULL":
+                notes.append(f"loaded in {loaded:.1f} s")
+            bench.add(Row(f"claim latency, {short(rows)} queued (us)", sync, f"{ours:.0f}", f"{bare:.0f}",
+                          ratio(ours, bare), "; ".join(notes)))
+    _claim_behind_delayed(bench)
+
+
+def _claim_behind_delayed(bench: Bench) -> None:
+    """Claim latency when delayed jobs sort ahead of the due ones (a delayed batch of higher
+    priority, retries waiting out their backoff), against rowfleet's own claim with none
+    delayed: delayed jobs stay out of the claim index, so the two should be alike."""
+    due, delayed = 10_000, bench.sizes.delayed_rows
+    progress(f"claim latency: {due:,} due rows behind {delayed:,} delayed ones of higher priority")
+    behind, alone = bench.lab.database("claim-delayed"), bench.lab.database("claim-none-delayed")
+    for path in (behind, alone):
+        load_queued(path, due)
+    with SQLiteStore(behind, Config(db=behind, project=PROJECT)) as store:
+        store.enqueue_many(JobSpec(task=NOOP, queue=QUEUE, project=PROJECT, priority=-1, delay=3600.0),
+                           [None] * delayed)
+    s = bench.sizes
+    stores = [SQLiteStore(path, Config(db=path, project=PROJECT, synchronous="NORMAL")) for path in (behind, alone)]
+    holder = f"bench:{os.getpid()}"
+
+    def claimer(store: SQLiteStore) -> Callable[[], None]:
+        def claim_one() -> None:
+            if store.claim(Claim(PROJECT, QUEUE, holder, 600.0)) is None:
+                raise RuntimeError("the claim benchmark ran out of queued jobs")
+        return claim_one
+
+    try:
+        mine, theirs = paired(claimer(stores[0]), claimer(stores[1]), s.claims, s.claim_seconds,
+                              warmup=s.claim_warmup)
+    finally:
+        for store in stores:
+            store.close()
+    for path in (behind, alone):
+        _requeue(path)
+    ours, base = statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6
+    note = (f"median of {min(len(mine), len(theirs)):,}; baseline: rowfleet's claim with 10k queued and none "
+            f"delayed; {claim_plan(behind)}")
+    bench.add(Row(f"claim latency, 10k due behind {short(delayed)} delayed (us)", "NORMAL", f"{ours:.0f}",
+                  f"{base:.0f}", ratio(ours, base), note))
+
+
+def _claims(bench: Bench, path: str, sync: str, *, least: int = 100, warmup: int | None = None
+            ) -> tuple[float, float, int]:
+    """Median microseconds per claim of ``Store.claim`` and of the bare claim, taking
+    turns on the same file, and how many each timed. The claimed jobs are put back."""
+    s = bench.sizes
+    conn = bare_connect(path, sync)
+    params = {"holder": "bare", "project": PROJECT, "queue": QUEUE}
+    store = SQLiteStore(path, Config(db=path, project=PROJECT, synchronous=sync))
+    holder = f"bench:{os.getpid()}"
+
+    def bare() -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        rows = conn.execute(BARE_CLAIM, {"now": time.time(), **params}).fetchall()
+        conn.execute("COMMIT")
+        if not rows:
+            raise RuntimeError("the claim benchmark ran out of queued jobs")
+
+    def ours() -> None:
+        if store.claim(Claim(PROJECT, QUEUE, holder, 600.0)) is None:
+            raise RuntimeError("the claim benchmark ran out of queued jobs")
+
+    try:
+        mine, theirs = paired(ours, bare, s.claims, s.claim_seconds, least=least,
+                              warmup=s.claim_warmup if warmup is None else warmup)
+    finally:
+        store.close()
+        conn.close()
+    _requeue(path)
+    return statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6, min(len(mine), len(theirs))
+
+
+def _requeue(path: str) -> None:
+    """Put the claimed jobs back, so every measurement sees the same queue depth."""
+    conn = bare_connect(path, "NORMAL")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(REQUEUE_CLAIMED)
+        conn.execute("DELETE FROM job_events")
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
