@@ -5,7 +5,15 @@ set ``SLOW = True``, the PostgreSQL ones among them, ``-k`` filters test names, 
 arguments name modules) and the summary line
 ``N passed, N failed, N skipped`` that is always the last line printed.
 
-Usage: ``python tools/run_tests.py [--quick] [-v] [-k PATTERN] [test_module ...]``.
+With ``--jobs N`` (default: 2 where the machine has 2 cores or more) the modules run in N
+lanes: child processes that each take the next module, longest first, from the parent and
+send back its counts and its report, which the parent prints whole, one module at a time.
+Most of the suite waits on real worker processes and databases, so two lanes finish it in
+well under the time of one; each lane is one process, so a module's tests still run one
+after another and a PostgreSQL harness starts once per lane. The longest-first order comes
+from the durations the last run recorded (``.test-times.json``, untracked), else file sizes.
+
+Usage: ``python tools/run_tests.py [--quick] [-v] [-k PATTERN] [--jobs N] [test_module ...]``.
 Exit 0 only when at least one test ran and none failed. Stdlib only; imports nothing from
 rowfleet itself (the test modules do).
 """
@@ -13,14 +21,20 @@ rowfleet itself (the test modules do).
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import os
+import subprocess
 import sys
+import threading
+import time
 import unittest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 TESTS = ROOT / "tests"
+TIMES = ROOT / ".test-times.json"
 
 
 class CountingResult(unittest.TextTestResult):
@@ -114,11 +128,38 @@ def _flatten(tests: unittest.TestSuite | unittest.TestCase) -> list[unittest.Tes
     return [tests]
 
 
-def summary(result: CountingResult) -> tuple[str, bool]:
-    """The final ``N passed, N failed, N skipped`` line, and whether the run is a success."""
+def counts(result: CountingResult) -> dict[str, int]:
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-    line = f"{result.passed} passed, {failed} failed, {len(result.skipped)} skipped"
-    return line, failed == 0 and result.testsRun > 0
+    return {"passed": result.passed, "failed": failed, "skipped": len(result.skipped), "ran": result.testsRun}
+
+
+def summary(totals: dict[str, int]) -> tuple[str, bool]:
+    """The final ``N passed, N failed, N skipped`` line, and whether the run is a success.
+
+    >>> summary({"passed": 3, "failed": 0, "skipped": 1, "ran": 4})
+    ('3 passed, 0 failed, 1 skipped', True)
+    >>> summary({"passed": 0, "failed": 0, "skipped": 0, "ran": 0})[1]
+    False
+    """
+    line = f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped"
+    return line, totals["failed"] == 0 and totals["ran"] > 0
+
+
+def longest_first(names: list[str], recorded: dict[str, float]) -> list[str]:
+    """Modules in the order lanes should take them: the longest (as last recorded, else by
+    file size, a module never timed counting as long) first, so no lane is left with a long
+    one at the end.
+
+    >>> longest_first(["a", "b", "c"], {"a": 1.0, "b": 9.0})
+    ['c', 'b', 'a']
+    """
+    unknown = float("inf")
+
+    def cost(name: str) -> tuple[float, float]:
+        path = TESTS / (name.split(".")[0] + ".py")
+        return recorded.get(name, unknown), path.stat().st_size if path.exists() else 0
+
+    return sorted(names, key=cost, reverse=True)
 
 
 def prepare_paths() -> None:
@@ -138,25 +179,129 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("-k", dest="patterns", action="append", default=[],
                         help="only test names matching this substring or glob (repeatable)")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per test")
-    return parser.parse_args(argv)
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="lanes of test modules run at once (default: 2 where there are 2 cores)")
+    parser.add_argument("--lane", nargs=2, type=int, metavar=("TASK_FD", "RESULT_FD"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    return args
+
+
+def run_modules(names: list[str], args: argparse.Namespace, stream: io.TextIOBase) -> tuple[dict[str, int], list[str]]:
+    """Run ``names`` in this process, reporting to ``stream``: the counts, and the modules left out as slow."""
+    loader = unittest.TestLoader()
+    # Same rule as `python -m unittest -k`: a plain word matches as a substring.
+    loader.testNamePatterns = [p if "*" in p else f"*{p}*" for p in args.patterns] or None
+    suite, left_out = build_suite(loader, names, args.quick)
+    runner = unittest.TextTestRunner(stream=stream, verbosity=2 if args.verbose else 1, buffer=True,
+                                     resultclass=CountingResult)
+    return counts(runner.run(suite)), left_out
+
+
+def serve_lane(args: argparse.Namespace) -> int:
+    """A lane: run each module the parent names on the task pipe, one at a time, and answer
+    each with one JSON line on the result pipe (its counts, report and duration)."""
+    task_fd, result_fd = args.lane
+    with open(task_fd, encoding="utf-8") as tasks, open(result_fd, "w", encoding="utf-8") as results:
+        for line in tasks:
+            name, started, report = line.strip(), time.monotonic(), io.StringIO()
+            totals, left_out = run_modules([name], args, report)
+            results.write(json.dumps({"name": name, "report": report.getvalue(), "left_out": left_out,
+                                      "seconds": time.monotonic() - started, **totals}) + "\n")
+            results.flush()
+    return 0
+
+
+class Lanes:
+    """The parent's side: N lane processes fed from one queue of modules."""
+
+    def __init__(self, names: list[str], args: argparse.Namespace) -> None:
+        self.queue = list(names)
+        self.args = args
+        self.lock = threading.Lock()
+        self.totals = {"passed": 0, "failed": 0, "skipped": 0, "ran": 0}
+        self.left_out: list[str] = []
+        self.seconds: dict[str, float] = {}
+
+    def run(self) -> dict[str, int]:
+        threads = [threading.Thread(target=self._lane, daemon=True) for _ in range(min(self.args.jobs, len(self.queue)))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return self.totals
+
+    def _next(self) -> str | None:
+        with self.lock:
+            return self.queue.pop(0) if self.queue else None
+
+    def _lane(self) -> None:
+        task_read, task_write = os.pipe()
+        result_read, result_write = os.pipe()
+        command = [sys.executable, str(Path(__file__).resolve()), "--lane", str(task_read), str(result_write)]
+        command += ["--quick"] * self.args.quick + ["-v"] * self.args.verbose
+        command += [f"-k{pattern}" for pattern in self.args.patterns]
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, pass_fds=(task_read, result_write))
+        os.close(task_read)
+        os.close(result_write)
+        with open(task_write, "w", encoding="utf-8") as tasks, open(result_read, encoding="utf-8") as results:
+            while (name := self._next()) is not None:
+                tasks.write(name + "\n")
+                tasks.flush()
+                answer = results.readline()
+                self._record(name, json.loads(answer) if answer else None)
+                if not answer:
+                    break
+        child.wait()
+
+    def _record(self, name: str, answer: dict | None) -> None:
+        with self.lock:
+            if answer is None:  # the lane died: its module failed, the rest go to other lanes
+                print(f"\n{name}: its test process ended without reporting", file=sys.stderr, flush=True)
+                self.totals["failed"] += 1
+                self.totals["ran"] += 1
+                return
+            for key in self.totals:
+                self.totals[key] += answer[key]
+            self.left_out += answer["left_out"]
+            self.seconds[name] = answer["seconds"]
+            sys.stderr.write(f"{name} ({answer['seconds']:.0f}s) {answer['report']}")
+            sys.stderr.flush()
+
+
+def recorded_times() -> dict[str, float]:
+    try:
+        return {str(name): float(seconds) for name, seconds in json.loads(TIMES.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def record_times(seconds: dict[str, float]) -> None:
+    try:
+        TIMES.write_text(json.dumps({**recorded_times(), **seconds}, indent=1, sort_keys=True))
+    except OSError:
+        pass  # a read-only checkout: the next run orders by file size
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     prepare_paths()
-    loader = unittest.TestLoader()
-    # Same rule as `python -m unittest -k`: a plain word matches as a substring.
-    loader.testNamePatterns = [p if "*" in p else f"*{p}*" for p in args.patterns] or None
+    if args.lane:
+        return serve_lane(args)
     names = [module_name(a) for a in args.tests] or discover_module_names(TESTS)
-    suite, left_out = build_suite(loader, names, args.quick)
+    started = time.monotonic()
+    if args.jobs > 1 and len(names) > 1:
+        lanes = Lanes(longest_first(names, recorded_times()), args)
+        totals, left_out = lanes.run(), lanes.left_out
+        record_times(lanes.seconds)
+    else:
+        totals, left_out = run_modules(names, args, sys.stderr)
     if left_out:
-        print(f"--quick: left out slow modules: {', '.join(left_out)}, and the PostgreSQL test classes",
+        print(f"--quick: left out slow modules: {', '.join(sorted(left_out))}, and the PostgreSQL test classes",
               file=sys.stderr)
-    runner = unittest.TextTestRunner(
-        verbosity=2 if args.verbose else 1, buffer=True, resultclass=CountingResult
-    )
-    result = runner.run(suite)
-    line, ok = summary(result)
+    line, ok = summary(totals)
+    print(f"{len(names)} module(s) in {time.monotonic() - started:.0f}s, {args.jobs} lane(s)", file=sys.stderr)
     sys.stderr.flush()  # the runner writes to stderr; the summary must come after all of it
     print(line, flush=True)
     return 0 if ok else 1
