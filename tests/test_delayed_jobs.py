@@ -18,6 +18,7 @@ import unittest
 from rowfleet import queries
 from rowfleet.claim import Claim
 from rowfleet.job import CANCELLED, COMPLETED, QUEUED, RUNNING, JobSpec, Outcome
+from rowfleet.store import jobs as job_store
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, wait_until
 from test_lifecycle import Clock
@@ -103,8 +104,7 @@ class DelayedJobsContract:
         self.store.enqueue_many(JobSpec(task="delayed.noop", priority=-1, delay=3600.0), [None] * 300)
         due = [self.enqueue(priority=5) for _ in range(20)]
         self.analyze()
-        params = {"now": self.clock.now, "project": "", "queue": "default", "holder": HOLDER, "lease": 60.0,
-                  "limit": 1000}
+        params = {**job_store.claim_params(TURN), "now": self.clock.now, "limit": 1000}
         self.assertIn("jobs_claim", self.plan("claim", params))
         self.assertIn("jobs_delayed", self.plan("promote_due", params))
         has_due = self.plan("has_due", params)

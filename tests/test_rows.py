@@ -23,6 +23,7 @@ from typing import Any
 from rowfleet import dag
 from rowfleet.control import OFF, HARD, Switch
 from rowfleet.job import Event, Job, JobSpec, MissingColumn
+from rowfleet.store.fleet import GpuLease
 from rowfleet.store.runs import Run
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
@@ -55,11 +56,13 @@ ROW_TYPES = (
     RowType(Switch, "worker_controls", "project, host, queue"),
     # A run's view holds the nodes walked from its definition, not the definition's JSON.
     RowType(Run, "runs", "id", not_columns=frozenset({"nodes"}), unread=frozenset({"definition"})),
+    RowType(GpuLease, "gpu_leases", "host, gpu_index"),
 )
 # Tables with no row dataclass: their rows are handed on as plain dicts (``dict(row)``:
 # workers, dispatch_events, schedule_slots) or read a column or two by name where they are
 # used (run_nodes, schedules, orchestrators), so there are no fields to tie to them.
-DICT_TABLES = frozenset({"workers", "run_nodes", "dispatch_events", "schedules", "schedule_slots", "orchestrators"})
+DICT_TABLES = frozenset({"workers", "run_nodes", "dispatch_events", "schedules", "schedule_slots", "orchestrators",
+                         "model_stats"})
 BOOKKEEPING = frozenset({"schema_migrations"})  # the migrations' own record
 
 FLOW = dag.parse_workflow({"name": "rows", "nodes": [{"id": "fetch", "task": "rows:fetch"},
@@ -79,6 +82,7 @@ class RowsContract:
         self.store.record_event(self.job.id, "note", said="hello")
         self.store.set_switch(PROJECT, "box", "gpu", OFF, HARD, changed_by="ops")
         self.store.start_run(FLOW, {"n": 2}, PROJECT)
+        self.store.acquire_gpu("box", 1, "llm", "box:7", 60.0)
 
     def rows(self, row_type: RowType, columns: list[str] | None = None) -> list[Any]:
         """The rows of ``row_type``'s table, with ``columns`` in that order (None: ``SELECT *``)."""

@@ -73,6 +73,7 @@ class JobSpec:
     max_attempts: int = 5
     timeout: float | None = None
     model: str | None = None
+    vram_mb: int | None = None  # GPU memory the job needs, in MiB; None: unknown (fits anywhere)
 
     def __post_init__(self) -> None:
         names.check_name("task name", self.task)
@@ -89,6 +90,8 @@ class JobSpec:
             object.__setattr__(self, "timeout", names.check_seconds("timeout", self.timeout))
         if self.model is not None:
             names.check_text("a required model", self.model, most=names.MAX_NAME)
+        if self.vram_mb is not None:
+            names.check_int("vram_mb", self.vram_mb, least=1, most=names.INT32_MAX)
         names.check_json("args", self.args)
         try:
             object.__setattr__(self, "_args_json", encode_json(self.args))
@@ -122,9 +125,10 @@ _STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 # What each column of ``jobs`` must hold; every column not named here holds text.
 _JSON_COLUMNS = frozenset({"args", "result"})
 _INTEGER_COLUMNS = frozenset({"id", "priority", "run_next", "attempts", "max_attempts", "lease_token", "run_id",
-                              "node_item", "node_generation", "watchdog_retries", "delayed"})
+                              "node_item", "node_generation", "watchdog_retries", "delayed", "vram_mb",
+                              "warm_claim"})
 _TIME_COLUMNS = ("run_at", "lease_expires_at", "created_at", "updated_at", "started_at", "finished_at",
-                 "progress_at", "cancel_requested_at")
+                 "progress_at", "cancel_requested_at", "unplaceable_at")
 _NUMBER_COLUMNS = frozenset(_TIME_COLUMNS + ("timeout", "progress"))
 
 
@@ -259,6 +263,12 @@ class Job:
     # Queued with its run_at ahead when written: out of the claim's index until a claim
     # promotes it once due. Still queued to every reader.
     delayed: bool = False
+    vram_mb: int | None = None  # GPU memory it needs, in MiB; None: unknown, so it fits anywhere
+    # Why no worker of the fleet can place it (its model is listed nowhere, it fits no GPU),
+    # and since when; None while it is placeable.
+    unplaceable: str | None = None
+    unplaceable_at: float | None = None
+    warm_claim: bool = False  # its last claim was by a worker that already held its model
     # Not a column: what in the row could not be decoded (each such column is kept as
     # stored, as text), e.g. "column args is not valid JSON (...)"; None for a sound row.
     unreadable: str | None = None
@@ -278,7 +288,7 @@ class Job:
             values[name], problem = decode_column(name, value)
             if problem is not None:
                 problems.append(problem)
-        for flag in ("run_next", "delayed"):
+        for flag in ("run_next", "delayed", "warm_claim"):
             if isinstance(values[flag], int):
                 values[flag] = bool(values[flag])
         return cls(**values, unreadable="; ".join(problems) or None)

@@ -49,6 +49,7 @@ from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.job import JobSpec
 from rowfleet.queries import queries
+from rowfleet.store.jobs import claim_params
 from rowfleet.store import open_store
 from rowfleet.worker import Worker
 
@@ -588,7 +589,7 @@ class PostgresBench:
 
     def _claim_plan(self, url: str) -> str:
         """Which index PostgreSQL's plan for rowfleet's own claim query searches."""
-        params = {"now": None, "project": PROJECT, "queue": QUEUE, "holder": "x", "lease": 600.0}
+        params = {**claim_params(Claim(PROJECT, QUEUE, "x", 600.0)), "now": None}
         with _connect(url) as conn:
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + queries("postgres")["claim"], params))
         if "jobs_claim" in plan:

@@ -37,6 +37,7 @@ from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.job import JobSpec
 from rowfleet.queries import queries
+from rowfleet.store.jobs import claim_params
 from rowfleet.store.sqlite import SQLiteStore
 from rowfleet.worker import Worker
 
@@ -122,7 +123,7 @@ def claim_plan(path: str) -> str:
     """Which index SQLite's plan for rowfleet's own claim query searches."""
     conn = sqlite3.connect(path)
     try:
-        params = {"now": time.time(), "project": PROJECT, "queue": QUEUE, "holder": "x", "lease": 600.0}
+        params = {**claim_params(Claim(PROJECT, QUEUE, "x", 600.0)), "now": time.time()}
         details = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + queries("sqlite")["claim"], params)]
     finally:
         conn.close()

@@ -1,5 +1,6 @@
-"""The fleet over named queries: workers' heartbeats and how they end, operators' switches
-per (project, host, queue), and the orchestrators' rows. Written once for both dialects as
+"""The fleet over named queries: workers' heartbeats (a GPU worker's advert with them) and
+how they end, operators' switches per (project, host, queue), GPU leases (one model per
+GPU), each model's measured load figures, and the orchestrators' rows. Written once for both dialects as
 the fleet part of ``Store``; a silent or exited worker's jobs are handed back by the jobs
 part (``_recover_jobs_of``), in the same transaction that flags the worker.
 
@@ -16,7 +17,7 @@ from typing import Any, Iterator
 from rowfleet import control, exitcodes, liveness
 from rowfleet.control import Switch
 from rowfleet.errors import ConfigError, RowfleetError
-from rowfleet.job import QUEUED, RUNNING
+from rowfleet.job import QUEUED, RUNNING, by_name, encode_json
 from rowfleet.store.core import StoreCore, Tx
 
 
@@ -35,20 +36,50 @@ class FleetRows:
     services: list[dict[str, Any]]
 
 
+@dataclasses.dataclass(frozen=True)
+class GpuLease:
+    """One row of ``gpu_leases``: which model holds a GPU, until when, with which fence token."""
+
+    host: str
+    gpu_index: int
+    model: str
+    holder: str
+    token: int
+    acquired_at: float
+    expires_at: float
+
+    @classmethod
+    def from_row(cls, row: Any) -> "GpuLease":
+        stored = by_name(row, "gpu_leases", _GPU_LEASE_COLUMNS)
+        return cls(**{name: stored[name] for name in _GPU_LEASE_COLUMNS})
+
+
+_GPU_LEASE_COLUMNS = frozenset(field.name for field in dataclasses.fields(GpuLease))
+
+
 class FleetStore(StoreCore):
-    """The fleet part of ``Store``: workers, switches and orchestrators."""
+    """The fleet part of ``Store``: workers, switches, GPU leases, model figures and orchestrators."""
 
     # --- workers -------------------------------------------------------------------------
 
     def worker_beat(self, worker_id: str, project: str, host: str, queue: str, pid: int,
-             current_job: int | None, state: str = control.SERVING) -> None:
+             current_job: int | None, state: str = control.SERVING, *, models: tuple[str, ...] | None = None,
+             gpu_index: int | None = None, vram_total_mb: int | None = None, vram_free_mb: int | None = None,
+             warm_model: str | None = None, warm_since: float | None = None, loading: str | None = None,
+             lane: str | None = None, host_priority: int | None = None) -> None:
         """Upsert a worker's heartbeat row: the job in hand, serving, draining or parked, and
         the cadence and lease of this store's ``Config`` (the worker's own), by which every
-        reader judges whether it went silent."""
+        reader judges whether it went silent. A GPU worker adds its advert: the models it can
+        load (stored as a JSON array), its GPU and that GPU's memory, the model warm on it
+        and since when, the model it is loading, its lane and its host's priority; each left
+        out is stored as NULL, as for a worker without a GPU."""
         with self.transaction(durable=False) as tx:
             tx.run("worker_beat", worker_id=worker_id, project=project, host=host, queue=queue,
                    pid=pid, current_job=current_job, state=state, heartbeat=self.config.heartbeat,
-                   lease=self.config.lease)
+                   lease=self.config.lease, models=None if models is None else encode_json(list(models)),
+                   gpu_index=gpu_index, vram_total_mb=vram_total_mb, vram_free_mb=vram_free_mb,
+                   warm_model=warm_model, warm_since=warm_since, loading=loading, lane=lane,
+                   host_priority=host_priority)
 
     def worker_stopped(self, worker_id: str) -> None:
         with self.transaction() as tx:
@@ -117,6 +148,50 @@ class FleetStore(StoreCore):
     def switches(self) -> list[Switch]:
         """Every switch row, of every project."""
         return [Switch.from_row(row) for row in self.reader().all("switches")]
+
+    # --- GPU leases: one model per GPU --------------------------------------------------
+
+    def acquire_gpu(self, host: str, gpu_index: int, model: str, holder: str, ttl: float) -> "GpuLease | None":
+        """Lease GPU ``gpu_index`` of ``host`` for ``model`` for ``ttl`` seconds: taken when
+        free or lapsed (with the next fence token), shared when it is held for the same model
+        (same token); None while a live lease holds it for another model."""
+        with self.transaction(durable=False) as tx:
+            row = tx.one("acquire_gpu", host=host, gpu_index=gpu_index, model=model, holder=holder, ttl=ttl)
+        return None if row is None else GpuLease.from_row(row)
+
+    def renew_gpu(self, lease: "GpuLease", holder: str, ttl: float) -> "GpuLease | None":
+        """Extend ``lease`` to at least ``ttl`` seconds from now; None when it changed hands
+        since (a new token: the GPU is no longer this model's)."""
+        with self.transaction(durable=False) as tx:
+            row = tx.one("renew_gpu", host=lease.host, gpu_index=lease.gpu_index, model=lease.model,
+                         token=lease.token, holder=holder, ttl=ttl)
+        return None if row is None else GpuLease.from_row(row)
+
+    def release_gpu(self, lease: "GpuLease", holder: str) -> bool:
+        """Let ``lease`` lapse now, if ``holder`` is still its last holder with its token;
+        whether it did. (A holder sharing the model that renews later takes it up again.)"""
+        with self.transaction(durable=False) as tx:
+            return tx.one("release_gpu", host=lease.host, gpu_index=lease.gpu_index, token=lease.token,
+                          holder=holder) is not None
+
+    def gpu_lease(self, host: str, gpu_index: int) -> "GpuLease | None":
+        """The lease row of one GPU (live or lapsed), or None if it was never leased."""
+        row = self.reader().one("gpu_lease", host=host, gpu_index=gpu_index)
+        return None if row is None else GpuLease.from_row(row)
+
+    # --- measured model figures --------------------------------------------------------
+
+    def record_model_load(self, project: str, model: str, seconds: float | None, footprint_mb: int | None,
+                          ok: bool) -> None:
+        """Record one load of ``model``: a good one sets its last load time and footprint,
+        a failed one counts as failed and is timed."""
+        with self.transaction(durable=False) as tx:
+            tx.run("record_model_load", project=project, model=model, seconds=seconds,
+                   footprint_mb=footprint_mb, ok=int(bool(ok)))
+
+    def model_stats(self, project: str) -> list[dict[str, Any]]:
+        """Each model's measured figures in ``project``, by model name."""
+        return [dict(row) for row in self.reader().all("model_stats", project=project)]
 
     # --- orchestrators -----------------------------------------------------------------
 

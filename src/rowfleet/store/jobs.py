@@ -368,7 +368,7 @@ def _enqueue_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> d
     return {"project": spec.project, "queue": spec.queue, "task": spec.task, "args": spec.args_json(),
             "priority": spec.priority, "run_next": int(spec.run_next), "run_at": spec.run_at,
             "delay": float(spec.delay), "max_attempts": spec.max_attempts, "key": spec.key,
-            "timeout": spec.timeout, "model": spec.model,
+            "timeout": spec.timeout, "model": spec.model, "vram_mb": spec.vram_mb,
             **(placement or {"run_id": None, "node_id": None, "node_generation": None})}
 
 
@@ -403,12 +403,23 @@ def promotion_due(last: float | None, now: float, poll: float) -> bool:
 
 
 def claim_params(claim: Claim) -> dict[str, Any]:
-    """The bound parameters of every claim query (job_claim, job_due, and a dialect's own).
+    """The bound parameters of every claim query (claim, has_due, and a dialect's own): its
+    fields, flat, each tuple of models as one JSON array (one bound parameter, never SQL
+    text), the flags as 0 or 1.
 
-    >>> claim_params(Claim("", "default", "box:7", 600.0))
-    {'project': '', 'queue': 'default', 'holder': 'box:7', 'lease': 600.0}
+    >>> claim_params(Claim("", "default", "box:7", 600.0))["models"] is None
+    True
+    >>> params = claim_params(Claim("", "gpu", "box:7", 600.0, models=("llm", "ocr"), only_warm=True))
+    >>> params["models"], params["starved"], params["only_warm"]
+    ('["llm","ocr"]', '[]', 1)
     """
-    return dict(vars(claim))  # its fields, flat; dataclasses.asdict would deep-copy, on every claim
+    params = dict(vars(claim))  # dataclasses.asdict would deep-copy, on every claim
+    for name in ("models", "starved", "rank"):
+        if params[name] is not None:
+            params[name] = jobs.encode_json(params[name]) if params[name] else "[]"
+    params["only_warm"] = int(claim.only_warm)
+    params["newest_first"] = int(claim.newest_first)
+    return params
 
 
 def claimed_detail(job: Job) -> str:

@@ -1,12 +1,16 @@
 -- rowfleet's queries for PostgreSQL: the fleet: worker heartbeats, operators' switches, orchestrators.
 
 -- name: worker_beat
-INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, heartbeat, lease, started_at, last_seen)
-VALUES (%(worker_id)s, %(project)s, %(host)s, %(queue)s, %(pid)s, %(current_job)s, %(state)s, %(heartbeat)s, %(lease)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s))
+-- A GPU worker's advert (models to flags) comes with each beat; a worker without a GPU writes NULLs.
+INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, heartbeat, lease, started_at, last_seen,
+                     models, gpu_index, vram_total_mb, vram_free_mb, warm_model, warm_since, loading, lane, host_priority)
+VALUES (%(worker_id)s, %(project)s, %(host)s, %(queue)s, %(pid)s, %(current_job)s, %(state)s, %(heartbeat)s, %(lease)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s),
+        %(models)s, %(gpu_index)s, %(vram_total_mb)s, %(vram_free_mb)s, %(warm_model)s, %(warm_since)s, %(loading)s, %(lane)s, %(host_priority)s)
 ON CONFLICT (worker_id) DO UPDATE
 SET current_job = excluded.current_job, state = excluded.state, heartbeat = excluded.heartbeat,
     lease = excluded.lease, last_seen = excluded.last_seen,
-    flagged_dead_at = NULL;
+    flagged_dead_at = NULL,
+    models = excluded.models, gpu_index = excluded.gpu_index, vram_total_mb = excluded.vram_total_mb, vram_free_mb = excluded.vram_free_mb, warm_model = excluded.warm_model, warm_since = excluded.warm_since, loading = excluded.loading, lane = excluded.lane, host_priority = excluded.host_priority;
 
 -- name: worker_stopped
 UPDATE workers SET stopped_at = rowfleet_now(%(now)s), current_job = NULL, last_seen = rowfleet_now(%(now)s)
@@ -162,3 +166,54 @@ ORDER BY w.project, w.host, w.queue, w.pid;
 -- name: fleet_rows_end
 -- Ends the read transaction (it wrote nothing).
 COMMIT;
+
+-- GPU leases: one model per physical GPU (host, gpu_index), shared by its holders.
+
+-- name: acquire_gpu
+-- Taken when free (no row), lapsed, or held for the same model (shared: its token stays,
+-- and the later deadline stands); refused (no row) while another model holds it. A lease
+-- that changes hands gets the next token.
+INSERT INTO gpu_leases (host, gpu_index, model, holder, token, acquired_at, expires_at)
+VALUES (%(host)s, %(gpu_index)s, %(model)s, %(holder)s, 1, rowfleet_now(%(now)s), rowfleet_now(%(now)s) + %(ttl)s)
+ON CONFLICT (host, gpu_index) DO UPDATE
+SET token = CASE WHEN (gpu_leases.expires_at > rowfleet_now(%(now)s) AND gpu_leases.model = excluded.model) THEN gpu_leases.token ELSE gpu_leases.token + 1 END,
+    acquired_at = CASE WHEN (gpu_leases.expires_at > rowfleet_now(%(now)s) AND gpu_leases.model = excluded.model) THEN gpu_leases.acquired_at ELSE excluded.acquired_at END,
+    expires_at = CASE WHEN (gpu_leases.expires_at > rowfleet_now(%(now)s) AND gpu_leases.model = excluded.model) THEN greatest(gpu_leases.expires_at, excluded.expires_at)
+                      ELSE excluded.expires_at END,
+    model = excluded.model, holder = excluded.holder
+WHERE gpu_leases.expires_at <= rowfleet_now(%(now)s) OR gpu_leases.model = excluded.model
+RETURNING *;
+
+-- name: renew_gpu
+-- Only while the lease still has the holder's token and model (nobody took it since).
+UPDATE gpu_leases SET expires_at = greatest(expires_at, rowfleet_now(%(now)s) + %(ttl)s), holder = %(holder)s
+WHERE host = %(host)s AND gpu_index = %(gpu_index)s AND token = %(token)s AND model = %(model)s
+RETURNING *;
+
+-- name: release_gpu
+-- Lapsed now rather than deleted, so that its token is never given out again.
+UPDATE gpu_leases SET expires_at = rowfleet_now(%(now)s)
+WHERE host = %(host)s AND gpu_index = %(gpu_index)s AND token = %(token)s AND holder = %(holder)s
+  AND expires_at > rowfleet_now(%(now)s)
+RETURNING *;
+
+-- name: gpu_lease
+SELECT * FROM gpu_leases WHERE host = %(host)s AND gpu_index = %(gpu_index)s;
+
+-- Measured figures of each model's loads.
+
+-- name: record_model_load
+-- A good load sets the figures it measured; a failed one counts and is timed.
+INSERT INTO model_stats (project, model, load_seconds, footprint_mb, loads, failed_loads, last_failed_at, updated_at)
+VALUES (%(project)s, %(model)s, CASE WHEN %(ok)s = 1 THEN %(seconds)s::double precision END,
+        CASE WHEN %(ok)s = 1 THEN %(footprint_mb)s::integer END, %(ok)s, 1 - %(ok)s,
+        CASE WHEN %(ok)s = 1 THEN NULL ELSE rowfleet_now(%(now)s) END, rowfleet_now(%(now)s))
+ON CONFLICT (project, model) DO UPDATE
+SET load_seconds = coalesce(excluded.load_seconds, model_stats.load_seconds),
+    footprint_mb = coalesce(excluded.footprint_mb, model_stats.footprint_mb),
+    loads = model_stats.loads + excluded.loads, failed_loads = model_stats.failed_loads + excluded.failed_loads,
+    last_failed_at = coalesce(excluded.last_failed_at, model_stats.last_failed_at),
+    updated_at = excluded.updated_at;
+
+-- name: model_stats
+SELECT * FROM model_stats WHERE project = %(project)s ORDER BY model;

@@ -4,10 +4,10 @@
 -- A job due later is delayed: out of the claim index until a claim promotes it.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
-                  timeout, required_model, delayed)
+                  timeout, required_model, vram_mb, delayed)
 VALUES (%(project)s, %(queue)s, %(task)s, %(args)s, %(priority)s, %(run_next)s, coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
         %(max_attempts)s, %(key)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s, %(node_id)s,
-        %(node_generation)s, %(timeout)s, %(model)s,
+        %(node_generation)s, %(timeout)s, %(model)s, %(vram_mb)s,
         CASE WHEN coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s) > rowfleet_now(%(now)s)
              THEN 1 ELSE 0 END)
 ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -19,12 +19,12 @@ RETURNING *;
 -- items are numbered by their place in the array.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   created_at, updated_at, run_id, node_id, node_item, node_generation,
-                  timeout, required_model, delayed)
+                  timeout, required_model, vram_mb, delayed)
 SELECT %(project)s, %(queue)s, %(task)s, batch.value, %(priority)s, %(run_next)s,
        coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
        %(max_attempts)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s::bigint, %(node_id)s::text,
        CASE WHEN %(run_id)s::bigint IS NOT NULL THEN batch.n - 1 END, %(node_generation)s::integer,
-       %(timeout)s::double precision, %(model)s::text,
+       %(timeout)s::double precision, %(model)s::text, %(vram_mb)s::integer,
        CASE WHEN coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s) > rowfleet_now(%(now)s)
             THEN 1 ELSE 0 END
 FROM jsonb_array_elements_text(%(args_list)s::jsonb) WITH ORDINALITY AS batch(value, n)
@@ -40,19 +40,140 @@ SELECT * FROM jobs WHERE id = %(id)s AND project = %(project)s;
 SELECT state, lease_token, claimed_by FROM jobs WHERE id = %(id)s;
 
 -- fragment: claim_candidates
--- The jobs a claim may take: queued, not delayed (so the jobs_claim index holds them) and
--- due, in its project's queue. Every claim query and has_due include this, so "is anything
--- due?" and "take it" cannot disagree. run_at is still compared: a row written by plain
--- SQL may be due later without being marked delayed.
+-- The jobs a claim may take: queued, not delayed (so the jobs_claim and jobs_model indexes
+-- hold them) and due, in its project's queue. claim_pick and claim_due write it out in each
+-- probe (a fragment includes no other), so "is anything due?" and "take it" cannot
+-- disagree; every claim re-checks the row it takes against it. run_at is still compared: a
+-- row written by plain SQL may be due later without being marked delayed.
 state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
 
 -- fragment: promotion_candidates
 -- The delayed jobs of a claim's (project, queue) that have fallen due (the jobs_delayed index).
 state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
 
--- fragment: claim_order
--- Which candidate a claim takes first; the jobs_claim index is in this order.
-ORDER BY run_next DESC, priority, run_at, id
+-- fragment: claim_pick
+-- The id of the job a claim takes (NULL: none), by the rules and order rowfleet.claim
+-- documents, locked (SKIP LOCKED: a job another claim holds is passed over). Without
+-- models (no gate): one walk of jobs_claim in claim order, the lane and fit checked on the
+-- way. With models: one probe of jobs_model per model the claim may take (LATERAL), and
+-- one for plain jobs, each the best of its kind in claim order; the few found are then put
+-- in the full order. Newest first keeps run-next and priority first: a first probe finds
+-- the best (run_next, priority), a second the newest job of it, so both stay index walks;
+-- the arm of the other direction is switched off by a one-time filter. Tuples arrive as
+-- JSON arrays, flags as 0 or 1.
+CASE WHEN %(models)s::jsonb IS NULL THEN
+    (SELECT walk.id FROM (
+        SELECT oldest.* FROM (
+            SELECT id, run_next, priority, run_at, required_model FROM jobs
+            WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+              AND TRUE AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND (%(lane)s = 'any' OR (%(lane)s = 'plain') = (required_model IS NULL)) AND %(newest_first)s = 0
+            ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS oldest
+        UNION ALL
+        SELECT newest.* FROM (
+            SELECT id, run_next, priority, run_at, required_model FROM jobs
+            WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+              AND TRUE AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND (%(lane)s = 'any' OR (%(lane)s = 'plain') = (required_model IS NULL)) AND %(newest_first)s = 1
+              AND (run_next, priority) = (
+                  SELECT run_next, priority FROM jobs
+                  WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                    AND TRUE AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND (%(lane)s = 'any' OR (%(lane)s = 'plain') = (required_model IS NULL))
+                  ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+            ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS newest
+    ) AS walk LIMIT 1)
+ELSE
+    (SELECT c.id FROM (
+        SELECT probe.* FROM (SELECT gate.model FROM jsonb_array_elements_text(%(models)s::jsonb) AS gate(model)
+               WHERE %(lane)s <> 'plain'
+                 AND (%(only_warm)s = 0 OR gate.model = %(warm_model)s::text OR %(starved)s::jsonb ? gate.model)
+                 AND (%(gpu_locked_to)s::text IS NULL OR gate.model = %(gpu_locked_to)s::text)) AS kind
+        CROSS JOIN LATERAL (
+            SELECT oldest.* FROM (
+                SELECT id, run_next, priority, run_at, required_model FROM jobs
+                WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                  AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(newest_first)s = 0
+                ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS oldest
+            UNION ALL
+            SELECT newest.* FROM (
+                SELECT id, run_next, priority, run_at, required_model FROM jobs
+                WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                  AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(newest_first)s = 1
+                  AND (run_next, priority) = (
+                      SELECT run_next, priority FROM jobs
+                      WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                        AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
+                      ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+                ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS newest
+        ) AS probe
+        UNION ALL
+        SELECT plain.* FROM (
+            SELECT oldest.* FROM (
+                SELECT id, run_next, priority, run_at, required_model FROM jobs
+                WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                  AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(lane)s <> 'model' AND %(newest_first)s = 0
+                ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS oldest
+            UNION ALL
+            SELECT newest.* FROM (
+                SELECT id, run_next, priority, run_at, required_model FROM jobs
+                WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                  AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(lane)s <> 'model' AND %(newest_first)s = 1
+                  AND (run_next, priority) = (
+                      SELECT run_next, priority FROM jobs
+                      WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                        AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(lane)s <> 'model'
+                      ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+                ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS newest
+        ) AS plain
+     ) AS c
+     ORDER BY c.run_next DESC,
+              coalesce(%(starved)s::jsonb ? c.required_model, false) DESC,
+              coalesce(c.required_model = %(warm_model)s::text, false) DESC,
+              coalesce((SELECT ranked.n FROM jsonb_array_elements_text(%(rank)s::jsonb) WITH ORDINALITY AS ranked(model, n)
+                        WHERE ranked.model = c.required_model), jsonb_array_length(%(rank)s::jsonb) + 1),
+              c.priority,
+              CASE WHEN %(newest_first)s = 1 THEN -c.run_at ELSE c.run_at END,
+              CASE WHEN %(newest_first)s = 1 THEN -c.id ELSE c.id END
+     LIMIT 1)
+END
+
+-- fragment: claim_due
+-- Whether claim_pick would find a job, as a condition: the same rules, asking only whether
+-- a probe finds one, and locking nothing (the walk in its index's order, so that the
+-- planner takes jobs_claim).
+CASE WHEN %(models)s::jsonb IS NULL THEN
+    (SELECT 1 FROM jobs
+            WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+              AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND (%(lane)s = 'any' OR (%(lane)s = 'plain') = (required_model IS NULL))
+            ORDER BY run_next DESC, priority, run_at, id LIMIT 1) IS NOT NULL
+ELSE
+    EXISTS (SELECT 1 FROM (SELECT gate.model FROM jsonb_array_elements_text(%(models)s::jsonb) AS gate(model)
+               WHERE %(lane)s <> 'plain'
+                 AND (%(only_warm)s = 0 OR gate.model = %(warm_model)s::text OR %(starved)s::jsonb ? gate.model)
+                 AND (%(gpu_locked_to)s::text IS NULL OR gate.model = %(gpu_locked_to)s::text)) AS kind
+            WHERE EXISTS (SELECT 1 FROM jobs
+                          WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                            AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)))
+    OR (%(lane)s <> 'model'
+        AND EXISTS (SELECT 1 FROM jobs
+                    WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                      AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)))
+END
+
+-- fragment: promotion_allowed
+-- A fallen-due delayed job counts for has_due only if the claim may take it once promoted:
+-- claim_pick's rules as a condition on one row.
+(%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
+AND (%(lane)s = 'any' OR (%(lane)s = 'plain') = (required_model IS NULL))
+AND (required_model IS NULL OR %(models)s::jsonb IS NULL
+     OR (%(models)s::jsonb ? required_model
+         AND (%(only_warm)s = 0 OR required_model = %(warm_model)s::text OR %(starved)s::jsonb ? required_model)
+         AND (%(gpu_locked_to)s::text IS NULL OR required_model = %(gpu_locked_to)s::text)))
+
+-- fragment: claimed_set
+-- What a claim writes to the job it takes. warm_claim: the worker already held its model.
+state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s,
+started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s),
+warm_claim = CASE WHEN required_model IS NOT NULL AND required_model = %(warm_model)s::text THEN 1 ELSE 0 END
 
 -- fragment: claimed_detail
 -- The claimed event's detail, built from the claimed row inside the statement that claims
@@ -63,22 +184,17 @@ json_build_object('token', lease_token, 'holder', claimed_by, 'attempt', attempt
 
 -- name: claim
 UPDATE jobs
-SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-    claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s, started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
-WHERE id = (SELECT id FROM jobs
-            WHERE {{claim_candidates}}
-            {{claim_order}}
-            LIMIT 1
-            FOR UPDATE SKIP LOCKED)
+SET {{claimed_set}}
+WHERE id = {{claim_pick}} AND {{claim_candidates}}
 RETURNING *;
 
 -- name: has_due
--- A delayed job that has fallen due counts: the claim that follows promotes it. Each half
--- is ordered as its index is, so that the planner walks jobs_claim and jobs_delayed rather
--- than every queued row of the queue.
+-- A delayed job that has fallen due counts (if the claim may take it): the claim that
+-- follows promotes it. The delayed half is ordered as jobs_delayed is, so that the planner
+-- walks that index rather than every queued row of the queue.
 SELECT 1 AS due
-WHERE (SELECT 1 FROM jobs WHERE {{claim_candidates}} {{claim_order}} LIMIT 1) IS NOT NULL
-   OR (SELECT 1 FROM jobs WHERE {{promotion_candidates}} ORDER BY run_at LIMIT 1) IS NOT NULL;
+WHERE {{claim_due}}
+   OR (SELECT 1 FROM jobs WHERE {{promotion_candidates}} AND {{promotion_allowed}} ORDER BY run_at LIMIT 1) IS NOT NULL;
 
 -- name: promote_due
 -- Delayed jobs that have fallen due join the claim index, soonest first, %(limit)s at most;
@@ -210,14 +326,8 @@ WITH finished AS (
     WHERE run_id IS NOT NULL
 ), claimed AS (
     UPDATE jobs
-    SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-        claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s,
-        started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
-    WHERE id = (SELECT id FROM jobs
-                WHERE {{claim_candidates}}
-                {{claim_order}}
-                LIMIT 1
-                FOR UPDATE SKIP LOCKED)
+    SET {{claimed_set}}
+    WHERE id = {{claim_pick}} AND {{claim_candidates}}
       AND EXISTS (SELECT 1 FROM finished)
     RETURNING *
 ), claimed_event AS (
@@ -232,14 +342,8 @@ FROM (SELECT 1) AS turn LEFT JOIN claimed ON true;
 -- An idle worker's claim and its event in one statement (one round trip, atomic in autocommit).
 WITH claimed AS (
     UPDATE jobs
-    SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-        claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s,
-        started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
-    WHERE id = (SELECT id FROM jobs
-                WHERE {{claim_candidates}}
-                {{claim_order}}
-                LIMIT 1
-                FOR UPDATE SKIP LOCKED)
+    SET {{claimed_set}}
+    WHERE id = {{claim_pick}} AND {{claim_candidates}}
     RETURNING *
 ), claimed_event AS (
     INSERT INTO job_events (job_id, at, kind, detail)

@@ -4,9 +4,9 @@
 -- A job due later is delayed: out of the claim index until a claim promotes it.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
-                  timeout, required_model, delayed)
+                  timeout, required_model, vram_mb, delayed)
 VALUES (:project, :queue, :task, :args, :priority, :run_next, coalesce(:run_at, :now + :delay),
-        :max_attempts, :key, :now, :now, :run_id, :node_id, :node_generation, :timeout, :model,
+        :max_attempts, :key, :now, :now, :run_id, :node_id, :node_generation, :timeout, :model, :vram_mb,
         CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END)
 ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
@@ -17,10 +17,10 @@ RETURNING *;
 -- items are numbered by their place in the array.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   created_at, updated_at, run_id, node_id, node_item, node_generation,
-                  timeout, required_model, delayed)
+                  timeout, required_model, vram_mb, delayed)
 SELECT :project, :queue, :task, value, :priority, :run_next, coalesce(:run_at, :now + :delay),
        :max_attempts, :now, :now, :run_id, :node_id, CASE WHEN :run_id IS NOT NULL THEN key END,
-       :node_generation, :timeout, :model, CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END
+       :node_generation, :timeout, :model, :vram_mb, CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END
 FROM json_each(:args_list)
 ORDER BY key;
 
@@ -34,37 +34,141 @@ SELECT * FROM jobs WHERE id = :id AND project = :project;
 SELECT state, lease_token, claimed_by FROM jobs WHERE id = :id;
 
 -- fragment: claim_candidates
--- The jobs a claim may take: queued, not delayed (so the jobs_claim index holds them) and
--- due, in its project's queue. Every claim query and has_due include this, so "is anything
--- due?" and "take it" cannot disagree. run_at is still compared: a row written by plain
--- SQL may be due later without being marked delayed.
+-- The jobs a claim may take: queued, not delayed (so the jobs_claim and jobs_model indexes
+-- hold them) and due, in its project's queue. claim_pick and claim_due write it out in each
+-- probe (a fragment includes no other), so "is anything due?" and "take it" cannot
+-- disagree; every claim re-checks the row it takes against it. run_at is still compared: a
+-- row written by plain SQL may be due later without being marked delayed.
 state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
 
 -- fragment: promotion_candidates
 -- The delayed jobs of a claim's (project, queue) that have fallen due (the jobs_delayed index).
 state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND run_at <= :now
 
--- fragment: claim_order
--- Which candidate a claim takes first; the jobs_claim index is in this order.
-ORDER BY run_next DESC, priority, run_at, id
+-- fragment: claim_pick
+-- The id of the job a claim takes (NULL: none), by the rules and order rowfleet.claim
+-- documents; a fallen-due delayed job waits for promotion. Without models (no gate): one
+-- walk of jobs_claim in claim order, the lane and fit checked on the way. With models: one
+-- probe of jobs_model per model the claim may take, and one for plain jobs (model NULL),
+-- each the best of its kind in claim order; the few found are then put in the full order.
+-- Newest first keeps run-next and priority first: a first probe finds the best (run_next,
+-- priority), a second the newest job of it, so both stay index walks (the plain walk's first
+-- probe names jobs_claim: left to itself the planner may sort the queue there). Tuples
+-- arrive as JSON arrays (json_each), flags as 0 or 1.
+CASE WHEN :models IS NULL THEN
+    CASE WHEN :newest_first THEN
+        (SELECT id FROM jobs
+         WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+           AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+           AND (:lane = 'any' OR (:lane = 'plain') = (required_model IS NULL))
+           AND (run_next, priority) = (
+               SELECT run_next, priority FROM jobs INDEXED BY jobs_claim
+               WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+                 AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+                 AND (:lane = 'any' OR (:lane = 'plain') = (required_model IS NULL))
+               ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+         ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1)
+    ELSE
+        (SELECT id FROM jobs
+         WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+           AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+           AND (:lane = 'any' OR (:lane = 'plain') = (required_model IS NULL))
+         ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+    END
+ELSE
+    (SELECT c.id FROM jobs AS c
+     WHERE c.id IN (
+         SELECT CASE WHEN :newest_first THEN
+                    (SELECT id FROM jobs
+                     WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                       AND run_at <= :now AND required_model IS kind.model
+                       AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+                       AND (run_next, priority) = (
+                           SELECT run_next, priority FROM jobs
+                           WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                             AND run_at <= :now AND required_model IS kind.model
+                             AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+                           ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+                     ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1)
+                ELSE
+                    (SELECT id FROM jobs
+                     WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                       AND run_at <= :now AND required_model IS kind.model
+                       AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+                     ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+                END
+         FROM (SELECT gate.value AS model FROM json_each(:models) AS gate
+               WHERE :lane <> 'plain'
+                 AND (NOT :only_warm OR gate.value = :warm_model
+                      OR gate.value IN (SELECT starved.value FROM json_each(:starved) AS starved))
+                 AND (:gpu_locked_to IS NULL OR gate.value = :gpu_locked_to)
+               UNION ALL
+               SELECT NULL WHERE :lane <> 'model') AS kind)
+     ORDER BY c.run_next DESC,
+              coalesce(c.required_model IN (SELECT starved.value FROM json_each(:starved) AS starved), 0) DESC,
+              coalesce(c.required_model = :warm_model, 0) DESC,
+              coalesce((SELECT ranked.key FROM json_each(:rank) AS ranked WHERE ranked.value = c.required_model),
+                       json_array_length(:rank)),
+              c.priority,
+              CASE WHEN :newest_first THEN -c.run_at ELSE c.run_at END,
+              CASE WHEN :newest_first THEN -c.id ELSE c.id END
+     LIMIT 1)
+END
+
+-- fragment: claim_due
+-- Whether claim_pick would find a job, as a condition: the same rules, asking only whether
+-- a probe finds one (the walk in its index's order, so that the planner takes jobs_claim).
+CASE WHEN :models IS NULL THEN
+    (SELECT 1 FROM jobs
+     WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+       AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+       AND (:lane = 'any' OR (:lane = 'plain') = (required_model IS NULL))
+     ORDER BY run_next DESC, priority, run_at, id LIMIT 1) IS NOT NULL
+ELSE
+    EXISTS (SELECT 1
+            FROM (SELECT gate.value AS model FROM json_each(:models) AS gate
+                  WHERE :lane <> 'plain'
+                    AND (NOT :only_warm OR gate.value = :warm_model
+                         OR gate.value IN (SELECT starved.value FROM json_each(:starved) AS starved))
+                    AND (:gpu_locked_to IS NULL OR gate.value = :gpu_locked_to)
+                  UNION ALL
+                  SELECT NULL WHERE :lane <> 'model') AS kind
+            WHERE EXISTS (SELECT 1 FROM jobs
+                          WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                            AND run_at <= :now AND required_model IS kind.model
+                            AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)))
+END
+
+-- fragment: promotion_allowed
+-- A fallen-due delayed job counts for has_due only if the claim may take it once promoted:
+-- claim_pick's rules as a condition on one row.
+(:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+AND (:lane = 'any' OR (:lane = 'plain') = (required_model IS NULL))
+AND (required_model IS NULL OR :models IS NULL
+     OR (required_model IN (SELECT gate.value FROM json_each(:models) AS gate)
+         AND (NOT :only_warm OR required_model = :warm_model
+              OR required_model IN (SELECT starved.value FROM json_each(:starved) AS starved))
+         AND (:gpu_locked_to IS NULL OR required_model = :gpu_locked_to)))
+
+-- fragment: claimed_set
+-- What a claim writes to the job it takes. warm_claim: the worker already held its model.
+state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+claimed_by = :holder, lease_expires_at = :now + :lease, started_at = :now, updated_at = :now,
+warm_claim = CASE WHEN required_model IS NOT NULL AND required_model = :warm_model THEN 1 ELSE 0 END
 
 -- name: claim
 UPDATE jobs
-SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-    claimed_by = :holder, lease_expires_at = :now + :lease, started_at = :now, updated_at = :now
-WHERE id = (SELECT id FROM jobs
-            WHERE {{claim_candidates}}
-            {{claim_order}}
-            LIMIT 1)
+SET {{claimed_set}}
+WHERE id = {{claim_pick}} AND {{claim_candidates}}
 RETURNING *;
 
 -- name: has_due
--- A delayed job that has fallen due counts: the claim that follows promotes it. Each half
--- is ordered as its index is, so that the planner walks jobs_claim and jobs_delayed rather
--- than every queued row of the queue.
+-- A delayed job that has fallen due counts (if the claim may take it): the claim that
+-- follows promotes it. The delayed half is ordered as jobs_delayed is, so that the planner
+-- walks that index rather than every queued row of the queue.
 SELECT 1 AS due
-WHERE (SELECT 1 FROM jobs WHERE {{claim_candidates}} {{claim_order}} LIMIT 1) IS NOT NULL
-   OR (SELECT 1 FROM jobs WHERE {{promotion_candidates}} ORDER BY run_at LIMIT 1) IS NOT NULL;
+WHERE {{claim_due}}
+   OR (SELECT 1 FROM jobs WHERE {{promotion_candidates}} AND {{promotion_allowed}} ORDER BY run_at LIMIT 1) IS NOT NULL;
 
 -- name: promote_due
 -- Delayed jobs that have fallen due join the claim index, soonest first, :limit at most.
