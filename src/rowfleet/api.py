@@ -1,5 +1,5 @@
 """The module-level Python API: enqueue and read jobs, define and run workflows, with the
-configured database.
+configured database; register models and get the current job's (``model``).
 
 Each thread gets its own store (connections are not shared across threads), opened on
 first use with ``config.current()`` and reopened when ``configure()`` changes it.
@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from rowfleet import config as _config
-from rowfleet import dag, names, scheduler, tasks
+from rowfleet import dag, models, names, scheduler, tasks
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import Job, JobSpec
 from rowfleet.store import Store, open_store
 from rowfleet.store.runs import Run
-from rowfleet.worker import Worker
+from rowfleet.worker import Worker, current_job
 
 _local = threading.local()
 
@@ -60,14 +60,58 @@ class EnqueueableTask(tasks.Task):
 
     def enqueue(self, args: Any = None, **options: Any) -> Job:
         """Enqueue a job of this task; options as for ``rowfleet.enqueue``, which stamps
-        this task's queue and timeout."""
+        this task's queue, timeout and model."""
         return enqueue(self, args, **options)
 
 
-def task(fn: Any = None, *, name: str | None = None, queue: str = "default", timeout: float | None = None) -> Any:
-    """Register a handler. Usable bare (``@task``) or with options (``@task(queue="gpu")``);
-    the function returned gains ``.enqueue``. See ``rowfleet.tasks.task``."""
-    return tasks.task(fn, name=name, queue=queue, timeout=timeout, kind=EnqueueableTask)
+def task(fn: Any = None, *, name: str | None = None, queue: str = "default", timeout: float | None = None,
+         model: str | None = None) -> Any:
+    """Register a handler. Usable bare (``@task``) or with options (``@task(queue="gpu",
+    model="llama3-8b:q4")``); the function returned gains ``.enqueue``. See ``rowfleet.tasks.task``."""
+    return tasks.task(fn, name=name, queue=queue, timeout=timeout, model=model, kind=EnqueueableTask)
+
+
+def model(model_id: Any = None, *, vram_mb: int | None = None, unload: Callable[[Any], Any] | None = None) -> Any:
+    """Register a model's loader, or, with no id, get the current job's model.
+
+    ``@rowfleet.model("llama3-8b:q4", vram_mb=17000, unload=release)`` on a function that
+    takes no argument registers it as the loader of that id (see ``rowfleet.models`` for
+    what an id must identify) and returns the function unchanged. ``rowfleet.model()``,
+    called inside a handler, returns the object of its job's model (the job's
+    ``required_model``), loaded once per worker process: a later job of the same model gets
+    the same object; one of another model unloads it first.
+
+    The rule: with an id, ``model`` always returns a decorator (never a model); without one
+    it always returns a model and takes no option. Outside a handler, or for a job that
+    names no model, ``ConfigError``; an unregistered id, ``UnknownModel``; a loader that
+    raises, ``ModelLoadFailed``.
+    """
+    if model_id is None:
+        if vram_mb is not None or unload is not None:
+            raise ConfigError("rowfleet.model() without an id gets the current job's model and takes no options: "
+                              "to register one, write @rowfleet.model(\"ID\", vram_mb=..., unload=...)")
+        return _job_model()
+    if callable(model_id):
+        raise ConfigError(f"@rowfleet.model needs the model's id: write @rowfleet.model(\"ID\") above "
+                          f"{getattr(model_id, '__qualname__', 'the loader')}")
+    models.check(model_id, vram_mb)
+
+    def register(loader: Callable[[], Any]) -> Callable[[], Any]:
+        models.register(model_id, loader, vram_mb, unload)
+        return loader
+
+    return register
+
+
+def _job_model() -> Any:
+    job = current_job()
+    if job is None:
+        raise ConfigError("rowfleet.model() gets the model of the job a handler runs, and no job is running here: "
+                          "call it inside a task run by a worker")
+    if job.required_model is None:
+        raise ConfigError(f"job {job.id} names no model: give its task one (@rowfleet.task(model=...)) "
+                          f"or enqueue it with model=...")
+    return models.current().get(job.required_model)
 
 
 def periodic(cron: str | None = None, **options: Any) -> Any:
@@ -79,24 +123,30 @@ def periodic(cron: str | None = None, **options: Any) -> Any:
 def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: int = 0,
             run_next: bool = False, delay: float = 0.0, run_at: float | None = None,
             key: str | None = None, max_attempts: int = 5, project: str | None = None,
-            timeout: float | None = None, conn: Any = None) -> Job:
+            timeout: float | None = None, model: str | None = None, vram_mb: int | None = None,
+            conn: Any = None) -> Job:
     """Enqueue one job and return it (``job.id``); see the README for each option.
 
     ``task`` is a task name or a ``@rowfleet.task`` function. With ``key``, a second
     enqueue in the same project returns the first job and creates nothing. With ``conn``
     (your own ``sqlite3`` connection to the same database) the job is inserted in your
-    transaction: it commits with your domain write, or not at all.
+    transaction: it commits with your domain write, or not at all. ``model`` (default: the
+    task's) is the model the job needs warm, ``vram_mb`` the GPU memory (MiB) it needs
+    (default: what that model was registered with, in this process).
     """
-    spec = _spec(task, args, queue, priority, run_next, delay, run_at, key, max_attempts, project, timeout)
+    spec = _spec(task, args, queue, priority, run_next, delay, run_at, key, max_attempts, project, timeout,
+                 model, vram_mb)
     return default_store().enqueue(spec, conn=conn)
 
 
 def enqueue_many(task: Any, args_list: Iterable[Any], *, queue: str | None = None, priority: int = 0,
                  run_next: bool = False, delay: float = 0.0, max_attempts: int = 5,
-                 project: str | None = None, conn: Any = None) -> int:
+                 project: str | None = None, model: str | None = None, vram_mb: int | None = None,
+                 conn: Any = None) -> int:
     """Enqueue one job per item of ``args_list`` in one transaction (all or none); returns
     how many. Faster than a loop of ``enqueue`` by far; idempotency keys are not taken."""
-    spec = _spec(task, None, queue, priority, run_next, delay, None, None, max_attempts, project)
+    spec = _spec(task, None, queue, priority, run_next, delay, None, None, max_attempts, project, None,
+                 model, vram_mb)
     checked = (names.check_json("args", args) for args in args_list)  # as the store encodes each
     return default_store().enqueue_many(spec, checked, conn=conn)
 
@@ -204,18 +254,23 @@ def _node_dict(node: dict[str, Any]) -> dict[str, Any]:
     task = node.get("task")
     if node.get("kind", dag.TASK) != dag.TASK or not isinstance(task, (tasks.Task, str)):
         return node  # dag.parse_workflow says what is wrong with it
-    stamp = tasks.stamp(task, timeout=node.get("timeout"))  # into the definition: its jobs read no registry
+    stamp = tasks.stamp(task, timeout=node.get("timeout"), model=node.get("model"))  # its jobs read no registry
     stamped = {"queue": stamp.queue, **node, "task": stamp.task}
-    return stamped if stamp.timeout is None else {**stamped, "timeout": stamp.timeout}
+    for field in ("timeout", "model"):
+        if getattr(stamp, field) is not None:
+            stamped[field] = getattr(stamp, field)
+    return stamped
 
 
 def _spec(task: Any, args: Any, queue: str | None, priority: int, run_next: bool, delay: float,
           run_at: float | None, key: str | None, max_attempts: int, project: str | None,
-          timeout: float | None = None) -> JobSpec:
-    stamp = tasks.stamp(task, queue or None, timeout)
+          timeout: float | None = None, model: str | None = None, vram_mb: int | None = None) -> JobSpec:
+    if model is not None:
+        models.check(model)  # a model id is a name, wherever it is given
+    stamp = tasks.stamp(task, queue or None, timeout, model, vram_mb)
     return JobSpec(task=stamp.task, args=args, queue=stamp.queue, project=_project(project),
                    priority=priority, run_next=run_next, delay=delay, run_at=run_at, key=key,
-                   max_attempts=max_attempts, timeout=stamp.timeout)
+                   max_attempts=max_attempts, timeout=stamp.timeout, model=stamp.model, vram_mb=stamp.vram_mb)
 
 
 def _project(project: str | None) -> str:

@@ -68,3 +68,15 @@ class UnknownTask(RowfleetError):
 class TaskRefused(UnknownTask):
     """The task names code this process does not trust: neither registered by an ``--app``
     module nor in a module under an ``--allow-module`` prefix. Nothing was imported."""
+
+
+class UnknownModel(RowfleetError):
+    """No module of this process registered this model id (``@rowfleet.model``)."""
+
+
+class ModelLoadFailed(RowfleetError):
+    """A model's loader raised (the cause is its exception); nothing is held afterwards."""
+
+    def __init__(self, model_id: str, detail: str) -> None:
+        self.model_id = model_id
+        super().__init__(f"model {model_id!r} failed to load: {detail}")

@@ -8,12 +8,13 @@ prefixes (``--allow-module``, which the ``--app`` modules join). Any other name 
 refused before anything is imported. Allowed modules are imported from the current
 folder first, as ``python -m`` does.
 
-What a job needs of its task's registration (its queue, its timeout) is stamped into the
-job when it is written (``stamp``); nothing that claims or runs a job reads the registry
-for it, so a job runs alike in a worker that never imported its task's module.
+What a job needs of its task's registration (its queue, its timeout, its model) and of its
+model's (the GPU memory it needs) is stamped into the job when it is written (``stamp``);
+nothing that claims or runs a job reads a registry for it, so a job runs alike in a worker
+that never imported its task's module.
 
-Imports nothing of rowfleet's but ``errors`` and the pure ``names``: enqueueing lives in
-the package API.
+Imports nothing of rowfleet's but ``errors``, the pure ``names`` and the model registry
+(``models``): enqueueing lives in the package API.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import sys
 import threading
 from typing import Any, Callable, Iterable
 
-from rowfleet import names
+from rowfleet import models, names
 from rowfleet.errors import ConfigError, TaskRefused, UnknownTask
 
 _registry: dict[str, "Task"] = {}
@@ -37,11 +38,13 @@ _lock = threading.Lock()
 class Task:
     """A registered handler. Calling it runs the function directly, in this process."""
 
-    def __init__(self, fn: Callable[..., Any], name: str, queue: str, timeout: float | None = None) -> None:
+    def __init__(self, fn: Callable[..., Any], name: str, queue: str, timeout: float | None = None,
+                 model: str | None = None) -> None:
         self.fn = fn
         self.name = name
         self.queue = queue
         self.timeout = timeout  # wall-clock budget of its jobs, unless a job sets its own
+        self.model = model  # the model its jobs need warm (``rowfleet.model()``), unless a job names its own
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -52,22 +55,25 @@ class Task:
 
 
 def task(fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
-         timeout: float | None = None, kind: type[Task] = Task) -> Any:
+         timeout: float | None = None, model: str | None = None, kind: type[Task] = Task) -> Any:
     """Register a handler. Usable bare (``@task``) or with options (``@task(queue="gpu")``).
 
     The default name is ``module:qualname``, which any worker can also import by name.
-    ``timeout`` is the wall-clock budget (seconds) of its jobs, unless a job sets its own.
+    ``timeout`` is the wall-clock budget (seconds) of its jobs, unless a job sets its own;
+    ``model`` the model id its jobs need (see ``rowfleet.models``), unless a job names its own.
     ``kind`` is the class of what is registered: the public API's adds ``.enqueue``, so that
     registering a task never needs a store (nor imports the layer that opens one).
     """
     names.check_name("a task's queue", queue)  # a queue of "*" could never be served
     if timeout is not None:
         timeout = names.check_seconds("a task's timeout", timeout)
+    if model is not None:
+        names.check_name("a task's model", model)
 
     def register(function: Callable[..., Any]) -> Task:
         task_name = name or f"{function.__module__}:{function.__qualname__}"
         names.check_name("task name", task_name)
-        registered = kind(function, task_name, queue, timeout)
+        registered = kind(function, task_name, queue, timeout, model)
         with _lock:
             _registry[task_name] = registered
         return registered
@@ -192,17 +198,24 @@ class Stamp:
     task: str
     queue: str
     timeout: float | None
+    model: str | None = None
+    vram_mb: int | None = None
 
 
-def stamp(task: Any, queue: str | None = None, timeout: float | None = None) -> Stamp:
-    """The task name, queue and timeout to write into a job of ``task`` (a ``Task``, or a
-    name looked up in this process's registry, never imported): the writer's own queue and
-    timeout, else the task's, else ``"default"`` and None (the worker's budget).
+def stamp(task: Any, queue: str | None = None, timeout: float | None = None, model: str | None = None,
+          vram_mb: int | None = None) -> Stamp:
+    """The task name, queue, timeout, model and GPU memory to write into a job of ``task`` (a
+    ``Task``, or a name looked up in this process's registry, never imported): the writer's
+    own, else the task's (the memory: the model's registered ``vram_mb``), else ``"default"``
+    and None (the worker's budget; no model; memory unknown).
 
     >>> stamp("nowhere:f"), stamp("nowhere:f", "io", 5.0).timeout
-    (Stamp(task='nowhere:f', queue='default', timeout=None), 5.0)
-    >>> stamp(Task(print, "app:log", "io", 30.0)), stamp(Task(print, "app:log", "io", 30.0), timeout=2.0).timeout
-    (Stamp(task='app:log', queue='io', timeout=30.0), 2.0)
+    (Stamp(task='nowhere:f', queue='default', timeout=None, model=None, vram_mb=None), 5.0)
+    >>> logged = Task(print, "app:log", "io", 30.0)
+    >>> stamp(logged).timeout, stamp(logged, timeout=2.0).timeout
+    (30.0, 2.0)
+    >>> stamp(Task(print, "app:chat", "gpu", model="m:q4")).model, stamp("nowhere:f", model="m", vram_mb=9).vram_mb
+    ('m:q4', 9)
     """
     registered = task if isinstance(task, Task) else _registration(task)
     name = task.name if isinstance(task, Task) else task  # a name that is no name: JobSpec says so
@@ -210,7 +223,17 @@ def stamp(task: Any, queue: str | None = None, timeout: float | None = None) -> 
         queue = registered.queue if registered is not None else "default"
     if timeout is None and registered is not None:
         timeout = registered.timeout
-    return Stamp(name, queue, timeout)
+    if model is None and registered is not None:
+        model = registered.model
+    if vram_mb is None and model is not None:
+        vram_mb = _vram_of(model)
+    return Stamp(name, queue, timeout, model, vram_mb)
+
+
+def _vram_of(model_id: Any) -> int | None:
+    """The GPU memory a registered model says its jobs need, or None (unregistered, unsaid)."""
+    found = models.registered(model_id) if isinstance(model_id, str) else None
+    return None if found is None else found.vram_mb
 
 
 def _registration(name: Any) -> Task | None:

@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, tasks
+from rowfleet import exitcodes, models, tasks
 from rowfleet.cli.arguments import (Parser, allow_module_flag, int64, json_flag, non_negative_float,
                                   positive_float, positive_int, trusted)
 from rowfleet.cli.fleet import seen_text, services_table
@@ -42,6 +42,11 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--timeout", type=positive_float, default=None,
                      help="seconds of wall clock this job may run (default: its task's when an --app module "
                           "registers it, else the worker's --budget)")
+    sub.add_argument("--model", default=None, metavar="MODEL",
+                     help="the model this job needs warm (default: its task's when an --app module registers it)")
+    sub.add_argument("--vram-mb", type=positive_int, default=None, metavar="MB",
+                     help="GPU memory (MiB) this job needs (default: what an --app module registered its model "
+                          "with, else unknown)")
     sub.add_argument("--json", action="store_true", help="print the whole job")
 
     sub = command("status", cmd_status, "job counts per project/queue/state, and workers")
@@ -92,14 +97,18 @@ def cmd_init(args: argparse.Namespace, config: configuration.Config) -> int:
 
 def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
     config = trusted(config, args)
+    if args.model is not None:
+        models.check(args.model)  # a model id is a name, as everywhere
     spec = JobSpec(task=args.task, args=json_flag("--args", args.args),
                    queue="default" if args.queue is None else args.queue, project=config.project,
                    priority=args.priority, run_next=args.run_next, delay=args.delay, key=args.key,
-                   max_attempts=args.max_attempts, timeout=args.timeout)  # checked before any app is imported
+                   max_attempts=args.max_attempts, timeout=args.timeout, model=args.model,
+                   vram_mb=args.vram_mb)  # checked before any app is imported
     tasks.import_apps(args.app)
     warning = tasks.vet(args.task, config.allow_modules, strict=bool(args.app))  # with --app: refuse
-    stamp = tasks.stamp(args.task, args.queue, args.timeout)  # what the --app modules registered
-    spec = dataclasses.replace(spec, queue=stamp.queue, timeout=stamp.timeout)
+    stamp = tasks.stamp(args.task, args.queue, args.timeout, args.model, args.vram_mb)  # what --app registered
+    spec = dataclasses.replace(spec, queue=stamp.queue, timeout=stamp.timeout, model=stamp.model,
+                               vram_mb=stamp.vram_mb)
     with open_store(config) as store:
         job = store.enqueue(spec)
         if args.json:
