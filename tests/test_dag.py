@@ -108,9 +108,10 @@ class ParseValidTest(unittest.TestCase):
 
     def test_every_task_field(self):
         node = flow(task("a"), task("b", "a", queue="q", args={"x": [1]}, max_attempts=1, priority=-4,
-                                    timeout=5, model="big")).node("b")
-        self.assertEqual((node.queue, node.args, node.max_attempts, node.priority, node.timeout, node.model),
-                         ("q", {"x": [1]}, 1, -4, 5.0, "big"))
+                                    timeout=5, model="big", vram_mb=16000)).node("b")
+        self.assertEqual((node.queue, node.args, node.max_attempts, node.priority, node.timeout, node.model,
+                          node.vram_mb), ("q", {"x": [1]}, 1, -4, 5.0, "big", 16000))
+        self.assertEqual(node.to_dict()["vram_mb"], 16000)
         self.assertIsInstance(node.timeout, float)
 
     def test_default_queue_is_a_parameter(self):
@@ -235,8 +236,11 @@ class ParseRejectTest(unittest.TestCase):
             ([task("a", timeout=-1)], "node 'a': \"timeout\" must be a positive number of seconds, got -1"),
             ([task("a", timeout=True)], "node 'a': \"timeout\" must be a positive number of seconds, got True"),
             ([task("a", timeout="5")], "node 'a': \"timeout\" must be a positive number of seconds, got '5'"),
-            ([task("a", model="")], "node 'a': \"model\" must be a non-empty string"),
-            ([task("a", model=3)], "node 'a': \"model\" must be a non-empty string"),
+            ([task("a", vram_mb=0)], "node 'a': \"vram_mb\" must be an integer of at least 1, got 0"),
+            ([task("a", vram_mb="16G")], "node 'a': \"vram_mb\" must be an integer"),
+            ([task("a", model="two words")], "node 'a': \"model\""),
+            ([task("a", model="")], "node 'a': \"model\" must be a non-empty word"),
+            ([task("a", model=3)], "node 'a': \"model\" must be a non-empty word"),
         ]
         for nodes, fragment in cases:
             with self.subTest(nodes=nodes):

@@ -37,6 +37,16 @@ def plain(**_):
     return None
 
 
+@rowfleet.model("stamps-llm:q4", vram_mb=17000)
+def load_llm():
+    return object()
+
+
+@rowfleet.task(name="stamps.infer", queue="stamps-gpu", model="stamps-llm:q4")
+def infer(**_):
+    return None
+
+
 APP_SOURCE = '''\
 import rowfleet
 
@@ -94,6 +104,24 @@ class StampContract:
         self.assertEqual({node: (job.timeout, job.queue) for node, job in found.items()},
                          {"by_task": (TIMEOUT, "stamps-io"), "by_name": (TIMEOUT, "stamps-io"),
                           "own": (1.0, "mine")})
+
+    def test_workflow_nodes_take_their_tasks_model_and_its_registered_vram_unless_they_set_their_own(self):
+        flow = rowfleet.workflow("stamps.gpuflow", [
+            {"id": "by_task", "task": infer},
+            {"id": "own_vram", "task": infer, "vram_mb": 9000},
+            {"id": "plain", "task": plain},
+        ])
+        run = rowfleet.get_run(rowfleet.start_run(flow, check=False))
+        found = {node.id: self.row(node.jobs[0]) for node in run.nodes}
+        self.assertEqual({node: (job.required_model, job.vram_mb) for node, job in found.items()},
+                         {"by_task": ("stamps-llm:q4", 17000), "own_vram": ("stamps-llm:q4", 9000),
+                          "plain": (None, None)})
+
+    def test_a_schedules_fired_job_carries_its_tasks_model_and_vram(self):
+        schedule = Schedule("stamps.gpu-every", "stamps.infer", every=60)
+        job = self.store.fire_slot("", schedule.name, 60.0, schedule.spec(""), "test")
+        self.assertEqual((self.row(job.id).required_model, self.row(job.id).vram_mb, self.row(job.id).queue),
+                         ("stamps-llm:q4", 17000, "stamps-gpu"))
 
     def test_a_workflow_file_run_with_its_app_stamps_its_nodes(self):
         self.write_module("stampapp", APP_SOURCE)

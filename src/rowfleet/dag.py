@@ -43,7 +43,7 @@ CONDITIONS = ("equals", "not_equals", "in", "empty")
 _INDEX = re.compile(r"-?[0-9]+")
 _WORKFLOW_FIELDS = frozenset({"name", "nodes", "description"})
 _NODE_FIELDS = frozenset({"id", "kind", "task", "queue", "args", "depends_on", "max_attempts", "priority",
-                          "skip_if", "map", "timeout", "model"})
+                          "skip_if", "map", "timeout", "model", "vram_mb"})
 _INPUT_FIELDS = frozenset({"id", "kind", "prompt", "depends_on", "skip_if"})
 
 
@@ -112,6 +112,7 @@ class Node:
     timeout: float | None = None
     model: str | None = None
     prompt: str | None = None
+    vram_mb: int | None = None  # GPU memory its jobs need (MiB), when it says or its model's registration does
 
     def to_dict(self) -> dict[str, Any]:
         """The node in the JSON format, with defaults left out."""
@@ -125,7 +126,7 @@ class Node:
             if self.args is not None:
                 data["args"] = self.args
             data["max_attempts"] = self.max_attempts
-            for name in ("priority", "timeout", "model"):
+            for name in ("priority", "timeout", "model", "vram_mb"):
                 if getattr(self, name):
                     data[name] = getattr(self, name)
             if self.map is not None:
@@ -254,10 +255,13 @@ def _parse_node(raw: Any, index: int, default_queue: str) -> Node:
         _checked(names.check_seconds, where, "timeout", timeout)
     model = raw.get("model")
     if model is not None:
-        _checked(names.check_text, where, "model", model, most=names.MAX_NAME)
+        _checked(names.check_name, where, "model", model)
+    vram_mb = raw.get("vram_mb")
+    if vram_mb is not None:
+        _checked(names.check_int, where, "vram_mb", vram_mb, least=1, most=names.INT32_MAX)
     mapped = _parse_map(raw["map"], where) if "map" in raw else None
     return Node(node_id, TASK, task, queue, raw.get("args"), tuple(depends_on), max_attempts, priority,
-                skip_if, mapped, None if timeout is None else float(timeout), model)
+                skip_if, mapped, None if timeout is None else float(timeout), model, vram_mb=vram_mb)
 
 
 def _parse_condition(raw: Any, where: str) -> Condition:

@@ -103,6 +103,8 @@ class Schedule:
     priority: int = 0
     max_attempts: int = 5
     timeout: float | None = None
+    model: str | None = None     # the GPU model its jobs need: the task's unless it says
+    vram_mb: int | None = None   # their GPU memory (MiB): its own, else the model's registration
     timing: Cron | Every = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -117,9 +119,9 @@ class Schedule:
                 raise InvalidSchedule(self.name, "hours", f"needs [start, end] local hours, e.g. [8, 18], "
                                                           f"got {self.hours!r}")
             object.__setattr__(self, "hours", tuple(self.hours))
-        stamp = tasks.stamp(self.task, self.queue, self.timeout)  # now: a fired job reads no registry
-        object.__setattr__(self, "queue", stamp.queue)
-        object.__setattr__(self, "timeout", stamp.timeout)
+        stamp = tasks.stamp(self.task, self.queue, self.timeout, self.model, self.vram_mb)  # a fired job reads no registry
+        for field in ("queue", "timeout", "model", "vram_mb"):
+            object.__setattr__(self, field, getattr(stamp, field))
         object.__setattr__(self, "timing", self._timing())
         try:
             self.spec("")
@@ -138,6 +140,9 @@ class Schedule:
              "must be a whole number of at least 1"),
             ("timeout", self.timeout is None or _is_positive(self.timeout),
              "must be a positive number of seconds, at most 100 years"),
+            ("model", self.model is None or _is_word(self.model), "must be a model id: a word without spaces"),
+            ("vram_mb", self.vram_mb is None or (_is_int(self.vram_mb) and 1 <= self.vram_mb <= names.INT32_MAX),
+             "must be a whole number of MiB, at least 1"),
             ("args", _is_json(self.args), "must be a JSON value (an object, a list, a string, a number ...)"),
         ]
         for field, ok, requirement in checks:
@@ -171,7 +176,7 @@ class Schedule:
     def spec(self, project: str) -> JobSpec:
         """The job each slot enqueues, in ``project``."""
         return JobSpec(task=self.task, args=self.args, queue=self.queue, project=project, priority=self.priority,
-                       max_attempts=self.max_attempts, timeout=self.timeout)
+                       max_attempts=self.max_attempts, timeout=self.timeout, model=self.model, vram_mb=self.vram_mb)
 
     def to_dict(self) -> dict[str, Any]:
         """As a schedule file writes it."""
@@ -280,11 +285,11 @@ _lock = threading.Lock()
 def periodic(cron: str | None = None, *, every: float | None = None, name: str | None = None, args: Any = None,
              queue: str = "default", zone: str = "UTC", hours: Sequence[int] | None = None, missed: str = SKIP,
              at_boot: bool = False, priority: int = 0, max_attempts: int = 5,
-             timeout: float | None = None, kind: type[tasks.Task] = tasks.Task,
+             timeout: float | None = None, model: str | None = None, kind: type[tasks.Task] = tasks.Task,
              ) -> Callable[[Callable[..., Any]], tasks.Task]:
     """Register a function as a task and as a schedule that enqueues it at each slot of
     ``cron`` or ``every`` seconds. ``name`` names both (default ``module:qualname``); the
-    other options are ``Schedule``'s, ``timeout`` and ``kind`` the task's (see
+    other options are ``Schedule``'s, ``timeout``, ``model`` and ``kind`` the task's (see
     ``tasks.task``). A scheduler started with
     ``--app MODULE`` fires the schedules that module declares.
 
@@ -298,7 +303,7 @@ def periodic(cron: str | None = None, *, every: float | None = None, name: str |
         raise ConfigError("@periodic needs a cron expression or every=SECONDS, e.g. @rowfleet.periodic('*/15 * * * *')")
 
     def register(function: Callable[..., Any]) -> tasks.Task:
-        registered = tasks.task(function, name=name, queue=queue, timeout=timeout, kind=kind)
+        registered = tasks.task(function, name=name, queue=queue, timeout=timeout, model=model, kind=kind)
         schedule = Schedule(name=registered.name, task=registered.name, cron=cron, every=every, args=args,
                             queue=registered.queue, timeout=registered.timeout, zone=zone, hours=hours,
                             missed=missed, at_boot=at_boot, priority=priority, max_attempts=max_attempts)

@@ -200,7 +200,7 @@ class RunStore(StoreCore):
             return
         spec = JobSpec(task=node.task, args=action.args, queue=node.queue, project=run["project"],
                        priority=node.priority, max_attempts=node.max_attempts, timeout=node.timeout,
-                       model=node.model)
+                       model=node.model, vram_mb=node.vram_mb)
         placement = {"run_id": run["id"], "node_id": node.id, "node_generation": row["generation"]}
         if action.items is None:
             self._enqueue(tx, spec, placement)
