@@ -57,7 +57,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("storage", ("rowfleet.store", "rowfleet.wake", "rowfleet.sql", "rowfleet.migrations")),
     ("services", ("rowfleet.tasks", "rowfleet.watchdog", "rowfleet.worker", "rowfleet.supervisor",
                   "rowfleet.orchestrator", "rowfleet.scheduler", "rowfleet.snapshot", "rowfleet.waiting",
-                  "rowfleet.reconnect", "rowfleet.keeper", "rowfleet.models")),
+                  "rowfleet.reconnect", "rowfleet.keeper", "rowfleet.models", "rowfleet.sidecar",
+                  "rowfleet.gpu_worker")),
     ("surface", ("rowfleet.api", "rowfleet.cli", "rowfleet.panel", "rowfleet.__main__", "rowfleet")),
 )
 
