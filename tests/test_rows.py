@@ -21,7 +21,7 @@ import unittest
 from typing import Any
 
 from rowfleet import dag
-from rowfleet.control import OFF, HARD, Switch
+from rowfleet.control import OFF, HARD, ModelControl, Switch
 from rowfleet.job import Event, Job, JobSpec, MissingColumn
 from rowfleet.store.fleet import GpuLease
 from rowfleet.store.runs import Run
@@ -57,6 +57,7 @@ ROW_TYPES = (
     # A run's view holds the nodes walked from its definition, not the definition's JSON.
     RowType(Run, "runs", "id", not_columns=frozenset({"nodes"}), unread=frozenset({"definition"})),
     RowType(GpuLease, "gpu_leases", "host, gpu_index"),
+    RowType(ModelControl, "model_controls", "host, model, action"),
 )
 # Tables with no row dataclass: their rows are handed on as plain dicts (``dict(row)``:
 # workers, dispatch_events, schedule_slots) or read a column or two by name where they are
@@ -83,6 +84,7 @@ class RowsContract:
         self.store.set_switch(PROJECT, "box", "gpu", OFF, HARD, changed_by="ops")
         self.store.start_run(FLOW, {"n": 2}, PROJECT)
         self.store.acquire_gpu("box", 1, "llm", "box:7", 60.0)
+        self.store.set_model_control("box", "llm", "pin", changed_by="ops")
 
     def rows(self, row_type: RowType, columns: list[str] | None = None) -> list[Any]:
         """The rows of ``row_type``'s table, with ``columns`` in that order (None: ``SELECT *``)."""

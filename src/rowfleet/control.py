@@ -117,3 +117,78 @@ def next_step(switch: Switch | None, holding_job: bool, has_run_jobs: bool) -> s
     if switch.policy == HARD and (holding_job or has_run_jobs):
         return STOP
     return FINISH_THEN_PARK if holding_job else PARK
+
+
+# --- operators' rules for the models of a box ---------------------------------------------
+# A ``model_controls`` row: (host, model, action). ``pin`` keeps the model warm on the host
+# (never unloaded for idleness or churn) and ``forbid`` keeps it off the host (its workers
+# do not claim its jobs); both stand until cleared. ``unload`` and ``preload`` are requests
+# a worker of the host carries out once, then marks done. ``*`` as host: every host.
+PIN, FORBID, UNLOAD, PRELOAD = "pin", "forbid", "unload", "preload"
+MODEL_ACTIONS = (PIN, FORBID, UNLOAD, PRELOAD)
+STANDING = (PIN, FORBID)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelControl:
+    host: str
+    model: str
+    action: str
+    changed_by: str = ""
+    changed_at: float = 0.0
+    done_at: float | None = None  # a request's: when a worker carried it out
+
+    @classmethod
+    def from_row(cls, row: Any) -> "ModelControl":
+        """Build from a row of ``model_controls``, by column name.
+
+        >>> ModelControl.from_row({"action": PIN, "model": "m", "host": "box", "changed_by": "ops",
+        ...                        "changed_at": 1.0, "done_at": None}).pending
+        True
+        """
+        stored = by_name(row, "model_controls", _MODEL_CONTROL_COLUMNS)
+        return cls(**{name: stored[name] for name in _MODEL_CONTROL_COLUMNS})
+
+    @property
+    def pending(self) -> bool:
+        """A standing rule always holds; a request holds until a worker has carried it out."""
+        return self.action in STANDING or self.done_at is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_MODEL_CONTROL_COLUMNS = frozenset(field.name for field in dataclasses.fields(ModelControl))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRules:
+    """What the operators' model rows say to the workers of one host."""
+
+    pinned: frozenset[str] = frozenset()
+    forbidden: frozenset[str] = frozenset()
+    unload: frozenset[str] = frozenset()     # requests not yet carried out
+    preload: tuple[str, ...] = ()            # oldest request first
+
+
+def model_rules(controls: Iterable[ModelControl], host: str) -> ModelRules:
+    """The rules for ``host`` (its own rows and the ``*`` ones). A model both pinned and
+    forbidden is forbidden: keeping a model off a box is the stricter wish.
+
+    >>> rows = [ModelControl("box", "a", PIN), ModelControl("*", "a", FORBID), ModelControl("box", "b", PIN),
+    ...         ModelControl("box", "c", PRELOAD, changed_at=2), ModelControl("box", "d", PRELOAD, changed_at=1),
+    ...         ModelControl("box", "e", UNLOAD, done_at=5.0), ModelControl("other", "f", FORBID)]
+    >>> rules = model_rules(rows, "box")
+    >>> sorted(rules.pinned), sorted(rules.forbidden), sorted(rules.unload), rules.preload
+    (['b'], ['a'], [], ('d', 'c'))
+    """
+    mine = [row for row in controls if row.host in (ANY, host) and row.pending]
+    forbidden = frozenset(row.model for row in mine if row.action == FORBID)
+
+    def allowed(action: str) -> list[ModelControl]:
+        return [row for row in mine if row.action == action and row.model not in forbidden]
+
+    preloads = sorted(allowed(PRELOAD), key=lambda row: row.changed_at)
+    return ModelRules(pinned=frozenset(row.model for row in allowed(PIN)), forbidden=forbidden,
+                      unload=frozenset(row.model for row in mine if row.action == UNLOAD),
+                      preload=tuple(dict.fromkeys(row.model for row in preloads)))

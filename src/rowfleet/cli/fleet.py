@@ -38,6 +38,18 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--by", help="who asks, recorded on the switch (default: this user)")
     sub.add_argument("--json", action="store_true")
 
+    sub = command("model-control", cmd_model_control, "pin, forbid, unload or preload a model on a box, or list "
+                                                       "the rules")
+    sub.add_argument("action", choices=(*control.MODEL_ACTIONS, "list"),
+                     help="pin: keep it warm here (never unloaded); forbid: never claim its jobs here; unload, "
+                          "preload: once, now; list: the rules and requests for this host")
+    sub.add_argument("model", nargs="?", help="the model id (not for list)")
+    sub.add_argument("--clear", action="store_true", help="delete the rule or request instead of writing it")
+    # The host is the --host setting (default: this machine's label, as workers here use).
+    sub.add_argument("--all-hosts", action="store_true", help="every host, instead of --host")
+    sub.add_argument("--by", help="who asks, recorded on the row (default: this user)")
+    sub.add_argument("--json", action="store_true")
+
     sub = command("workers", cmd_workers, "workers with what their switches want and what they do")
     sub.add_argument("--all-projects", action="store_true", help="every project's workers, not only this one's")
     sub.add_argument("--all", action="store_true", dest="include_old",
@@ -67,6 +79,51 @@ def cmd_control(args: argparse.Namespace, config: configuration.Config) -> int:
         print(f"note: {held.scope()} is still switched off ({held.policy}, by {held.changed_by or '?'}); "
               f"workers it covers stay parked until it is switched on")
     return exitcodes.OK
+
+
+def cmd_model_control(args: argparse.Namespace, config: configuration.Config) -> int:
+    host = control.ANY if args.all_hosts else _word("--host", config.host)
+    if args.action == "list":
+        if args.model is not None or args.clear:
+            raise ConfigError("model-control list takes no model and no --clear")
+        return _list_model_controls(config, None if args.all_hosts else host, args.json)
+    if args.model is None:
+        raise ConfigError(f"model-control {args.action} needs a model id, e.g. model-control {args.action} llama3-8b:q4")
+    model = names.check_name("model", args.model)
+    with open_store(config) as store:
+        store.require_schema()
+        if args.clear:
+            found = store.clear_model_control(host, model, args.action)
+            shown = {"cleared": found, "host": host, "model": model, "action": args.action}
+        else:
+            shown = store.set_model_control(host, model, args.action, args.by or _user()).to_dict()
+    if args.json:
+        print_json(shown)
+    elif args.clear:
+        print(f"{args.action} {model} on {_hosts(host)}: {'cleared' if shown['cleared'] else 'there was none'}")
+    else:
+        print(f"{args.action} {model} on {_hosts(host)}" + ("" if args.action in control.STANDING
+                                                            else ": a worker there carries it out once"))
+    return exitcodes.OK
+
+
+def _list_model_controls(config: configuration.Config, host: str | None, as_json: bool) -> int:
+    with open_store(config) as store:
+        store.require_schema()
+        rows = store.model_controls(host)
+    if as_json:
+        print_json({"model_controls": [row.to_dict() for row in rows]})
+        return exitcodes.OK
+    print(table(["host", "model", "action", "by", "at", "done"],
+                [[row.host, row.model, row.action, row.changed_by or "-", iso(row.changed_at),
+                  iso(row.done_at) if row.done_at is not None else ("-" if row.action in control.STANDING
+                                                                     else "pending")] for row in rows])
+          or "no model controls")
+    return exitcodes.OK
+
+
+def _hosts(host: str) -> str:
+    return "every host" if host == control.ANY else f"host {host}"
 
 
 def cmd_workers(args: argparse.Namespace, config: configuration.Config) -> int:

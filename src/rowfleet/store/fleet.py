@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any, Iterator
 
 from rowfleet import control, exitcodes, liveness
-from rowfleet.control import Switch
+from rowfleet.control import ModelControl, Switch
 from rowfleet.errors import ConfigError, RowfleetError
 from rowfleet.job import QUEUED, RUNNING, by_name, encode_json
 from rowfleet.store.core import StoreCore, Tx
@@ -192,6 +192,33 @@ class FleetStore(StoreCore):
     def model_stats(self, project: str) -> list[dict[str, Any]]:
         """Each model's measured figures in ``project``, by model name."""
         return [dict(row) for row in self.reader().all("model_stats", project=project)]
+
+    # --- operators' rules for the models of a box --------------------------------------
+
+    def set_model_control(self, host: str, model: str, action: str, changed_by: str = "") -> ModelControl:
+        """Write a rule (pin, forbid) or a request (unload, preload) for the workers of
+        ``host`` (``*``: every host) about ``model``."""
+        if action not in control.MODEL_ACTIONS:
+            raise ConfigError(f"a model control is one of {', '.join(control.MODEL_ACTIONS)}, got {action!r}")
+        with self.transaction() as tx:
+            return ModelControl.from_row(tx.one("set_model_control", host=host, model=model, action=action,
+                                                changed_by=changed_by))
+
+    def clear_model_control(self, host: str, model: str, action: str) -> bool:
+        """Delete a rule or request; whether there was one."""
+        with self.transaction() as tx:
+            return tx.run("clear_model_control", host=host, model=model, action=action) > 0
+
+    def model_controls(self, host: str | None = None) -> list[ModelControl]:
+        """The rules and requests for the workers of ``host`` (its own and the ``*`` ones), or
+        every row when ``host`` is None."""
+        return [ModelControl.from_row(row) for row in self.reader().all("model_controls", host=host)]
+
+    def model_control_done(self, request: ModelControl) -> bool:
+        """Mark a request carried out, unless it was written again since it was read."""
+        with self.transaction(durable=False) as tx:
+            return tx.run("model_control_done", host=request.host, model=request.model, action=request.action,
+                          changed_at=request.changed_at) > 0
 
     # --- orchestrators -----------------------------------------------------------------
 

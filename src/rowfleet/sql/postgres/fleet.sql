@@ -217,3 +217,25 @@ SET load_seconds = coalesce(excluded.load_seconds, model_stats.load_seconds),
 
 -- name: model_stats
 SELECT * FROM model_stats WHERE project = %(project)s ORDER BY model;
+
+-- name: set_model_control
+-- A rule or request written again is written afresh: a request done before is pending again.
+INSERT INTO model_controls (host, model, action, changed_by, changed_at, done_at)
+VALUES (%(host)s, %(model)s, %(action)s, %(changed_by)s, rowfleet_now(%(now)s), NULL)
+ON CONFLICT (host, model, action) DO UPDATE
+SET changed_by = excluded.changed_by, changed_at = excluded.changed_at, done_at = NULL
+RETURNING *;
+
+-- name: clear_model_control
+DELETE FROM model_controls WHERE host = %(host)s AND model = %(model)s AND action = %(action)s;
+
+-- name: model_controls
+-- Every rule and request for the workers of :host (its own rows and the '*' ones), or of
+-- every host when :host is NULL.
+SELECT * FROM model_controls WHERE %(host)s::text IS NULL OR host IN (%(host)s, '*') ORDER BY host, model, action;
+
+-- name: model_control_done
+-- A worker carried out a request: it is done, unless written again since (changed_at).
+UPDATE model_controls SET done_at = rowfleet_now(%(now)s)
+WHERE host = %(host)s AND model = %(model)s AND action = %(action)s AND done_at IS NULL
+  AND changed_at <= %(changed_at)s;
