@@ -13,7 +13,7 @@ from rowfleet.orchestrator import PRUNE_EVERY, Orchestrator, Sweep
 from support import TempDirTestCase
 
 PRINTED_KEYS = {"schema_version", "reclaimed", "failed", "cancelled", "flagged_workers", "reconciled_runs",
-                "dispatched", "dispatch_failures", "pruned"}
+                "dispatched", "dispatch_failures", "unplaceable", "placeable", "unplaceable_failed", "pruned"}
 
 
 def load_tests(loader, tests, pattern):

@@ -11,6 +11,9 @@ say draining; then ``wake`` tells the main thread to look. A renewal that finds 
 handed to another worker ends the process (77); one that carries an operator's cancel
 asks the handler to stop and has the watchdog end the process after the grace.
 
+A GPU worker's keeper (``gpu``, a ``rowfleet.gpu_worker.GpuBox``) also renews the GPU's
+lease with each renewal of the job's, and adds the worker's GPU advert to every beat.
+
 Writes no SQL: everything goes through the store. Must not import ``rowfleet.worker``.
 """
 
@@ -20,7 +23,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rowfleet import control, exitcodes, waiting
 from rowfleet.config import Config
@@ -30,6 +33,9 @@ from rowfleet.job import Job
 from rowfleet.serving import describe_switch, stop_reason
 from rowfleet.store import Store
 from rowfleet.watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from rowfleet.gpu_worker import GpuBox
 
 log = logging.getLogger("rowfleet.worker")
 
@@ -90,7 +96,7 @@ class Keeper(threading.Thread):
     store's control waiter hears of a change: a NOTIFY on Postgres)."""
 
     def __init__(self, identity: Identity, switch: SwitchCell, connect: Callable[[], Store], watchdog: Watchdog, *,
-                 exit: Callable[[int], None], wake: Callable[[], None]) -> None:
+                 exit: Callable[[int], None], wake: Callable[[], None], gpu: "GpuBox | None" = None) -> None:
         super().__init__(name=f"rowfleet-keeper-{identity.pid}", daemon=True)
         self.identity = identity
         self.switch = switch
@@ -98,6 +104,7 @@ class Keeper(threading.Thread):
         self.watchdog = watchdog
         self.exit = exit  # how a stale token ends the process (os._exit)
         self.wake = wake  # tells the main thread the switch moved
+        self.gpu = gpu  # a GPU worker's lease and advert; None for a worker without one
         self._job: Job | None = None
         self._cancel_reason: str | None = None  # an operator cancelled the job in hand: why
         self._state = control.SERVING  # what the heartbeat row shows
@@ -202,12 +209,16 @@ class Keeper(threading.Thread):
         with self._lock:
             job, state = self._job, self._state
         me = self.identity
+        advert = self.gpu.advert() if self.gpu is not None else {}
         try:
-            store.worker_beat(me.worker_id, me.project, me.host, me.queue, me.pid, job.id if job else None, state)
+            store.worker_beat(me.worker_id, me.project, me.host, me.queue, me.pid, job.id if job else None, state,
+                              **advert)
         except RowfleetError as exc:
             log.warning("heartbeat failed: %s", exc)
 
     def _renew(self, store: Store) -> None:
+        if self.gpu is not None:
+            self.gpu.renew(store)
         job = self.held()
         if job is None:
             return

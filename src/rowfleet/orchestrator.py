@@ -11,6 +11,20 @@ guarded write, so two orchestrators may run at once. Each sweep also beats the
 orchestrator's own row, so ``status`` and ``broker`` can say whether a project is served.
 ``run_once(now)`` is one sweep and one drain; its ``Sweep`` says what they did.
 
+Each sweep also decides placement for the project's queued model jobs, a group at a time
+(one per queue, model and job size, as ``rowfleet.snapshot.models`` reads them, never a job
+at a time): ``rowfleet.routing.unplaceable_reason`` against the GPU workers of the job's
+queue (their heartbeat rows, live or not) and the models' measured figures. A group whose
+reason changed is flagged (``unplaceable``, with one ``unplaceable`` event per job), and a
+flagged one that some worker could now take is cleared (one ``placeable`` event per job),
+as is a flagged job a worker has claimed; so a job is flagged by the first sweep after it
+became unplaceable. The flag is information only: a flagged job stays claimable, so a
+fitting worker that appears takes it, and the next sweep clears the flag. With
+``fail_unplaceable_after`` seconds, a job unplaceable for longer fails, naming the reason,
+as any failure ends (a workflow node's run is told through the outbox). Writes go in
+batches (``PLACEMENT_BATCH`` jobs each, ``PLACEMENT_BATCHES`` per sweep at most): a huge
+backlog is flagged over a few sweeps, never in one long write.
+
 Writes no SQL: everything goes through the store.
 """
 
@@ -23,10 +37,13 @@ import threading
 import time
 from typing import Any
 
-from rowfleet import waiting
+from rowfleet import routing, snapshot, waiting
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBroken, RowfleetError
+from rowfleet.job import QUEUED
+from rowfleet.snapshot import Demand, Models
 from rowfleet.store import Store
+from rowfleet.store.jobs import PLACEMENT_BATCH
 
 log = logging.getLogger("rowfleet.orchestrator")
 
@@ -41,13 +58,17 @@ DRAIN_SPACING = 0.005
 # After a wake-up, re-checks start this far apart and back off to SETTLE_STEP_MAX.
 SETTLE_STEP = 0.0005
 SETTLE_STEP_MAX = 0.005
+# Placement writes (of up to PLACEMENT_BATCH jobs each) one sweep makes at most.
+PLACEMENT_BATCHES = 20
 
 
 @dataclasses.dataclass(frozen=True)
 class Sweep:
     """What one sweep did: jobs whose holder was gone (reclaimed, failed, or cancelled, by
     what their row said), workers flagged dead, runs walked again, dispatch events applied
-    and failed, finished rows pruned."""
+    and failed, queued model jobs flagged unplaceable (or with a new reason), flags cleared
+    (``placeable``), unplaceable jobs failed past ``fail_unplaceable_after``, finished rows
+    pruned."""
 
     reclaimed: int = 0
     failed: int = 0
@@ -56,6 +77,9 @@ class Sweep:
     reconciled_runs: int = 0
     dispatched: int = 0
     dispatch_failures: int = 0
+    unplaceable: int = 0
+    placeable: int = 0
+    unplaceable_failed: int = 0
     pruned: int = 0
 
     def to_dict(self) -> dict[str, int]:
@@ -67,10 +91,46 @@ class Sweep:
         return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass(frozen=True)
+class Placed:
+    """What one sweep's placement did: jobs flagged, cleared and failed."""
+
+    flagged: int = 0
+    cleared: int = 0
+    failed: int = 0
+
+
+def reason_now(group: Demand, fleet: Models) -> str | None:
+    """Why the group's jobs can run on no GPU worker of their queue now (a
+    ``routing.Unplaceable`` value), or None: some worker can take them, or they run."""
+    if group.state != QUEUED:
+        return None
+    info = fleet.info.get(group.model)
+    reason = routing.unplaceable_reason(group.model, routing.vram_need(group.vram_mb, info),
+                                        fleet.boxes(group.queue), info)
+    return None if reason is None else reason.value
+
+
+def overdue(group: Demand, reason: str | None, now: float, after: float | None) -> bool:
+    """Have the group's jobs been unplaceable (still for ``reason``) longer than ``after``
+    seconds (None: never too long)?
+
+    >>> group = Demand("gpu", "llm", None, "queued", "model_unknown", 2, unplaceable_since=100.0)
+    >>> overdue(group, "model_unknown", 161.0, 60.0), overdue(group, "model_unknown", 160.0, 60.0)
+    (True, False)
+    >>> overdue(group, None, 1e9, 60.0), overdue(group, "model_unknown", 1e9, None)
+    (False, False)
+    """
+    return (after is not None and reason is not None and group.unplaceable_since is not None
+            and now - group.unplaceable_since > after)
+
+
 class Orchestrator:
-    def __init__(self, store: Store, config: Config) -> None:
+    def __init__(self, store: Store, config: Config, fail_unplaceable_after: float | None = None) -> None:
         self.store = store
         self.config = config
+        # Seconds a queued model job may stay unplaceable before it fails; None: forever.
+        self.fail_unplaceable_after = fail_unplaceable_after
         self._next_prune = 0.0
         self._stop = threading.Event()
         self._waiter: Any = None
@@ -98,6 +158,7 @@ class Orchestrator:
         stranded = self.store.reconcile_runs(self.config.project, RECONCILE_GRACE)
         for run_id in stranded:
             log.warning("run %d had nothing left that would move it on; walking it again", run_id)
+        placed = self.place()
         drained = self.drain()
         pruned = 0
         if now >= self._next_prune:
@@ -109,7 +170,56 @@ class Orchestrator:
         return Sweep(reclaimed=actions.count("reclaimed"), failed=actions.count("failed"),
                      cancelled=actions.count("cancelled"), flagged_workers=len(flagged),
                      reconciled_runs=len(stranded), dispatched=drained["applied"],
-                     dispatch_failures=drained["failed"], pruned=pruned)
+                     dispatch_failures=drained["failed"], unplaceable=placed.flagged, placeable=placed.cleared,
+                     unplaceable_failed=placed.failed, pruned=pruned)
+
+    def place(self) -> Placed:
+        """Flag, clear and fail this project's queued model jobs by where they could run
+        now (the module docstring gives the rules); what it did."""
+        project = self.config.project
+        fleet = snapshot.models(self.store, project, window=None)
+        flagged = cleared = failed = 0
+        budget = PLACEMENT_BATCHES
+        for group in fleet.demand:
+            reason = reason_now(group, fleet)
+            if reason != group.unplaceable and budget > 0:
+                ids, budget = self._transition(group, reason, budget)
+                if reason is None:
+                    cleared += len(ids)
+                else:
+                    flagged += len(ids)
+                    log.warning("%d job(s) of queue %r needing model %r: unplaceable: %s", len(ids), group.queue,
+                                group.model, snapshot.unplaceable_text(reason))
+            if overdue(group, reason, fleet.at, self.fail_unplaceable_after) and budget > 0:
+                failed += self._fail_overdue(group, reason, fleet.at - self.fail_unplaceable_after)
+                budget -= 1
+        return Placed(flagged, cleared, failed)
+
+    def _transition(self, group: Demand, reason: str | None, budget: int) -> tuple[list[int], int]:
+        """Move the group's jobs from their flag to ``reason`` (None: clear it), batch by
+        batch while ``budget`` batches are left; the ids moved and the budget left."""
+        moved: list[int] = []
+        while budget > 0:
+            budget -= 1
+            if reason is None:
+                batch = self.store.clear_unplaceable(self.config.project, group.queue, group.model, group.vram_mb,
+                                                     group.state, group.unplaceable)
+            else:
+                batch = self.store.flag_unplaceable(self.config.project, group.queue, group.model, group.vram_mb,
+                                                    group.unplaceable, reason)
+            moved += batch
+            if len(batch) < PLACEMENT_BATCH:
+                break
+        return moved, budget
+
+    def _fail_overdue(self, group: Demand, reason: str, before: float) -> int:
+        error = (f"unplaceable for more than {self.fail_unplaceable_after:g}s: "
+                 f"{snapshot.unplaceable_text(reason)}; model {group.model!r}, queue {group.queue!r}")
+        jobs = self.store.fail_unplaceable(self.config.project, group.queue, group.model, group.vram_mb, reason,
+                                           before, error)
+        for job in jobs:
+            log.warning("job %d failed: %s", job.id, error)
+        return len(jobs)
 
     def request_stop(self) -> None:
         """Stop after the step in hand. Safe to call from a signal handler."""

@@ -90,13 +90,9 @@ FAILED_LOADS = 3  # failed loads within FAILURE_WINDOW that mark a model's loads
 FAILURE_WINDOW = 900.0  # seconds ModelInfo.failed_loads counts back
 
 
-class Unplaceable(enum.StrEnum):
-    """Why a queued model job can run on no box (the module docstring gives the precedence)."""
-
-    MODEL_UNKNOWN = "model_unknown"
-    NO_BOX_BIG_ENOUGH = "no_box_big_enough"
-    LOAD_FAILING = "load_failing"
-    FITTING_BOXES_OFF = "fitting_boxes_off"
+# Why a queued model job can run on no box (the module docstring gives the precedence);
+# each value is its name in lower case, as ``jobs.unplaceable`` stores it.
+Unplaceable = enum.StrEnum("Unplaceable", ["MODEL_UNKNOWN", "NO_BOX_BIG_ENOUGH", "LOAD_FAILING", "FITTING_BOXES_OFF"])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,11 @@ notifies a change, into the ``SwitchCell`` the main thread reads too. Off with `
 Off with ``hard``: the watchdog hands the job in hand back and the process exits 79; a
 worker started while off parks before its first claim.
 
+A GPU worker (``--gpu`` with models to load) hands its claims to a ``GpuBox``
+(``rowfleet.gpu_worker``): each claim carries its routing inputs, a model job runs only once
+the GPU's lease is its model's (else it is handed back, unrun and unspent), its model is
+loaded before the handler runs, and an idle worker unloads its model after ``idle_unload``.
+
 Writes no SQL: everything goes through the store.
 """
 
@@ -38,10 +43,11 @@ import threading
 import time
 from typing import Any, Callable
 
-from rowfleet import control, exitcodes, serving, tasks, waiting
+from rowfleet import control, exitcodes, models, serving, tasks, waiting
 from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, LeaseLost, RowfleetError, StoreUnavailable
+from rowfleet.gpu_worker import GpuBox, GpuSettings
 from rowfleet.job import CANCELLED, Job, Outcome, decide_outcome, unreadable_outcome
 from rowfleet.keeper import Identity, Keeper, SwitchCell
 from rowfleet.store import Store, open_store
@@ -97,7 +103,7 @@ class Worker:
     """Claims and runs jobs of one (project, queue) until stopped (or, in burst mode, idle)."""
 
     def __init__(self, config: Config, queue: str, *, burst: bool = False, gpu: bool = False,
-                 store_factory: Callable[[Config], Store] = open_store,
+                 gpu_settings: GpuSettings | None = None, store_factory: Callable[[Config], Store] = open_store,
                  exit: Callable[[int], None] = os._exit) -> None:
         self.config = config
         self.queue = queue
@@ -107,6 +113,9 @@ class Worker:
         self.exit = exit  # how a watchdog or a stale token ends the process (os._exit)
         self.identity = Identity.of(config, queue, os.getpid(), time.time())
         self.holder = self.identity.holder
+        # A GPU worker's placement: None for a worker that loads no models (it claims as before).
+        self.gpu_box = None if gpu_settings is None else GpuBox(config, gpu_settings, worker_id=self.identity.worker_id,
+                                                                holder=self.holder, queue=queue)
         self.stop_event = threading.Event()
         self.store: Store | None = None
         self.waiter: Any = None
@@ -147,8 +156,10 @@ class Worker:
         self.watchdog = Watchdog(self.config, self.store_factory, gpu_jobs=self.gpu, exit=self.exit)
         self.watchdog.start()
         # After the watchdog: a switch the keeper reads may stop a job through it.
+        if self.gpu_box is not None:
+            models.install(self.gpu_box.resident)  # what rowfleet.model() in a handler gets
         self.keeper = Keeper(self.identity, self.switch, lambda: self.store_factory(self.config), self.watchdog,
-                             exit=self.exit, wake=self._wake)
+                             exit=self.exit, wake=self._wake, gpu=self.gpu_box)
         self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
         log.info("worker %s serving queue %r of project %r", self.holder, self.queue, self.config.project)
@@ -158,6 +169,8 @@ class Worker:
         finally:
             self.watchdog.stop()
             self.keeper.stop()
+            if self.gpu_box is not None:
+                self.gpu_box.close(self.store)
             self._say_goodbye()
             self.waiter.close()
             self.store.close()
@@ -231,13 +244,17 @@ class Worker:
 
     def _claim_request(self) -> Claim:
         """What this worker asks the store for, each time it claims or looks for due work."""
-        return Claim(self.config.project, self.queue, self.holder, self.config.lease)
+        routing = {} if self.gpu_box is None else self.gpu_box.claim_fields(self.store)
+        return Claim(self.config.project, self.queue, self.holder, self.config.lease, **routing)
 
     def _claim(self) -> Job | None:
         return self.store.claim(self._claim_request())
 
     def run_job(self, job: Job) -> Job | None:
-        """Run a claimed job and write its outcome; the next job when one was claimed with it."""
+        """Run a claimed job and write its outcome; the next job when one was claimed with it.
+        A model job whose GPU is another model's is handed back unrun (None: claim again)."""
+        if self.gpu_box is not None and not self.gpu_box.place(self.store, job):
+            return None
         self.keeper.hold(job)
         # A row that cannot be decoded fails at once, unwatched (its budget may be garbage), unrun.
         readable = job.unreadable is None
@@ -257,6 +274,8 @@ class Worker:
                               event="cancelled")
         self.watchdog.release()
         self.keeper.release()
+        if self.gpu_box is not None:
+            self.gpu_box.job_done()
         self.jobs_run += 1
         try:
             following = self._finish(job, outcome)
@@ -291,6 +310,7 @@ class Worker:
         reporter = _reporter.set(lambda fraction, message: self._report(job, fraction, message))
         try:
             handler = tasks.resolve(job.task, self.config.allow_modules)  # a row names only trusted code
+            self._load_model(job)  # a load that fails fails the attempt, as the handler would
             result = _call(handler, job.args)
         except (Exception, SystemExit) as exc:  # the handler's failure is the job's, not ours
             return decide_outcome(job, raised=exc, backoff_base=self.config.backoff_base,
@@ -299,6 +319,12 @@ class Worker:
             _reporter.reset(reporter)
             _current_job.reset(token)
         return decide_outcome(job, result=result)
+
+    def _load_model(self, job: Job) -> None:
+        """A GPU worker loads the job's model before its handler runs; the heartbeat shows
+        the model warm at once."""
+        if self.gpu_box is not None and self.gpu_box.load(self.store, job):
+            self.keeper.beat(self.store)
 
     def _report(self, job: Job, fraction: float | None, message: str | None) -> None:
         """A progress beat: the watchdog hears each; the job row gets one a second at most."""
@@ -327,14 +353,25 @@ class Worker:
             return True
         deadline = time.monotonic() + self.config.poll
         while not self.stopping and self.switch.get() is None:
+            unload_in = self._unload_idle()
             remaining = deadline - time.monotonic()
             if remaining <= 0:  # the safety poll, in case a wake-up was lost
                 if self._due():
                     return True
                 deadline = time.monotonic() + self.config.poll
-            elif self.waiter.wait(remaining) and self._settle():
+            elif self.waiter.wait(remaining if unload_in is None else min(remaining, max(unload_in, 0.01))) \
+                    and self._settle():
                 return True
         return False
+
+    def _unload_idle(self) -> float | None:
+        """A GPU worker idle past ``idle_unload`` unloads its model (and its heartbeat says
+        so); seconds until that is due, or None: never."""
+        if self.gpu_box is None:
+            return None
+        if self.gpu_box.unload_if_idle(self.store):
+            self.keeper.beat(self.store)
+        return self.gpu_box.unload_in()
 
     def _settle(self) -> bool:
         """After a wake-up: is there work for us now? A wake-up can arrive before the commit

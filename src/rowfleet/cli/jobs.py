@@ -16,8 +16,8 @@ from rowfleet.cli.arguments import (Parser, allow_module_flag, int64, json_flag,
                                   positive_float, positive_int, trusted)
 from rowfleet.cli.fleet import seen_text, services_table
 from rowfleet.cli.output import print_json, short, table
-from rowfleet.job import RUNNING, STATES, JobSpec, iso
-from rowfleet.snapshot import Progress, snapshot
+from rowfleet.job import QUEUED, RUNNING, STATES, JobSpec, iso
+from rowfleet.snapshot import Progress, snapshot, unplaceable_text
 from rowfleet.store import Store, open_store
 
 
@@ -130,6 +130,10 @@ def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
         return exitcodes.OK
     print(table(["project", "queue", "state", "jobs"],
                  [[c.project or "''", c.queue, c.state, c.text()] for c in fleet.counts]) or "no jobs")
+    if fleet.unplaceable:
+        print()
+        print(table(["project", "queue", "unplaceable (see: rowfleet models)"],
+                    [[c.project or "''", c.queue, c.text()] for c in fleet.unplaceable]))
     if fleet.services:
         print()
         print(services_table(fleet.services))
@@ -161,7 +165,17 @@ def cmd_jobs(args: argparse.Namespace, config: configuration.Config) -> int:
     for job in found:
         if job.unreadable:
             print(f"! job {job.id} is unreadable: {job.unreadable}")
+        if _unplaceable(job):
+            print(f"! job {job.id} is unplaceable: {_unplaceable(job)}")
     return exitcodes.OK
+
+
+def _unplaceable(job: Any) -> str | None:
+    """Why no GPU worker can hold a queued job, and since when; None when it is placeable.
+    The flag speaks of a queued job only: one claimed since keeps it until the next sweep."""
+    if job.state != QUEUED or not isinstance(job.unplaceable, str):
+        return None
+    return f"{unplaceable_text(job.unplaceable)} since {iso(job.unplaceable_at)}"
 
 
 def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
@@ -179,6 +193,8 @@ def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
     keys += ["watchdog_retries"] if data["watchdog_retries"] else []
     for key in keys:
         print(f"{key:>13}: {_field_text(job, key, data[key])}")
+    if _unplaceable(job):
+        print(f"  unplaceable: {_unplaceable(job)}")
     if data["traceback"]:
         print("    traceback:\n" + data["traceback"].rstrip())
     print("       events:")

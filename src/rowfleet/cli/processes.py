@@ -8,17 +8,26 @@ import signal
 import threading
 from typing import Any, Callable
 
+from functools import partial
+
 from rowfleet import config as configuration
-from rowfleet import exitcodes, names, tasks, waiting
-from rowfleet.cli.arguments import Parser, allow_module_flag, positive_int, trusted
+from rowfleet import exitcodes, models, names, routing, tasks, waiting
+from rowfleet.cli.arguments import Parser, allow_module_flag, positive_float, positive_int, trusted
+from rowfleet.cli.arguments import non_negative_int, number
 from rowfleet.cli.output import print_json, report
 from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError
+from rowfleet.gpu_worker import GpuSettings, model_list
 from rowfleet.orchestrator import Orchestrator
 from rowfleet.store import Store, open_store
 from rowfleet.supervisor import Supervisor
 from rowfleet.worker import Worker
 
 log = logging.getLogger("rowfleet.orchestrator")
+
+mib = number(int, "a whole number of MiB", partial(names.check_int, least=1, most=names.INT32_MAX))
+host_priority = number(int, "a whole number", partial(names.check_int, least=-names.INT32_MAX, most=names.INT32_MAX))
+# The flags that make a GPU worker route its claims; each needs --gpu and a model to load.
+ROUTING_FLAGS = ("models", "vram_mb", "gpu_index", "lane", "host_priority", "idle_unload")
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
@@ -33,19 +42,34 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--gpu", action="store_true",
                      help="its jobs use a GPU: watch them with the GPU health watchdog (exit 78)")
     sub.add_argument("--burst", action="store_true", help="drain what is due, then exit")
+    gpu = sub.add_argument_group("GPU workers (with --gpu: claims routed by model)")
+    gpu.add_argument("--models", metavar="A,B", default=None,
+                     help="the models this worker may load (default: every model the --app modules register)")
+    gpu.add_argument("--vram-mb", type=mib, default=None, help="GPU memory to claim by, MiB (default: nvidia-smi's total)")
+    gpu.add_argument("--gpu-index", type=non_negative_int, default=None, help="which GPU of the host (default 0)")
+    gpu.add_argument("--lane", choices=routing.LANES, default=None,
+                     help="any (default), model (only jobs that need a model) or plain (only jobs that need none)")
+    gpu.add_argument("--host-priority", type=host_priority, default=None,
+                     help="negative: an overflow box, which takes the newest work first (default 0)")
+    gpu.add_argument("--idle-unload", type=positive_float, default=None, metavar="SECONDS",
+                     help="unload the warm model after this long without a job (default: never)")
 
     sub = command("orchestrator", cmd_orchestrator, "migrate, then reclaim lapsed leases, flag "
                   "silent workers and prune old jobs on a timer")
     sub.add_argument("--once", action="store_true", help="one sweep, print what it did, exit")
+    sub.add_argument("--fail-unplaceable-after", type=positive_float, default=None, metavar="SECONDS",
+                     help="fail a queued model job that no GPU worker could hold for longer than SECONDS, "
+                          "naming the reason (default: never; it stays queued, flagged)")
 
 
 def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
     config = trusted(config, args)
     tasks.import_apps(args.app)
     names.check_name("--queue", args.queue)  # '*' too: a switch's wildcard names no queue to serve
+    gpu_settings = _gpu_settings(args)
 
     def one_worker() -> int:
-        worker = Worker(config, args.queue, burst=args.burst, gpu=args.gpu)
+        worker = Worker(config, args.queue, burst=args.burst, gpu=args.gpu, gpu_settings=gpu_settings)
         on_stop_signals(lambda *_: worker.request_stop())
         try:
             return worker.run()
@@ -72,11 +96,35 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
     return supervisor.run()
 
 
+def _gpu_settings(args: argparse.Namespace) -> GpuSettings | None:
+    """A GPU worker's settings: ``--gpu`` and at least one model to load (``--models``, else
+    those the ``--app`` modules register); None for a worker that routes nothing (it claims
+    as before). A routing flag without them is a usage error."""
+    given = [f"--{name.replace('_', '-')}" for name in ROUTING_FLAGS if getattr(args, name) is not None]
+    if not args.gpu:
+        if given:
+            raise ConfigError(f"{', '.join(given)} {_need(given)} --gpu: they route a GPU worker's claims")
+        return None
+    chosen = model_list(args.models, [model.id for model in models.registered_models()])
+    if not chosen:
+        if given:
+            raise ConfigError(f"{', '.join(given)} {_need(given)} models to load: register them with @rowfleet.model "
+                              f"in an --app module")
+        return None
+    return GpuSettings(chosen, gpu_index=args.gpu_index or 0, vram_mb=args.vram_mb, lane=args.lane or routing.ANY,
+                       host_priority=args.host_priority or 0, idle_unload=args.idle_unload)
+
+
+def _need(flags: list[str]) -> str:
+    return "needs" if len(flags) == 1 else "need"
+
+
 def cmd_orchestrator(args: argparse.Namespace, config: configuration.Config) -> int:
     if args.once:  # a one-shot command reports a database it cannot reach
         with open_store(config, create=True) as store:
             version = store.migrate()
-            print_json({"schema_version": version, **Orchestrator(store, config).run_once().to_dict()})
+            sweeps = Orchestrator(store, config, args.fail_unplaceable_after)
+            print_json({"schema_version": version, **sweeps.run_once().to_dict()})
         return exitcodes.OK
     stop = threading.Event()
     on_stop_signals(lambda *_: stop.set())
@@ -84,7 +132,7 @@ def cmd_orchestrator(args: argparse.Namespace, config: configuration.Config) -> 
     if store is None:
         return exitcodes.OK
     with store:
-        Orchestrator(store, config).run(stop)
+        Orchestrator(store, config, args.fail_unplaceable_after).run(stop)
     return exitcodes.OK
 
 

@@ -27,13 +27,32 @@ class FleetRows:
     job counts per (project, queue, state), each with ``exact`` (false: counted only up to
     the cap, so ``n`` past it means "more"), the listed workers' rows with their current
     job's ``job_progress``, ``job_progress_message`` and ``job_progress_at``, every switch,
-    and each project's services (as ``project_services``)."""
+    and each project's services (as ``project_services``); ``unplaceable``: the queued jobs
+    per (project, queue) flagged as placeable on no GPU worker."""
 
     now: float
     counts: list[dict[str, Any]]
     workers: list[dict[str, Any]]
     switches: list[Switch]
     services: list[dict[str, Any]]
+    unplaceable: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRows:
+    """One project's models as stored at one moment (``now``): its queued and running model
+    jobs in groups (``model_demand``), its listed workers' rows as ``fleet_rows`` reads them
+    (a GPU worker's advert with them) and every switch, each model's measured figures
+    (``model_stats``), and per model the claims since ``since`` with how many were warm
+    (``model_claims``; none read when ``since`` is None)."""
+
+    now: float
+    since: float | None
+    demand: list[dict[str, Any]]
+    workers: list[dict[str, Any]]
+    switches: list[Switch]
+    stats: list[dict[str, Any]]
+    claims: list[dict[str, Any]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,7 +272,30 @@ class FleetStore(StoreCore):
                 workers=[dict(row) for row in tx.all("fleet_rows_workers", since=since,
                                                      missed_beats=liveness.MISSED_BEATS)],
                 switches=[Switch.from_row(row) for row in tx.all("switches")],
-                services=[dict(row) for row in tx.all("project_services", missed_beats=liveness.MISSED_BEATS)])
+                services=[dict(row) for row in tx.all("project_services", missed_beats=liveness.MISSED_BEATS)],
+                unplaceable=[dict(row) for row in tx.all("fleet_rows_unplaceable")])
+
+    def model_rows(self, project: str, window: float | None, listed_for: float | None, groups: int,
+                   cap: int) -> ModelRows:
+        """Everything ``rowfleet.snapshot.models`` shows of ``project``, in one read
+        transaction: ``groups`` groups of model jobs at most, the project's workers listed as
+        ``fleet_rows`` lists them, every switch, the model figures, and the claims of the
+        last ``window`` seconds (of at most ``cap`` jobs finished in it, and those running;
+        none with None)."""
+        with self._one_read() as tx:
+            now = tx.one("fleet_rows")["now"]
+            listed_since = 0.0 if listed_for is None else now - listed_for
+            since = None if window is None else now - window
+            return ModelRows(
+                now=now, since=since,
+                demand=[dict(row) for row in tx.all("model_demand", project=project, limit=groups)],
+                workers=[dict(row) for row in tx.all("fleet_rows_workers", since=listed_since,
+                                                     missed_beats=liveness.MISSED_BEATS)
+                         if row["project"] == project],
+                switches=[Switch.from_row(row) for row in tx.all("switches")],
+                stats=[dict(row) for row in tx.all("model_stats", project=project)],
+                claims=[] if since is None else
+                [dict(row) for row in tx.all("model_claims", project=project, since=since, cap=cap)])
 
     @contextlib.contextmanager
     def _one_read(self) -> Iterator[Tx]:

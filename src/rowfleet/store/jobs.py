@@ -1,5 +1,5 @@
 """Jobs over named queries: enqueue, the claim, finish, recovery of orphaned jobs, what
-operators do to a job, and the reads. Written once for both dialects as the jobs part of
+operators do to a job, placement flags (queued model jobs no GPU worker can hold), and the reads. Written once for both dialects as the jobs part of
 ``Store`` (``StoreCore`` is what it builds on; ``rowfleet.store.sql`` names each statement
 after the method that runs it). Every state change is a guarded UPDATE; one that matches
 nothing is an answer (``LeaseLost``, ``Conflict``), decided here rather than swallowed.
@@ -27,6 +27,8 @@ from rowfleet.config import Config
 from rowfleet.store.core import StoreCore, Tx
 
 PROMOTE_BATCH = 1000  # delayed jobs one promotion moves into the claim index, at most
+DEMAND_GROUPS = 1000  # groups of model jobs placement reads per sweep, at most
+PLACEMENT_BATCH = 500  # jobs one placement write flags, clears or fails, at most
 
 
 class JobStore(StoreCore):
@@ -335,10 +337,68 @@ class JobStore(StoreCore):
             _record_event(tx, job.id, "watchdog_trip", **detail)
             return self._write_outcome(tx, job, outcome).state
 
+    def hand_back(self, job: Job, reason: str) -> bool:
+        """Give a claimed job back unrun, which is no fault (its worker may not run it: the
+        GPU is another model's): queued again at once, the attempt its claim counted given
+        back, no retry spent, and a ``handed_back`` event with ``reason``. False, writing
+        nothing, when the job is no longer this holder's."""
+        with self.transaction() as tx:
+            if tx.one("hand_back", id=job.id, token=job.lease_token) is None:
+                return False
+            _record_event(tx, job.id, "handed_back", token=job.lease_token, holder=job.claimed_by, reason=reason)
+            return True
+
     def record_event(self, job_id: int, kind: str, **detail: Any) -> None:
         """Append a forensic event to a job's log."""
         with self.transaction() as tx:
             _record_event(tx, job_id, kind, **detail)
+
+    # --- placement: queued model jobs no GPU worker can hold ----------------------------
+
+    def model_demand(self, project: str, limit: int = DEMAND_GROUPS) -> list[dict[str, Any]]:
+        """The project's queued and running model jobs in groups, one per (``queue``,
+        ``model``, the jobs' own ``vram_mb``, ``state``, ``unplaceable`` reason), each with
+        its count ``n``, its oldest ``created_at`` (``oldest``) and its earliest
+        ``unplaceable_since``: ``limit`` groups at most, never a row per job."""
+        return [dict(row) for row in self.reader().all("model_demand", project=project, limit=limit)]
+
+    def flag_unplaceable(self, project: str, queue: str, model: str, vram_mb: int | None, was: str | None,
+                         reason: str, limit: int = PLACEMENT_BATCH) -> list[int]:
+        """Flag one batch of a group's queued jobs whose reason is still ``was`` (None:
+        placeable) as unplaceable for ``reason``, each with one ``unplaceable`` event; the
+        ids flagged. A job's ``unplaceable_at`` stays the start of its unplaceable stretch."""
+        with self.transaction(durable=False) as tx:  # a flag lost in a power cut is set again
+            ids = [row["id"] for row in tx.all("flag_unplaceable", project=project, queue=queue, model=model,
+                                                vram_mb=vram_mb, was=was, reason=reason, limit=limit)]
+            for job_id in ids:
+                _record_event(tx, job_id, "unplaceable", reason=reason, **({"was": was} if was else {}))
+        return ids
+
+    def clear_unplaceable(self, project: str, queue: str, model: str, vram_mb: int | None, state: str, was: str,
+                          limit: int = PLACEMENT_BATCH) -> list[int]:
+        """Clear the flag of one batch of a group's jobs in ``state`` (queued, or running:
+        a worker took it) flagged ``was``, each with one ``placeable`` event; the ids cleared."""
+        with self.transaction(durable=False) as tx:
+            ids = [row["id"] for row in tx.all("clear_unplaceable", project=project, queue=queue, model=model,
+                                                vram_mb=vram_mb, state=state, was=was, limit=limit)]
+            for job_id in ids:
+                _record_event(tx, job_id, "placeable", was=was)
+        return ids
+
+    def fail_unplaceable(self, project: str, queue: str, model: str, vram_mb: int | None, reason: str,
+                         before: float, error: str, limit: int = PLACEMENT_BATCH) -> list[Job]:
+        """Fail one batch of a group's queued jobs unplaceable for ``reason`` since
+        ``before`` or earlier, with ``error``, as every failure ends: a ``failed`` event,
+        and a workflow node's run told through the outbox. The jobs failed."""
+        with self.transaction() as tx:
+            rows = tx.all("fail_unplaceable", project=project, queue=queue, model=model, vram_mb=vram_mb,
+                          reason=reason, before=before, error=error, limit=limit)
+            failed = [Job.from_row(row) for row in rows]
+            for job in failed:
+                _record_event(tx, job.id, jobs.FAILED, error=error, reason=reason)
+                if job.run_id is not None:
+                    self._dispatch(tx, job)
+        return failed
 
     # --- reads -------------------------------------------------------------------------
 
@@ -362,6 +422,11 @@ class JobStore(StoreCore):
 
     def counts(self) -> list[dict[str, Any]]:
         return [dict(row) for row in self.reader().all("counts")]
+
+    def model_backlog(self, project: str, queue: str) -> list[dict[str, Any]]:
+        """Per model with due queued jobs in (project, queue): ``model``, ``queued`` (how
+        many) and ``oldest_wait`` (seconds the oldest has waited, by the database's clock)."""
+        return [dict(row) for row in self.reader().all("model_backlog", project=project, queue=queue)]
 
 
 def _enqueue_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -374,6 +374,25 @@ SET state = 'queued', error = %(error)s, delayed = 0, lease_expires_at = NULL, c
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
+-- name: hand_back
+-- A claimed job given back unrun, which is no fault: queued again at once with its run_at
+-- (ahead of fresh work), and the attempt its claim counted given back.
+UPDATE jobs
+SET state = 'queued', attempts = attempts - 1, delayed = 0, lease_expires_at = NULL, claimed_by = NULL,
+    updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
+
+-- name: model_backlog
+-- Per model, the due queued jobs of one queue and how long the oldest of them has waited
+-- (read from the jobs_model index).
+SELECT required_model AS model, count(*) AS queued, rowfleet_now(%(now)s) - min(run_at) AS oldest_wait
+FROM jobs
+WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+  AND required_model IS NOT NULL
+GROUP BY required_model
+ORDER BY required_model;
+
 -- name: jobs_of_silent_worker
 -- The running jobs a worker claimed in its lifetime: since its row was made (its first
 -- heartbeat comes before its first claim), and before a newer worker with the same
@@ -392,3 +411,75 @@ UPDATE jobs
 SET state = %(state)s, error = %(error)s, lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
+
+-- Placement: which queued model jobs no GPU worker can hold (the orchestrator's sweep).
+
+-- name: model_demand
+-- The project's model jobs that are queued or running, one row per (queue, model, job
+-- vram_mb, state, unplaceable reason) with its count: what placement is decided on, a
+-- group at a time, never job by job. %(limit)s groups at most.
+SELECT queue, required_model AS model, vram_mb, state, unplaceable, count(*) AS n,
+       min(created_at) AS oldest, min(unplaceable_at) AS unplaceable_since
+FROM jobs
+WHERE project = %(project)s AND state IN ('queued', 'running') AND required_model IS NOT NULL
+GROUP BY queue, required_model, vram_mb, state, unplaceable
+ORDER BY queue, required_model, vram_mb, state, unplaceable
+LIMIT %(limit)s;
+
+-- name: flag_unplaceable
+-- One batch of a group's queued jobs whose reason is still %(was)s (NULL: placeable) gets
+-- %(reason)s. unplaceable_at keeps the start of the stretch: a reason that changes does not
+-- restart it. A row a claim holds is skipped, not waited for: the next sweep sees it.
+UPDATE jobs
+SET unplaceable = %(reason)s,
+    unplaceable_at = CASE WHEN unplaceable IS NULL THEN rowfleet_now(%(now)s) ELSE unplaceable_at END,
+    updated_at = rowfleet_now(%(now)s)
+WHERE id IN (SELECT id FROM jobs
+             WHERE project = %(project)s AND queue = %(queue)s AND state = 'queued' AND required_model = %(model)s
+               AND vram_mb IS NOT DISTINCT FROM %(vram_mb)s::integer
+               AND unplaceable IS NOT DISTINCT FROM %(was)s::text
+             ORDER BY id LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED)
+  AND state = 'queued' AND unplaceable IS NOT DISTINCT FROM %(was)s::text
+RETURNING id;
+
+-- name: clear_unplaceable
+-- One batch of a group's jobs (queued, or running: a worker took it) flagged %(was)s is placeable again.
+UPDATE jobs SET unplaceable = NULL, unplaceable_at = NULL, updated_at = rowfleet_now(%(now)s)
+WHERE id IN (SELECT id FROM jobs
+             WHERE project = %(project)s AND queue = %(queue)s AND state = %(state)s AND required_model = %(model)s
+               AND vram_mb IS NOT DISTINCT FROM %(vram_mb)s::integer AND unplaceable = %(was)s
+             ORDER BY id LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED)
+  AND state = %(state)s AND unplaceable = %(was)s
+RETURNING id;
+
+-- name: fail_unplaceable
+-- One batch of a group's queued jobs unplaceable (for %(reason)s now) since %(before)s or earlier: failed.
+UPDATE jobs
+SET state = 'failed', error = %(error)s, lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s),
+    updated_at = rowfleet_now(%(now)s)
+WHERE id IN (SELECT id FROM jobs
+             WHERE project = %(project)s AND queue = %(queue)s AND state = 'queued' AND required_model = %(model)s
+               AND vram_mb IS NOT DISTINCT FROM %(vram_mb)s::integer AND unplaceable = %(reason)s
+               AND unplaceable_at <= %(before)s
+             ORDER BY id LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED)
+  AND state = 'queued' AND unplaceable = %(reason)s AND unplaceable_at <= %(before)s
+RETURNING *;
+
+-- name: model_claims
+-- Per model, the claims since %(since)s of its jobs running now or finished since (the last
+-- %(cap)s finished, by the jobs_finished index), and how many of them were warm: no job is
+-- read that finished before %(since)s.
+SELECT model, count(*) AS claims, coalesce(sum(warm_claim), 0) AS warm
+FROM ((SELECT required_model AS model, warm_claim FROM jobs
+       WHERE finished_at >= %(since)s AND project = %(project)s AND required_model IS NOT NULL
+         AND started_at >= %(since)s
+       ORDER BY finished_at DESC LIMIT %(cap)s)
+      UNION ALL
+      (SELECT required_model, warm_claim FROM jobs
+       WHERE project = %(project)s AND state = 'running' AND required_model IS NOT NULL
+         AND started_at >= %(since)s)) AS claimed
+GROUP BY model
+ORDER BY model;

@@ -149,6 +149,19 @@ FROM workers AS w LEFT JOIN jobs AS j ON j.id = w.current_job AND j.project = w.
 WHERE {{worker_listed}}
 ORDER BY w.project, w.host, w.queue, w.pid;
 
+-- name: fleet_rows_unplaceable
+-- Queued jobs per (project, queue) that the orchestrator flagged as placeable on no GPU
+-- worker: only queued model jobs are read (the jobs_model and jobs_delayed indexes hold
+-- them), never a finished one.
+SELECT project, queue, count(*) AS n
+FROM (SELECT project, queue FROM jobs
+      WHERE state = 'queued' AND delayed = 0 AND required_model IS NOT NULL AND unplaceable IS NOT NULL
+      UNION ALL
+      SELECT project, queue FROM jobs
+      WHERE state = 'queued' AND delayed = 1 AND required_model IS NOT NULL AND unplaceable IS NOT NULL) AS flagged
+GROUP BY project, queue
+ORDER BY project, queue;
+
 -- name: fleet_rows_end
 -- Ends the read transaction (it wrote nothing).
 COMMIT;

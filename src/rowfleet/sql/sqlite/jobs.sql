@@ -294,6 +294,25 @@ SET state = 'queued', error = :error, delayed = 0, lease_expires_at = NULL, clai
 WHERE id = :id AND state = 'running' AND lease_token = :token
 RETURNING id;
 
+-- name: hand_back
+-- A claimed job given back unrun, which is no fault: queued again at once with its run_at
+-- (ahead of fresh work), and the attempt its claim counted given back.
+UPDATE jobs
+SET state = 'queued', attempts = attempts - 1, delayed = 0, lease_expires_at = NULL, claimed_by = NULL,
+    updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;
+
+-- name: model_backlog
+-- Per model, the due queued jobs of one queue and how long the oldest of them has waited
+-- (read from the jobs_model index).
+SELECT required_model AS model, count(*) AS queued, :now - min(run_at) AS oldest_wait
+FROM jobs
+WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+  AND required_model IS NOT NULL
+GROUP BY required_model
+ORDER BY required_model;
+
 -- name: jobs_of_silent_worker
 -- The running jobs a worker claimed in its lifetime: since its row was made (its first
 -- heartbeat comes before its first claim), and before a newer worker with the same
@@ -311,3 +330,67 @@ UPDATE jobs
 SET state = :state, error = :error, lease_expires_at = NULL, finished_at = :now, updated_at = :now
 WHERE id = :id AND state = 'running' AND lease_token = :token
 RETURNING id;
+
+-- Placement: which queued model jobs no GPU worker can hold (the orchestrator's sweep).
+
+-- name: model_demand
+-- The project's model jobs that are queued or running, one row per (queue, model, job
+-- vram_mb, state, unplaceable reason) with its count: what placement is decided on, a
+-- group at a time, never job by job. :limit groups at most.
+SELECT queue, required_model AS model, vram_mb, state, unplaceable, count(*) AS n,
+       min(created_at) AS oldest, min(unplaceable_at) AS unplaceable_since
+FROM jobs
+WHERE project = :project AND state IN ('queued', 'running') AND required_model IS NOT NULL
+GROUP BY queue, required_model, vram_mb, state, unplaceable
+ORDER BY queue, required_model, vram_mb, state, unplaceable
+LIMIT :limit;
+
+-- name: flag_unplaceable
+-- One batch of a group's queued jobs whose reason is still :was (NULL: placeable) gets
+-- :reason. unplaceable_at keeps the start of the stretch: a reason that changes does not
+-- restart it.
+UPDATE jobs
+SET unplaceable = :reason, unplaceable_at = CASE WHEN unplaceable IS NULL THEN :now ELSE unplaceable_at END,
+    updated_at = :now
+WHERE id IN (SELECT id FROM jobs
+             WHERE project = :project AND queue = :queue AND state = 'queued' AND required_model = :model
+               AND vram_mb IS :vram_mb AND unplaceable IS :was
+             ORDER BY id LIMIT :limit)
+  AND state = 'queued' AND unplaceable IS :was
+RETURNING id;
+
+-- name: clear_unplaceable
+-- One batch of a group's jobs (queued, or running: a worker took it) flagged :was is placeable again.
+UPDATE jobs SET unplaceable = NULL, unplaceable_at = NULL, updated_at = :now
+WHERE id IN (SELECT id FROM jobs
+             WHERE project = :project AND queue = :queue AND state = :state AND required_model = :model
+               AND vram_mb IS :vram_mb AND unplaceable = :was
+             ORDER BY id LIMIT :limit)
+  AND state = :state AND unplaceable = :was
+RETURNING id;
+
+-- name: fail_unplaceable
+-- One batch of a group's queued jobs unplaceable (for :reason now) since :before or earlier: failed.
+UPDATE jobs
+SET state = 'failed', error = :error, lease_expires_at = NULL, finished_at = :now, updated_at = :now
+WHERE id IN (SELECT id FROM jobs
+             WHERE project = :project AND queue = :queue AND state = 'queued' AND required_model = :model
+               AND vram_mb IS :vram_mb AND unplaceable = :reason AND unplaceable_at <= :before
+             ORDER BY id LIMIT :limit)
+  AND state = 'queued' AND unplaceable = :reason AND unplaceable_at <= :before
+RETURNING *;
+
+-- name: model_claims
+-- Per model, the claims since :since of its jobs running now or finished since (the last
+-- :cap finished, by the jobs_finished index), and how many of them were warm: no job is
+-- read that finished before :since.
+SELECT model, count(*) AS claims, coalesce(sum(warm_claim), 0) AS warm
+FROM (SELECT * FROM (SELECT required_model AS model, warm_claim FROM jobs INDEXED BY jobs_finished
+                     WHERE finished_at >= :since AND project = :project AND required_model IS NOT NULL
+                       AND started_at >= :since
+                     ORDER BY finished_at DESC LIMIT :cap)
+      UNION ALL
+      SELECT required_model, warm_claim FROM jobs
+      WHERE project = :project AND state = 'running' AND required_model IS NOT NULL AND started_at >= :since)
+GROUP BY model
+ORDER BY model;

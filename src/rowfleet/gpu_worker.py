@@ -1,0 +1,384 @@
+"""The GPU side of a worker process: its warm model, its GPU's lease, what its heartbeat
+advertises, and the routing inputs it hands each claim.
+
+A worker started with ``--gpu`` and models to load (``GpuSettings``) holds a ``GpuBox``:
+
+* ``resident``: the process's ``models.Resident`` (the worker installs it), whose memory
+  reader asks ``nvidia-smi --query-gpu`` for the used memory of the worker's GPU, so a
+  load's footprint is measured; a missing or failing nvidia-smi reads as unknown (None).
+* ``claim_fields(store)``: the claim's routing fields, ``routing.claim_inputs`` over a fleet
+  view read at most once per heartbeat interval: the other GPU workers of its project and
+  queue as their heartbeat rows show them (``snapshot``), what is queued per model
+  (``Store.model_backlog``) and each model's measured figures (``Store.model_stats``, with
+  the registered size); and its own box from its own state (warm model and since when,
+  the model loading, free GPU memory). Plus ``gpu_locked_to`` once the GPU was found
+  leased to another model.
+* ``place(store, job)``: before a model job runs, the GPU's lease for its model (one model
+  per GPU). While another holder leases it for another model the job is handed back,
+  which is no fault (no attempt nor retry spent), and the claims that follow take only
+  that model's jobs (and plain ones) until its lease is gone, as re-read once per
+  heartbeat interval.
+* ``load(store, job)``: the job's model, loaded through ``resident`` before the handler
+  runs (so ``rowfleet.model()`` returns it), each load recorded (``record_model_load``).
+* ``renew(store)`` (the keeper, with the job's lease: the same cadence and length) keeps
+  the GPU's lease while a model is held; it is released when the model is unloaded (a
+  swap, an idle unload past ``idle_unload`` seconds, ``routing.should_unload``) and when
+  the worker stops. ``advert()`` is what every heartbeat carries.
+
+Main-thread calls and the keeper's (``advert``, ``renew``) share the lease and the memory
+reading under one lock. Writes no SQL: everything goes through the store. Must not import
+``rowfleet.worker`` or ``rowfleet.keeper``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from rowfleet import models, names, routing, snapshot
+from rowfleet.config import Config
+from rowfleet.errors import ConfigError, ModelLoadFailed, RowfleetError
+from rowfleet.job import Job
+from rowfleet.telemetry import gpu
+
+if TYPE_CHECKING:
+    from rowfleet.store import Store
+    from rowfleet.store.fleet import GpuLease
+
+log = logging.getLogger("rowfleet.worker")
+
+# A GPU whose memory cannot be read (and no --vram-mb) claims as if every model fits: a
+# load that does not fit fails and is counted, rather than the worker refusing all work.
+UNKNOWN_TOTAL_MB = names.INT32_MAX
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuSettings:
+    """How a GPU worker was started: the models it may load, its GPU, the GPU memory it
+    claims by (None: nvidia-smi's total), its lane, its host's priority (negative: an
+    overflow box) and how long it keeps a model idle (None: for ever)."""
+
+    models: tuple[str, ...]
+    gpu_index: int = 0
+    vram_mb: int | None = None
+    lane: str = routing.ANY
+    host_priority: int = 0
+    idle_unload: float | None = None
+
+
+def model_list(text: str | None, registered: Sequence[str]) -> tuple[str, ...]:
+    """The models a worker may load: ``--models a,b`` (each registered by an ``--app``
+    module), or every registered one when not given.
+
+    >>> model_list("b, a", ["a", "b", "c"]), model_list(None, ["a", "b"])
+    (('b', 'a'), ('a', 'b'))
+    >>> model_list("a,x", ["a"])
+    Traceback (most recent call last):
+    rowfleet.errors.ConfigError: --models names 'x', which no --app module registers: register it with @rowfleet.model('x')
+    """
+    if text is None:
+        return tuple(registered)
+    chosen = tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
+    if not chosen:
+        raise ConfigError("--models needs at least one model id, as in --models llm,vision")
+    for model_id in chosen:
+        names.check_name("--models", model_id)
+        if model_id not in registered:
+            raise ConfigError(f"--models names {model_id!r}, which no --app module registers: "
+                              f"register it with @rowfleet.model({model_id!r})")
+    return chosen
+
+
+def vram_figures(reading: gpu.GpuReading | None, vram_mb: int | None) -> tuple[int | None, int | None]:
+    """A GPU's total and free memory (MiB): the total is ``vram_mb`` when given, else what
+    nvidia-smi reports; free is the total less what is used (0 at least), None when either
+    is unknown.
+
+    >>> r = gpu.GpuReading(0, None, None, 50, 30000, 81559)
+    >>> vram_figures(r, None), vram_figures(r, 40000), vram_figures(r, 24000), vram_figures(None, 24000)
+    ((81559, 51559), (40000, 10000), (24000, 0), (24000, None))
+    """
+    total = vram_mb if vram_mb is not None else (reading.memory_total_mib if reading else None)
+    used = reading.memory_used_mib if reading else None
+    return total, (None if total is None or used is None else max(0, total - used))
+
+
+def model_info(model_id: str, registered_mb: int | None, stats: Mapping[str, Any] | None,
+               now: float) -> routing.ModelInfo:
+    """What placement knows of a model: its registered size and its ``model_stats`` row.
+    The row counts every failed load, so they count as recent (``routing.FAILURE_WINDOW``)
+    only while the last failure is.
+
+    >>> row = {"load_seconds": 12.5, "footprint_mb": 9000, "failed_loads": 3, "last_failed_at": 1000.0}
+    >>> model_info("llm", 16000, row, 1100.0)
+    ModelInfo(id='llm', vram_mb=16000, footprint_mb=9000, load_seconds=12.5, failed_loads=3)
+    >>> model_info("llm", None, row, 5000.0).failed_loads, model_info("llm", None, None, 0.0).load_seconds
+    (0, None)
+    """
+    if stats is None:
+        return routing.ModelInfo(model_id, registered_mb)
+    failed_at = stats.get("last_failed_at")
+    recent = isinstance(failed_at, (int, float)) and now - failed_at <= routing.FAILURE_WINDOW
+    return routing.ModelInfo(model_id, registered_mb, stats.get("footprint_mb"), stats.get("load_seconds"),
+                             int(stats.get("failed_loads") or 0) if recent else 0)
+
+
+def gpu_lock(lease: "GpuLease | None", own: "GpuLease | None", now: float) -> str | None:
+    """The model a GPU is locked to for a worker holding ``own`` (None: no lease): the
+    leased model while a live lease that is not the worker's holds it, else None."""
+    if lease is None or lease.expires_at <= now or (own is not None and own.token == lease.token):
+        return None
+    return lease.model
+
+
+class GpuMemory:
+    """The memory of one GPU as ``nvidia-smi --query-gpu`` reads it, re-read only when the
+    last reading is older than asked for. Never raises: a failed run reads as unknown."""
+
+    def __init__(self, command: str, gpu_index: int, timeout: float, *,
+                 sample: Callable[..., gpu.GpuSample] = gpu.sample_gpus,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.command, self.gpu_index, self.timeout = command, gpu_index, timeout
+        self._sample, self._clock = sample, clock
+        self._lock = threading.Lock()
+        self._reading: gpu.GpuReading | None = None
+        self._read_at: float | None = None
+
+    def reading(self, max_age: float = 0.0) -> gpu.GpuReading | None:
+        """This GPU's reading, at most ``max_age`` seconds old (0: read now)."""
+        with self._lock:
+            if self._read_at is None or self._clock() - self._read_at >= max_age:
+                sample = self._sample(command=self.command, timeout=self.timeout)
+                self._reading = next((r for r in sample.readings if r.index == self.gpu_index), None)
+                self._read_at = self._clock()
+            return self._reading
+
+    def used_mb(self) -> int | None:
+        """Memory used on this GPU now (MiB), or None: a ``Resident``'s memory reader."""
+        reading = self.reading()
+        return None if reading is None else reading.memory_used_mib
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetView:
+    """What a GPU worker read of its fleet: the other GPU workers of its project and queue,
+    what is queued per model, and each model's figures."""
+
+    boxes: tuple[routing.Box, ...] = ()
+    backlogs: Mapping[str, routing.Backlog] = dataclasses.field(default_factory=dict)
+    models: Mapping[str, routing.ModelInfo] = dataclasses.field(default_factory=dict)
+
+
+class GpuBox:
+    """One GPU worker's own state and placement (see the module docstring)."""
+
+    def __init__(self, config: Config, settings: GpuSettings, *, worker_id: str, holder: str, queue: str,
+                 memory: GpuMemory | None = None) -> None:
+        self.config, self.settings = config, settings
+        self.worker_id, self.holder, self.queue = worker_id, holder, queue
+        self.memory = memory or GpuMemory(config.nvidia_smi, settings.gpu_index,
+                                          timeout=max(1.0, min(gpu.DEFAULT_TIMEOUT, config.heartbeat / 2)))
+        self.resident = models.Resident(memory_used_mb=self.memory.used_mb)
+        self._lock = threading.Lock()
+        self._lease: "GpuLease | None" = None  # the GPU's lease, held while a model is
+        self._view: FleetView | None = None
+        self._view_at = 0.0
+        self._locked_to: str | None = None  # the model another holder leases the GPU for
+        self._lock_read_at = 0.0
+        self._idle_since = time.monotonic()  # since the last job ended (or the start)
+
+    # --- what the claim and the heartbeat show -----------------------------------------
+
+    def box(self) -> routing.Box:
+        """This worker as placement sees it, from its own state (memory at most one
+        heartbeat interval old)."""
+        total, free = vram_figures(self.memory.reading(self.config.heartbeat), self.settings.vram_mb)
+        held = self.resident.held()
+        return routing.Box(self.worker_id, self.config.host, self.settings.gpu_index, models=self.settings.models,
+                           vram_total_mb=UNKNOWN_TOTAL_MB if total is None else total, vram_free_mb=free,
+                           warm_model=held.model_id if held else None, warm_since=held.since if held else None,
+                           loading=self.resident.loading, host_priority=self.settings.host_priority)
+
+    def claim_fields(self, store: "Store") -> dict[str, Any]:
+        """The routing fields of the next ``Claim``."""
+        view, me = self._fleet(store), self.box()
+        inputs = routing.claim_inputs(me, (me, *view.boxes), view.models, view.backlogs, time.time(),
+                                      self.settings.lane)
+        return {**inputs.fields(), "gpu_locked_to": self._lock_now(store)}
+
+    def advert(self) -> dict[str, Any]:
+        """The GPU keywords of ``Store.worker_beat``: what this worker's heartbeat shows."""
+        total, free = vram_figures(self.memory.reading(self.config.heartbeat), self.settings.vram_mb)
+        held = self.resident.held()
+        return {"models": self.settings.models, "gpu_index": self.settings.gpu_index, "vram_total_mb": total,
+                "vram_free_mb": free, "warm_model": held.model_id if held else None, "warm_since": held.since if held else None,
+                "loading": self.resident.loading, "lane": self.settings.lane,
+                "host_priority": self.settings.host_priority}
+
+    def _fleet(self, store: "Store") -> FleetView:
+        if self._view is None or time.monotonic() - self._view_at >= self.config.heartbeat:
+            try:
+                self._view = self._read_fleet(store)
+            except RowfleetError as exc:  # claim on the last view: a claim must not fail for a view
+                log.warning("could not read the fleet for placement (using the last view): %s", exc)
+                self._view = self._view or FleetView()
+            self._view_at = time.monotonic()
+        return self._view
+
+    def _read_fleet(self, store: "Store") -> FleetView:
+        project = self.config.project
+        fleet = snapshot.snapshot(store, listed_for=0.0)  # the live workers only
+        boxes = tuple(box for worker in fleet.workers
+                      if worker.project == project and worker.queue == self.queue and worker.worker_id != self.worker_id
+                      and (box := snapshot.box_of(worker)) is not None)
+        backlogs = {row["model"]: routing.Backlog(row["model"], row["queued"], max(0.0, row["oldest_wait"] or 0.0))
+                    for row in store.model_backlog(project, self.queue)}
+        stats = {row["model"]: row for row in store.model_stats(project)}
+        now = time.time()
+        infos = {}
+        for model_id in self.settings.models:
+            registered = models.registered(model_id)
+            infos[model_id] = model_info(model_id, registered.vram_mb if registered else None, stats.get(model_id), now)
+        return FleetView(boxes, backlogs, infos)
+
+    def _lock_now(self, store: "Store") -> str | None:
+        """``gpu_locked_to``: the model another holder leases the GPU for, once a refusal
+        told us so, re-read once per heartbeat interval until that lease is gone."""
+        if self._locked_to is not None and time.monotonic() - self._lock_read_at >= self.config.heartbeat:
+            try:
+                self._read_lock(store)
+            except RowfleetError as exc:  # keep the lock until a read says it is gone
+                log.warning("could not read the GPU's lease: %s", exc)
+                self._lock_read_at = time.monotonic()
+        return self._locked_to
+
+    def _read_lock(self, store: "Store") -> "GpuLease | None":
+        lease = store.gpu_lease(self.config.host, self.settings.gpu_index)
+        with self._lock:
+            own = self._lease
+        self._locked_to, self._lock_read_at = gpu_lock(lease, own, time.time()), time.monotonic()
+        return lease
+
+    # --- a model job ---------------------------------------------------------------------
+
+    def place(self, store: "Store", job: Job) -> bool:
+        """Lease the GPU for the job's model (a job that needs none needs no lease); False
+        when another model holds it, and then the job was handed back."""
+        model = job.required_model
+        if model is None:
+            return True
+        with self._lock:
+            own = self._lease
+        if own is not None and own.model != model:
+            self._release(store)  # a swap: the GPU is free for the new model only once let go
+        lease = store.acquire_gpu(self.config.host, self.settings.gpu_index, model, self.holder, self.config.lease)
+        if lease is not None:
+            with self._lock:
+                self._lease = lease
+            self._locked_to = None
+            return True
+        with self._lock:
+            self._lease = None  # whatever this worker held of the GPU, it holds no more
+        current = self._read_lock(store)
+        held_by = f"{current.holder} for model {current.model!r}" if current is not None else "another holder"
+        reason = f"GPU {self.settings.gpu_index} of {self.config.host or 'this host'} is leased by {held_by}"
+        if store.hand_back(job, reason):
+            log.warning("job %d needs model %r: %s; handed back", job.id, model, reason)
+        warm = self.resident.held()
+        if warm is not None and warm.model_id != self._locked_to:
+            self.resident.unload()  # its memory is another model's now: one model per GPU
+        return False
+
+    def load(self, store: "Store", job: Job) -> bool:
+        """Load the job's model unless it is warm; whether a load ran. A failed load is
+        recorded and raised (``ModelLoadFailed``): it fails the attempt as a handler would."""
+        model = job.required_model
+        held = self.resident.held()
+        if model is None or (held is not None and held.model_id == model):
+            return False
+        started = time.monotonic()
+        try:
+            self.resident.get(model)
+        except ModelLoadFailed:
+            self._record_load(store, model, time.monotonic() - started, None, False)
+            raise
+        held = self.resident.held()
+        self._record_load(store, model, held.load_seconds, held.footprint_mb, True)
+        self._view = None  # the next claim reads the figures this load measured
+        return True
+
+    def _record_load(self, store: "Store", model: str, seconds: float | None, footprint: int | None,
+                     ok: bool) -> None:
+        try:
+            store.record_model_load(self.config.project, model, seconds, footprint, ok)
+        except RowfleetError as exc:  # a figure lost is no reason to lose the job
+            log.warning("could not record the load of model %r: %s", model, exc)
+
+    def job_done(self) -> None:
+        """The job in hand ended: the idle clock starts."""
+        self._idle_since = time.monotonic()
+
+    # --- idle unload, renewal, stop ------------------------------------------------------
+
+    def unload_in(self) -> float | None:
+        """Seconds until an idle worker unloads its warm model (0: due), or None: never."""
+        if self.settings.idle_unload is None or self.resident.held() is None:
+            return None
+        return max(0.0, self._idle_since + self.settings.idle_unload - time.monotonic())
+
+    def unload_if_idle(self, store: "Store") -> bool:
+        """Unload the warm model once idle for ``idle_unload`` seconds; whether it did."""
+        held = self.resident.held()
+        me = routing.Box(self.worker_id, warm_model=held.model_id if held else None, loading=self.resident.loading)
+        if not routing.should_unload(me, time.monotonic() - self._idle_since, self.settings.idle_unload):
+            return False
+        log.info("worker %s: model %r idle for %gs: unloading it", self.holder, me.warm_model,
+                 self.settings.idle_unload)
+        self.unload(store)
+        return True
+
+    def unload(self, store: "Store") -> None:
+        """Unload the held model and let the GPU's lease go."""
+        try:
+            self.resident.unload()
+        finally:
+            self._release(store)
+
+    def renew(self, store: "Store") -> None:
+        """Extend the GPU's lease by one job lease (the keeper's, with the job's renewal);
+        a lease that changed hands is dropped. Never raises."""
+        with self._lock:
+            lease = self._lease
+        if lease is None:
+            return
+        try:
+            renewed = store.renew_gpu(lease, self.holder, self.config.lease)
+        except RowfleetError as exc:
+            log.warning("GPU lease renewal failed (will retry): %s", exc)
+            return
+        with self._lock:
+            if self._lease is lease:
+                self._lease = renewed
+        if renewed is None:
+            log.warning("worker %s: the lease of GPU %d for model %r changed hands", self.holder,
+                        lease.gpu_index, lease.model)
+
+    def _release(self, store: "Store") -> None:
+        with self._lock:
+            lease, self._lease = self._lease, None
+        if lease is None:
+            return
+        try:
+            store.release_gpu(lease, self.holder)
+        except RowfleetError as exc:  # it lapses by itself within a lease
+            log.warning("could not release the lease of GPU %d: %s", lease.gpu_index, exc)
+
+    def close(self, store: "Store") -> None:
+        """The worker stops: unload its model and let the GPU go."""
+        try:
+            self.unload(store)
+        except Exception as exc:  # a model's own unload failing must not keep the worker from stopping
+            log.warning("unloading model at stop failed: %s", exc)
