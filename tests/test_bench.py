@@ -74,6 +74,24 @@ class BenchSmokeTest(unittest.TestCase):
                 self.assertRegex(note, r"orchestrator CPU us/node [0-9][0-9,]*")
         self.assertIn("pg dag fan-out", result.stdout)  # not run with --quick, but named
 
+    def test_the_gpu_section_compares_the_policies_with_verdicts(self):
+        result = bench("--quick", "--only", "gpu")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in result.stdout.splitlines()}
+        for label in ("gpu bursty: reloads", "gpu skewed: makespan (s)", "gpu skewed: warm-hit rate (%)"):
+            with self.subTest(label):
+                self.assertIn(label, rows, result.stdout)
+                _, _, ours, fifo, ratio, note = rows[label]
+                self.assertRegex(ours, r"^[0-9][0-9,.]*$")
+                self.assertRegex(fifo, r"^[0-9][0-9,.]*$")
+                self.assertRegex(ratio, r"^[0-9]+\.[0-9]{2}x$")
+        self.assertRegex(rows["gpu bursty: reloads"][-1], r"target <= 10% of FIFO's: (met|not met)$")
+        self.assertRegex(rows["gpu skewed: rare C's worst wait (s)"][-1], r"= 265 s: (met|not met)$")
+        self.assertRegex(rows["gpu bursty: wait B, mean/worst (s)"][2], r"^[0-9]+/[0-9]+$")
+        self.assertRegex(rows["claim latency with model affinity, 10k queued (us)"][-1],
+                         r"target < 1\.10x: (met|not met)$")
+        self.assertIn("  gpu sim     ", result.stdout)  # its legend lines
+
     def test_the_postgres_rows_import(self):
         result = run("-c", "import tools.bench.postgres")
         self.assertEqual(result.returncode, 0, result.stderr)
@@ -103,7 +121,7 @@ class BenchPackageTest(unittest.TestCase):
         result = run("-c", code)
         self.assertEqual(result.returncode, 0, result.stderr)
         registry = json.loads(result.stdout)
-        table_order = ["enqueue", "batch", "roundtrip", "wake", "claim", "dag", "postgres"]
+        table_order = ["enqueue", "batch", "roundtrip", "wake", "claim", "dag", "gpu", "postgres"]
         self.assertEqual([name for name in registry if name in table_order], table_order)
         modules = {module.removeprefix("tools.bench.") for module, _ in registry.values()}
         self.assertEqual(modules, package_modules() - FRAME)

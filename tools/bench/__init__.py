@@ -10,6 +10,9 @@ schema, with the same settings. The sections, in the table's order:
   jobs vs a bare ``GROUP BY state`` on the same SQLite file;
 * ``dag`` (``dag.py``): workflow nodes/s through a wide fan-out and a map, vs as many plain
   jobs; the fan-out again on a throwaway PostgreSQL server;
+* ``gpu`` (``gpu.py``): model routing on a simulated three-box GPU fleet driven on a
+  virtual clock through the real claim, rowfleet's routing vs FIFO on a bursty and a skewed
+  workload; and the claim with routing inputs vs the plain claim on 100k model jobs;
 * ``postgres`` (``postgres.py``): round trips, idle wake and claim latency on a throwaway
   PostgreSQL server, vs bare psycopg loops (the only module that imports psycopg, inside
   functions; without psycopg or a server it prints one row saying why).

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import dag, harness, postgres, sqlite, status
+from . import dag, gpu, harness, postgres, sqlite, status
 from .harness import Bench, Lab, Row, progress
 
 import rowfleet
@@ -50,6 +50,7 @@ SECTIONS: dict[str, Section] = {
     "claim": Section(sqlite.claim, sqlite.LEGEND),
     "status": Section(status.run, status.LEGEND),
     "dag": Section(dag.run, dag.LEGEND),
+    "gpu": Section(gpu.run, gpu.LEGEND),
     "postgres": Section(postgres.run, postgres.LEGEND),
 }
 

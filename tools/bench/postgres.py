@@ -12,7 +12,8 @@ measured in the same run on the same server and schema:
   this process, vs a bare LISTEN connection in another process stamping each notification;
 * claim latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim UPDATE;
   and ``Store.claim`` with 10k due rows behind delayed ones of higher priority vs
-  ``Store.claim`` with none delayed.
+  ``Store.claim`` with none delayed; and ``Store.claim`` with a GPU box's routing inputs
+  vs the plain ``Store.claim`` on 100k queued model jobs.
 
 Every number comes from one throwaway server (the harness's ``pg_server``: started by
 tests/pg_harness.py, or the one ``ROWFLEET_TEST_PG`` names), which runs with fsync and
@@ -76,6 +77,8 @@ LEGEND = """\
               filled by rowfleet.enqueue_many (100k jobs per call), then VACUUM ANALYZE.
               "Due behind delayed": Store.claim on 10k due jobs plus delayed ones of
               higher priority vs Store.claim on 10k due and none delayed, taking turns.
+              "With model affinity": Store.claim with a models gate of A, B, C, warm on B,
+              ranked C, B, A vs the plain Store.claim, taking turns on 100k model jobs.
               "CPU us/job": user+system CPU (/proc) over the window of the worker processes
               and of their server backends, per job completed, rowfleet/bare: on 2 cores
               the round trips are CPU-bound, so this says where the time goes."""
@@ -546,6 +549,7 @@ class PostgresBench:
                          f"{bare:.0f}", ratio(ours, bare), "; ".join(notes)))
         self._drop_database(url)
         self._claim_behind_delayed()
+        self._claim_with_affinity()
 
     def _claim_behind_delayed(self) -> None:
         """Claim latency when delayed jobs of a higher priority sort ahead of the due ones,
@@ -586,6 +590,41 @@ class PostgresBench:
                      f"and none delayed; {plan}"))
         for url in (behind, alone):
             self._drop_database(url)
+
+    def _claim_with_affinity(self) -> None:
+        """Store.claim with a GPU box's routing inputs (a models gate of three, a warm model,
+        a rank) vs the plain Store.claim, taking turns on 100k queued model jobs."""
+        s, rows = self.sizes, 100_000
+        progress(f"pg claim latency: {rows:,} queued model jobs, with routing inputs and plain")
+        url = self._new_database("claim_affinity")
+        models = ("A", "B", "C")
+        with open_store(Config(db=url, project=PROJECT)) as store:
+            for n in range(0, rows, 1000):  # a third of each model, interleaved by arrival
+                store.enqueue_many(JobSpec(task=NOOP, queue=QUEUE, project=PROJECT, model=models[n // 1000 % 3]),
+                                   [None] * min(1000, rows - n))
+        with _connect(url) as conn:
+            conn.execute("VACUUM ANALYZE jobs")
+        routed = Claim(PROJECT, QUEUE, "bench:affinity", 600.0, models=models, warm_model="B", rank=("C", "B", "A"))
+        plain = Claim(PROJECT, QUEUE, "bench:plain", 600.0)
+        store = open_store(Config(db=url, project=PROJECT))
+
+        def claimer(claim: Claim) -> Callable[[], None]:
+            def claim_one() -> None:
+                if store.claim(claim) is None:
+                    raise RuntimeError("the claim benchmark ran out of queued jobs")
+            return claim_one
+
+        try:
+            mine, theirs = paired(claimer(routed), claimer(plain), s.claims, s.claim_seconds, warmup=s.claim_warmup)
+        finally:
+            store.close()
+        self._drop_database(url)
+        ours, base = statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6
+        verdict = "met" if ours < 1.10 * base else "not met"
+        self.add(Row(f"pg claim latency with model affinity, {short(rows)} queued (us)", self.durability,
+                     f"{ours:.0f}", f"{base:.0f}", ratio(ours, base),
+                     f"median of {min(len(mine), len(theirs)):,}; baseline: the plain Store.claim on the same "
+                     f"database; target < 1.10x: {verdict}"))
 
     def _claim_plan(self, url: str) -> str:
         """Which index PostgreSQL's plan for rowfleet's own claim query searches."""
