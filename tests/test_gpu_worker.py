@@ -128,6 +128,9 @@ class GpuWorkerProcessTest(TempDirTestCase):
         return wait_until(lambda: next((row for row in self.store.workers(0.0) if row["stopped_at"] is None
                                         and condition(row)), None), message="a heartbeat row")
 
+    def request(self, model: str, action: str):
+        return next(row for row in self.store.model_controls(HOST) if (row.model, row.action) == (model, action))
+
     def open_gate(self, name: str = "go") -> None:
         open(os.path.join(self.dir, name), "w").close()
 
@@ -193,6 +196,43 @@ class GpuWorkerProcessTest(TempDirTestCase):
         self.assertEqual(self.lines("models.log"), ["load a", "unload a", "load b"], "one model on the GPU at a time")
         self.assertEqual(self.store.gpu_lease(HOST, 0).model, "b")
         self.stop_all(holder, other)
+
+    def test_operators_forbid_unload_and_preload_a_model_on_the_box(self):
+        self.store.set_model_control(HOST, "a", "forbid", changed_by="ops")
+        forbidden = self.enqueue("a1", "a")
+        allowed = self.enqueue("b1", "b")
+        worker = self.worker("--models", "a,b")
+        self.state(allowed, "completed")
+        self.assertEqual(self.store.get_job(forbidden, "").state, "queued", "a forbidden model was claimed")
+        row = self.beat(lambda row: row["warm_model"] == "b")
+        self.assertEqual(snapshot.gpu_advert_of(row).models, ("b",), "the heartbeat still offers a forbidden model")
+        self.store.set_model_control(HOST, "b", "unload", changed_by="ops")
+        self.beat(lambda row: row["warm_model"] is None)
+        wait_until(lambda: self.request("b", "unload").done_at is not None, message="the unload marked done")
+        self.store.clear_model_control(HOST, "a", "forbid")
+        self.store.set_model_control(HOST, "c", "preload", changed_by="ops")  # c is not in its list
+        self.state(forbidden, "completed")  # a is allowed again
+        self.store.set_model_control(HOST, "b", "preload", changed_by="ops")
+        self.beat(lambda row: row["warm_model"] == "b")
+        self.assertEqual(self.lines("models.log"), ["load b", "unload b", "load a", "unload a", "load b"])
+        wait_until(lambda: self.request("b", "preload").done_at is not None, message="the preload marked done")
+        self.assertIsNone(self.request("c", "preload").done_at, "a preload of a model it does not list was done")
+        self.stop_all(worker)
+
+    def test_a_pinned_model_is_not_unloaded_when_idle(self):
+        self.store.set_model_control(HOST, "a", "pin", changed_by="ops")
+        job_id = self.enqueue("a1", "a")
+        worker = self.worker("--models", "a", "--idle-unload", "0.3")
+        self.state(job_id, "completed")
+        first = self.beat(lambda row: row["warm_model"] == "a")
+        # Several heartbeats past the idle time: still warm.
+        wait_until(lambda: self.beat(lambda row: row["warm_model"] == "a")["last_seen"] > first["last_seen"] + 2.0,
+                   message="heartbeats well past the idle unload time")
+        self.assertEqual(self.lines("models.log"), ["load a"])
+        self.store.clear_model_control(HOST, "a", "pin")
+        self.beat(lambda row: row["warm_model"] is None)
+        self.assertEqual(self.lines("models.log"), ["load a", "unload a"])
+        self.stop_all(worker)
 
     def test_bad_flags_are_one_line_and_exit_2(self):
         for flags in (["--lane", "fast"], ["--vram-mb", "0"], ["--idle-unload", "-1"], ["--gpu-index", "x"],

@@ -54,6 +54,12 @@ class ModelControlContract:
         self.assertFalse(self.store.clear_model_control("box", "llm", PIN))
         self.assertEqual(self.store.model_controls("box"), [])
 
+    def test_a_request_to_every_host_is_refused(self):
+        for action in (UNLOAD, PRELOAD):
+            with self.subTest(action=action), self.assertRaisesRegex(ConfigError, "name the host"):
+                self.store.set_model_control("*", "llm", action)
+        self.assertEqual(self.store.model_controls(), [])
+
     def test_an_unknown_action_is_refused_and_writes_nothing(self):
         with self.assertRaisesRegex(ConfigError, "pin, forbid, unload, preload"):
             self.store.set_model_control("box", "llm", "evict")
@@ -63,21 +69,23 @@ class ModelControlContract:
 class SQLiteModelControlTest(ModelControlContract, TempDirTestCase):
     def test_the_command_line_writes_lists_and_clears_rules(self):
         self.cli("model-control", "pin", "llama3-8b:q4", "--host", "box1", "--by", "ops")
-        self.cli("model-control", "preload", "vision", "--all-hosts")
+        self.cli("model-control", "preload", "vision", "--host", "box1")
+        self.cli("model-control", "forbid", "huge", "--all-hosts")
         listed = self.cli_json("model-control", "list", "--host", "box1")["model_controls"]
         self.assertEqual({(row["host"], row["model"], row["action"]) for row in listed},
-                         {("box1", "llama3-8b:q4", PIN), ("*", "vision", PRELOAD)})
+                         {("box1", "llama3-8b:q4", PIN), ("box1", "vision", PRELOAD), ("*", "huge", FORBID)})
         self.assertEqual([row["changed_by"] for row in listed if row["action"] == PIN], ["ops"])
         text = self.cli("model-control", "list", "--host", "box1").stdout
         self.assertIn("pending", text)
         cleared = self.cli_json("model-control", "pin", "llama3-8b:q4", "--host", "box1", "--clear")
         self.assertTrue(cleared["cleared"])
-        self.assertEqual([row.model for row in self.store.model_controls("box1")], ["vision"])
+        self.assertEqual(sorted(row.model for row in self.store.model_controls("box1")), ["huge", "vision"])
 
     def test_bad_command_lines_are_one_line_and_write_nothing(self):
         for args in (("model-control", "pin"), ("model-control", "pin", "two words"),
                      ("model-control", "evict", "llm"), ("model-control", "list", "llm"),
-                     ("model-control", "pin", "llm", "--host", "*")):
+                     ("model-control", "pin", "llm", "--host", "*"),
+                     ("model-control", "unload", "llm", "--all-hosts")):
             with self.subTest(args=args):
                 result = self.cli(*args, check=False)
                 self.assertEqual(result.returncode, 2, result.stderr)

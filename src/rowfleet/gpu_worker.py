@@ -38,7 +38,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from rowfleet import models, names, routing, snapshot
+from rowfleet import control, models, names, routing, snapshot
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, ModelLoadFailed, RowfleetError
 from rowfleet.job import Job
@@ -170,6 +170,8 @@ class FleetView:
     boxes: tuple[routing.Box, ...] = ()
     backlogs: Mapping[str, routing.Backlog] = dataclasses.field(default_factory=dict)
     models: Mapping[str, routing.ModelInfo] = dataclasses.field(default_factory=dict)
+    rules: control.ModelRules = control.ModelRules()  # the operators' model_controls for this host
+    requests: tuple[control.ModelControl, ...] = ()   # their pending unload and preload rows
 
 
 class GpuBox:
@@ -186,6 +188,7 @@ class GpuBox:
         self._lease: "GpuLease | None" = None  # the GPU's lease, held while a model is
         self._view: FleetView | None = None
         self._view_at = 0.0
+        self._rules = control.ModelRules()  # the operators' rules as last read (kept while the view is re-read)
         self._locked_to: str | None = None  # the model another holder leases the GPU for
         self._lock_read_at = 0.0
         self._idle_since = time.monotonic()  # since the last job ended (or the start)
@@ -197,10 +200,14 @@ class GpuBox:
         heartbeat interval old)."""
         total, free = vram_figures(self.memory.reading(self.config.heartbeat), self.settings.vram_mb)
         held = self.resident.held()
-        return routing.Box(self.worker_id, self.config.host, self.settings.gpu_index, models=self.settings.models,
+        return routing.Box(self.worker_id, self.config.host, self.settings.gpu_index, models=self.models(),
                            vram_total_mb=UNKNOWN_TOTAL_MB if total is None else total, vram_free_mb=free,
                            warm_model=held.model_id if held else None, warm_since=held.since if held else None,
                            loading=self.resident.loading, host_priority=self.settings.host_priority)
+
+    def models(self) -> tuple[str, ...]:
+        """The models this worker may load: its list less those an operator forbade on its host."""
+        return tuple(model for model in self.settings.models if model not in self._rules.forbidden)
 
     def claim_fields(self, store: "Store") -> dict[str, Any]:
         """The routing fields of the next ``Claim``."""
@@ -213,7 +220,7 @@ class GpuBox:
         """The GPU keywords of ``Store.worker_beat``: what this worker's heartbeat shows."""
         total, free = vram_figures(self.memory.reading(self.config.heartbeat), self.settings.vram_mb)
         held = self.resident.held()
-        return {"models": self.settings.models, "gpu_index": self.settings.gpu_index, "vram_total_mb": total,
+        return {"models": self.models(), "gpu_index": self.settings.gpu_index, "vram_total_mb": total,
                 "vram_free_mb": free, "warm_model": held.model_id if held else None, "warm_since": held.since if held else None,
                 "loading": self.resident.loading, "lane": self.settings.lane,
                 "host_priority": self.settings.host_priority}
@@ -222,6 +229,7 @@ class GpuBox:
         if self._view is None or time.monotonic() - self._view_at >= self.config.heartbeat:
             try:
                 self._view = self._read_fleet(store)
+                self._rules = self._view.rules
             except RowfleetError as exc:  # claim on the last view: a claim must not fail for a view
                 log.warning("could not read the fleet for placement (using the last view): %s", exc)
                 self._view = self._view or FleetView()
@@ -237,12 +245,14 @@ class GpuBox:
         backlogs = {row["model"]: routing.Backlog(row["model"], row["queued"], max(0.0, row["oldest_wait"] or 0.0))
                     for row in store.model_backlog(project, self.queue)}
         stats = {row["model"]: row for row in store.model_stats(project)}
+        controls = store.model_controls(self.config.host)
+        requests = tuple(row for row in controls if row.action in (control.UNLOAD, control.PRELOAD) and row.pending)
         now = time.time()
         infos = {}
         for model_id in self.settings.models:
             registered = models.registered(model_id)
             infos[model_id] = model_info(model_id, registered.vram_mb if registered else None, stats.get(model_id), now)
-        return FleetView(boxes, backlogs, infos)
+        return FleetView(boxes, backlogs, infos, control.model_rules(controls, self.config.host), requests)
 
     def _lock_now(self, store: "Store") -> str | None:
         """``gpu_locked_to``: the model another holder leases the GPU for, once a refusal
@@ -268,8 +278,22 @@ class GpuBox:
         """Lease the GPU for the job's model (a job that needs none needs no lease); False
         when another model holds it, and then the job was handed back."""
         model = job.required_model
-        if model is None:
+        if model is None or self._lease_for(store, model):
             return True
+        current = store.gpu_lease(self.config.host, self.settings.gpu_index)
+        held_by = f"{current.holder} for model {current.model!r}" if current is not None else "another holder"
+        reason = f"GPU {self.settings.gpu_index} of {self.config.host or 'this host'} is leased by {held_by}"
+        if store.hand_back(job, reason):
+            log.warning("job %d needs model %r: %s; handed back", job.id, model, reason)
+        warm = self.resident.held()
+        if warm is not None and warm.model_id != self._locked_to:
+            self.resident.unload()  # its memory is another model's now: one model per GPU
+        return False
+
+    def _lease_for(self, store: "Store", model: str) -> bool:
+        """Take the GPU's lease for ``model`` (letting go of this worker's lease of another
+        model first); False when another holder leases it for another model, which the
+        claims that follow then respect (``gpu_locked_to``)."""
         with self._lock:
             own = self._lease
         if own is not None and own.model != model:
@@ -282,14 +306,7 @@ class GpuBox:
             return True
         with self._lock:
             self._lease = None  # whatever this worker held of the GPU, it holds no more
-        current = self._read_lock(store)
-        held_by = f"{current.holder} for model {current.model!r}" if current is not None else "another holder"
-        reason = f"GPU {self.settings.gpu_index} of {self.config.host or 'this host'} is leased by {held_by}"
-        if store.hand_back(job, reason):
-            log.warning("job %d needs model %r: %s; handed back", job.id, model, reason)
-        warm = self.resident.held()
-        if warm is not None and warm.model_id != self._locked_to:
-            self.resident.unload()  # its memory is another model's now: one model per GPU
+        self._read_lock(store)
         return False
 
     def load(self, store: "Store", job: Job) -> bool:
@@ -299,6 +316,11 @@ class GpuBox:
         held = self.resident.held()
         if model is None or (held is not None and held.model_id == model):
             return False
+        self.load_model(store, model)
+        return True
+
+    def load_model(self, store: "Store", model: str) -> None:
+        """Load ``model`` through the resident (unloading any other), and record the load."""
         started = time.monotonic()
         try:
             self.resident.get(model)
@@ -308,7 +330,6 @@ class GpuBox:
         held = self.resident.held()
         self._record_load(store, model, held.load_seconds, held.footprint_mb, True)
         self._view = None  # the next claim reads the figures this load measured
-        return True
 
     def _record_load(self, store: "Store", model: str, seconds: float | None, footprint: int | None,
                      ok: bool) -> None:
@@ -330,15 +351,65 @@ class GpuBox:
         return max(0.0, self._idle_since + self.settings.idle_unload - time.monotonic())
 
     def unload_if_idle(self, store: "Store") -> bool:
-        """Unload the warm model once idle for ``idle_unload`` seconds; whether it did."""
+        """Unload the warm model once idle for ``idle_unload`` seconds (never a pinned one),
+        or at once when an operator forbade it here or asked for its unload; whether it did."""
         held = self.resident.held()
-        me = routing.Box(self.worker_id, warm_model=held.model_id if held else None, loading=self.resident.loading)
-        if not routing.should_unload(me, time.monotonic() - self._idle_since, self.settings.idle_unload):
+        if held is None or self.resident.loading is not None:
             return False
-        log.info("worker %s: model %r idle for %gs: unloading it", self.holder, me.warm_model,
-                 self.settings.idle_unload)
+        view = self._fleet(store)
+        asked = [row for row in view.requests if row.action == control.UNLOAD and row.model == held.model_id]
+        if held.model_id in view.rules.forbidden or asked:
+            why = "an operator asked for its unload" if asked else "an operator forbade it on this host"
+        else:
+            me = routing.Box(self.worker_id, warm_model=held.model_id)
+            if not routing.should_unload(me, time.monotonic() - self._idle_since, self.settings.idle_unload,
+                                         pinned=view.rules.pinned):
+                return False
+            why = f"idle for {self.settings.idle_unload:g}s"
+        log.info("worker %s: unloading model %r: %s", self.holder, held.model_id, why)
         self.unload(store)
+        self._done(store, asked)
         return True
+
+    def preload_if_idle(self, store: "Store") -> bool:
+        """While idle, load a model ahead of its jobs: the oldest preload an operator asked
+        for here, else the one ``routing.preload_choice`` picks for a backlog no box holds;
+        whether it loaded one. A GPU leased to another model is left alone."""
+        if self.resident.loading is not None:
+            return False
+        view, held = self._fleet(store), self.resident.held()
+        mine = self.models()
+        asked = [row for row in view.requests if row.action == control.PRELOAD and row.model in mine]
+        if asked:
+            model = asked[0].model
+        else:
+            model = routing.preload_choice(self.box(), view.backlogs, view.boxes, view.models, time.time())
+        if model is None or (held is not None and held.model_id == model):
+            self._done(store, [row for row in asked if held is not None and row.model == held.model_id])
+            return False
+        if not self._lease_for(store, model):
+            return False
+        log.info("worker %s: preloading model %r (%s)", self.holder, model,
+                 "an operator asked" if asked else "its queued work outweighs its load")
+        try:
+            self.load_model(store, model)
+        except ModelLoadFailed as exc:
+            log.warning("preload of model %r failed: %s", model, exc)
+            self._release(store)
+            return False
+        self._done(store, [row for row in asked if row.model == model])
+        self._idle_since = time.monotonic()  # a preloaded model gets its idle time in full
+        return True
+
+    def _done(self, store: "Store", requests: Sequence[control.ModelControl]) -> None:
+        """Mark operators' requests carried out; the next fleet read no longer shows them."""
+        for request in requests:
+            try:
+                store.model_control_done(request)
+            except RowfleetError as exc:  # carried out again next time: unloading twice is harmless
+                log.warning("could not mark the %s of model %r done: %s", request.action, request.model, exc)
+        if requests:
+            self._view = None
 
     def unload(self, store: "Store") -> None:
         """Unload the held model and let the GPU's lease go."""

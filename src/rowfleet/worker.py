@@ -365,11 +365,12 @@ class Worker:
         return False
 
     def _unload_idle(self) -> float | None:
-        """A GPU worker idle past ``idle_unload`` unloads its model (and its heartbeat says
-        so); seconds until that is due, or None: never."""
+        """A GPU worker's chores while idle (and its heartbeat says what changed): unload its
+        model past ``idle_unload`` or when an operator asks, preload one ahead of its jobs;
+        seconds until an idle unload is due, or None: never."""
         if self.gpu_box is None:
             return None
-        if self.gpu_box.unload_if_idle(self.store):
+        if self.gpu_box.unload_if_idle(self.store) or self.gpu_box.preload_if_idle(self.store):
             self.keeper.beat(self.store)
         return self.gpu_box.unload_in()
 

@@ -219,6 +219,9 @@ class FleetStore(StoreCore):
         ``host`` (``*``: every host) about ``model``."""
         if action not in control.MODEL_ACTIONS:
             raise ConfigError(f"a model control is one of {', '.join(control.MODEL_ACTIONS)}, got {action!r}")
+        if host == control.ANY and action not in control.STANDING:
+            # A request is carried out once, by the first worker to see it: name its host.
+            raise ConfigError(f"{action} is a request to one host's workers: name the host, not '*'")
         with self.transaction() as tx:
             return ModelControl.from_row(tx.one("set_model_control", host=host, model=model, action=action,
                                                 changed_by=changed_by))
