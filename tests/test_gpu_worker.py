@@ -172,8 +172,8 @@ class GpuWorkerProcessTest(TempDirTestCase):
         [stats] = self.store.model_stats("")
         self.assertEqual((stats["loads"], stats["failed_loads"]), (1, 1))
         wait_until(lambda: self.lines("models.log") == ["load a", "load a", "unload a"], message="the idle unload")
-        row = self.beat(lambda row: row["warm_model"] is None)
-        self.assertEqual(row["vram_free_mb"], TOTAL_MB - BASE_USED_MB)
+        # The memory figure is at most one heartbeat old: a beat soon shows it back.
+        row = self.beat(lambda row: row["warm_model"] is None and row["vram_free_mb"] == TOTAL_MB - BASE_USED_MB)
         self.assertEqual(row["lane"], "any")
         self.assertEqual(snapshot.gpu_advert_of(row).models, ("a", "b", "c"), "every registered model by default")
         wait_until(lambda: self.store.gpu_lease(HOST, 0).expires_at <= time.time(), message="the GPU let go")

@@ -179,3 +179,77 @@ class SidecarTest(TempDirTestCase):
         for options, message in cases:
             with self.subTest(options=options), self.assertRaisesRegex(ConfigError, message):
                 SidecarSpec(**options)
+
+
+WORKER_APP = '''\
+import os
+import time
+
+import rowfleet
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@rowfleet.task(name="side.ask")
+def ask(gate=None):
+    give_up = time.monotonic() + 60
+    while gate and not os.path.exists(os.path.join(HERE, gate)):
+        if time.monotonic() > give_up:
+            raise TimeoutError("the test never opened the gate")
+        time.sleep(0.01)
+    return "answered"
+'''
+
+
+class WorkerSidecarTest(SidecarTest):
+    """``rowfleet worker --sidecar``: the server comes up before the job, goes when idle,
+    and goes with the worker when an operator switches it off hard."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.write_module("sideapp", WORKER_APP)
+        self.store = self.open_store()
+
+    def worker(self, *flags: str) -> subprocess.Popen:
+        spec = self.spec()
+        return self.launch_logged("worker", "worker", "--app", "sideapp", "--sidecar", spec.command,
+                                  "--sidecar-health", spec.health_url, "--heartbeat", "0.5", "--poll", "0.2",
+                                  "--renew", "0.3", *flags)
+
+    def enqueue(self, gate: str | None = None) -> int:
+        from rowfleet.job import JobSpec
+
+        return self.store.enqueue(JobSpec("side.ask", {"gate": gate})).id
+
+    def done(self, job_id: int):
+        return wait_until(lambda: (job := self.store.get_job(job_id, "")).state == "completed" and job,
+                          message=f"job {job_id} completed")
+
+    def test_the_server_is_up_for_the_job_and_stopped_once_idle(self):
+        worker = self.worker("--sidecar-idle", "0.5")
+        self.assertFalse(os.path.exists(self.pids_file), "started before any job needed it")
+        job = self.done(self.enqueue())
+        self.assertEqual(job.result, "answered")
+        leader, helper = self.pids()
+        wait_until(lambda: not alive(leader) and not alive(helper), message="the idle sidecar's group to end")
+        self.assertIsNone(worker.poll(), "the worker went with its sidecar")
+        os.remove(self.pids_file)
+        self.done(self.enqueue())  # the next job brings it up again
+        self.assertTrue(alive(self.pids()[0]))
+        self.stop_all(worker)
+        self.assertFalse(alive(self.pids()[0]), "the sidecar outlived its worker")
+
+    def test_a_hard_switch_ends_the_worker_and_its_sidecar(self):
+        worker = self.worker()
+        job_id = self.enqueue(gate="never")
+        wait_until(lambda: self.store.get_job(job_id, "").state == "running", message="the job running")
+        leader, helper = self.pids()
+        self.cli("control", "--queue", "default", "--off", "--policy", "hard")
+        worker.wait(30)
+        self.assertEqual(worker.returncode, 79, self.output(worker))
+        wait_until(lambda: not alive(leader) and not alive(helper), message="the sidecar's group to end")
+
+    def test_sidecar_flags_without_a_command_are_one_line(self):
+        result = self.cli("worker", "--sidecar-idle", "5", check=False)
+        self.assertEqual((result.returncode, len(result.stderr.strip().splitlines())), (2, 1), result.stderr)
+        self.assertIn("need --sidecar CMD", result.stderr)

@@ -50,6 +50,7 @@ from rowfleet.errors import ConfigError, LeaseLost, RowfleetError, StoreUnavaila
 from rowfleet.gpu_worker import GpuBox, GpuSettings
 from rowfleet.job import CANCELLED, Job, Outcome, decide_outcome, unreadable_outcome
 from rowfleet.keeper import Identity, Keeper, SwitchCell
+from rowfleet.sidecar import Sidecar, SidecarSpec
 from rowfleet.store import Store, open_store
 from rowfleet.watchdog import Watchdog
 
@@ -103,19 +104,26 @@ class Worker:
     """Claims and runs jobs of one (project, queue) until stopped (or, in burst mode, idle)."""
 
     def __init__(self, config: Config, queue: str, *, burst: bool = False, gpu: bool = False,
-                 gpu_settings: GpuSettings | None = None, store_factory: Callable[[Config], Store] = open_store,
+                 gpu_settings: GpuSettings | None = None, sidecar: SidecarSpec | None = None,
+                 store_factory: Callable[[Config], Store] = open_store,
                  exit: Callable[[int], None] = os._exit) -> None:
         self.config = config
         self.queue = queue
         self.burst = burst
         self.gpu = gpu  # its jobs use a GPU: the GPU health watchdog (78) watches them
         self.store_factory = store_factory
-        self.exit = exit  # how a watchdog or a stale token ends the process (os._exit)
+        self._hard_exit = exit
+        self._exit_lock = threading.Lock()
+        self.exit = self._exit  # how a watchdog or a stale token ends the process (os._exit)
         self.identity = Identity.of(config, queue, os.getpid(), time.time())
         self.holder = self.identity.holder
         # A GPU worker's placement: None for a worker that loads no models (it claims as before).
         self.gpu_box = None if gpu_settings is None else GpuBox(config, gpu_settings, worker_id=self.identity.worker_id,
                                                                 holder=self.holder, queue=queue)
+        # The inference server it owns (--sidecar): started before a job, stopped when idle,
+        # on a hard switch and when the worker ends; its GPU memory read like the models'.
+        self.sidecar = None if sidecar is None else Sidecar(
+            sidecar, memory_used_mb=self.gpu_box.memory.used_mb if self.gpu_box is not None else lambda: None)
         self.stop_event = threading.Event()
         self.store: Store | None = None
         self.waiter: Any = None
@@ -171,6 +179,7 @@ class Worker:
             self.keeper.stop()
             if self.gpu_box is not None:
                 self.gpu_box.close(self.store)
+            self._stop_sidecar("the worker stopped")
             self._say_goodbye()
             self.waiter.close()
             self.store.close()
@@ -310,6 +319,8 @@ class Worker:
         reporter = _reporter.set(lambda fraction, message: self._report(job, fraction, message))
         try:
             handler = tasks.resolve(job.task, self.config.allow_modules)  # a row names only trusted code
+            if self.sidecar is not None:
+                self.sidecar.ensure_up()  # a server that will not come up fails the attempt, as a load would
             self._load_model(job)  # a load that fails fails the attempt, as the handler would
             result = _call(handler, job.args)
         except (Exception, SystemExit) as exc:  # the handler's failure is the job's, not ours
@@ -318,6 +329,8 @@ class Worker:
         finally:
             _reporter.reset(reporter)
             _current_job.reset(token)
+            if self.sidecar is not None:
+                self.sidecar.used()
         return decide_outcome(job, result=result)
 
     def _load_model(self, job: Job) -> None:
@@ -368,11 +381,29 @@ class Worker:
         """A GPU worker's chores while idle (and its heartbeat says what changed): unload its
         model past ``idle_unload`` or when an operator asks, preload one ahead of its jobs;
         seconds until an idle unload is due, or None: never."""
+        if self.sidecar is not None:
+            self.sidecar.stop_if_idle()
         if self.gpu_box is None:
             return None
         if self.gpu_box.unload_if_idle(self.store) or self.gpu_box.preload_if_idle(self.store):
             self.keeper.beat(self.store)
         return self.gpu_box.unload_in()
+
+    def _stop_sidecar(self, reason: str) -> None:
+        if self.sidecar is None:
+            return
+        try:
+            self.sidecar.stop(reason)
+        except OSError as exc:  # the worker ends either way
+            log.warning("could not stop the sidecar: %s", exc)
+
+    def _exit(self, code: int) -> None:
+        """End the process at once (a watchdog, an operator's hard switch, a stale token):
+        its sidecar's process group first, since a hard exit would leave it running. The
+        first thread to call decides the exit code; another waits, as the process ends."""
+        with self._exit_lock:
+            self._stop_sidecar(f"the worker is exiting ({exitcodes.describe(code)})")
+            self._hard_exit(code)
 
     def _settle(self) -> bool:
         """After a wake-up: is there work for us now? A wake-up can arrive before the commit

@@ -18,6 +18,7 @@ from rowfleet.cli.output import print_json, report
 from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError
 from rowfleet.gpu_worker import GpuSettings, model_list
 from rowfleet.orchestrator import Orchestrator
+from rowfleet.sidecar import SidecarSpec
 from rowfleet.store import Store, open_store
 from rowfleet.supervisor import Supervisor
 from rowfleet.worker import Worker
@@ -53,6 +54,12 @@ def add_commands(command: Callable[..., Parser]) -> None:
                      help="negative: an overflow box, which takes the newest work first (default 0)")
     gpu.add_argument("--idle-unload", type=positive_float, default=None, metavar="SECONDS",
                      help="unload the warm model after this long without a job (default: never)")
+    side = sub.add_argument_group("an inference server the worker owns")
+    side.add_argument("--sidecar", metavar="CMD", help="start CMD (in its own process group) before a job, "
+                                                      "e.g. 'vllm serve MODEL --port 8000'")
+    side.add_argument("--sidecar-health", metavar="URL", help="wait until URL answers 2xx before the job runs")
+    side.add_argument("--sidecar-idle", type=positive_float, default=None, metavar="SECONDS",
+                      help="stop the sidecar after this long without a job (default: keep it while the worker lives)")
 
     sub = command("orchestrator", cmd_orchestrator, "migrate, then reclaim lapsed leases, flag "
                   "silent workers and prune old jobs on a timer")
@@ -67,9 +74,11 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
     tasks.import_apps(args.app)
     names.check_name("--queue", args.queue)  # '*' too: a switch's wildcard names no queue to serve
     gpu_settings = _gpu_settings(args)
+    sidecar = _sidecar(args)
 
     def one_worker() -> int:
-        worker = Worker(config, args.queue, burst=args.burst, gpu=args.gpu, gpu_settings=gpu_settings)
+        worker = Worker(config, args.queue, burst=args.burst, gpu=args.gpu, gpu_settings=gpu_settings,
+                        sidecar=sidecar)
         on_stop_signals(lambda *_: worker.request_stop())
         try:
             return worker.run()
@@ -113,6 +122,14 @@ def _gpu_settings(args: argparse.Namespace) -> GpuSettings | None:
         return None
     return GpuSettings(chosen, gpu_index=args.gpu_index or 0, vram_mb=args.vram_mb, lane=args.lane or routing.ANY,
                        host_priority=args.host_priority or 0, idle_unload=args.idle_unload)
+
+
+def _sidecar(args: argparse.Namespace) -> SidecarSpec | None:
+    if args.sidecar is None:
+        if args.sidecar_health is not None or args.sidecar_idle is not None:
+            raise ConfigError("--sidecar-health and --sidecar-idle need --sidecar CMD")
+        return None
+    return SidecarSpec(args.sidecar, health_url=args.sidecar_health, idle_ttl=args.sidecar_idle)
 
 
 def _need(flags: list[str]) -> str:
