@@ -41,7 +41,7 @@ import time
 from typing import Callable
 
 from . import harness
-from .harness import NOOP, PROJECT, Bench, Row, paired, progress, ratio, short
+from .harness import NOOP, PROJECT, Bench, Row, claim_micros, progress, ratio, short
 
 from rowfleet import routing
 from rowfleet.claim import Claim
@@ -394,18 +394,11 @@ def claim_latency(bench: Bench, rows: int) -> None:
         load_model_jobs(store, rows)
         routed, plain = affinity_claim(), Claim(PROJECT, QUEUE, "bench:plain", LEASE)
 
-        def claimer(claim: Claim) -> Callable[[], None]:
-            def claim_one() -> None:
-                if store.claim(claim) is None:
-                    raise RuntimeError("the gpu claim benchmark ran out of queued jobs")
-            return claim_one
-
         progress(f"gpu claim latency: {rows:,} queued, with routing inputs and plain, taking turns")
-        mine, theirs = paired(claimer(routed), claimer(plain), s.claims, s.claim_seconds, warmup=s.claim_warmup)
-    ours, base = statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6
+        ours, base, calls = claim_micros((store, routed), (store, plain), s)
     bench.add(Row(f"claim latency with model affinity, {short(rows)} queued (us)", "FULL", f"{ours:.0f}",
                   f"{base:.0f}", ratio(ours, base),
-                  f"median of {min(len(mine), len(theirs)):,}; {claim_plan(path, routed)}; "
+                  f"median of {calls:,}; {claim_plan(path, routed)}; "
                   f"target < {CLAIM_RATIO:.2f}x: {met(ours < CLAIM_RATIO * base)}"))
 
 

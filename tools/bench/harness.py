@@ -226,6 +226,25 @@ def paired(ours: Callable[[], Any], bare: Callable[[], Any], most: int, seconds:
     return took
 
 
+def claim_micros(ours: tuple[Any, Any], bare: tuple[Any, Any], sizes: "Sizes") -> tuple[float, float, int]:
+    """Median microseconds of ``Store.claim`` for two (store, Claim) pairs taking turns
+    (``paired``), and how many calls each median is of; a claim that finds nothing means
+    the file ran out of queued jobs."""
+    def claimer(store: Any, claim: Any) -> Callable[[], None]:
+        def claim_one() -> None:
+            if store.claim(claim) is None:
+                raise RuntimeError("the claim benchmark ran out of queued jobs")
+        return claim_one
+
+    return medians(*paired(claimer(*ours), claimer(*bare), sizes.claims, sizes.claim_seconds,
+                           warmup=sizes.claim_warmup))
+
+
+def medians(mine: list[float], theirs: list[float]) -> tuple[float, float, int]:
+    """Median microseconds of two lists of seconds, and how many calls the shorter holds."""
+    return statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6, min(len(mine), len(theirs))
+
+
 def fsync_micros(folder: str, seconds: float = 0.5) -> float:
     """Median microseconds of ``fsync`` after a 4 KB write in ``folder`` (what a FULL commit waits on)."""
     path = os.path.join(folder, "fsync-probe")

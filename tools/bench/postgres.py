@@ -42,8 +42,8 @@ import time
 from typing import Any, Callable
 
 from . import harness
-from .harness import NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, count, paired, percentile, \
-    progress, ratio, rounds_note, shares, short
+from .harness import NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, claim_micros, count, medians, \
+    paired, percentile, progress, ratio, rounds_note, shares, short
 
 import rowfleet
 from rowfleet.claim import Claim
@@ -569,24 +569,15 @@ class PostgresBench:
                 conn.execute("VACUUM ANALYZE jobs")
         plan = self._claim_plan(behind)
         stores = [open_store(Config(db=url, project=PROJECT)) for url in (behind, alone)]
-        holder = f"bench:{os.getpid()}"
-
-        def claimer(store: Any) -> Callable[[], None]:
-            def claim_one() -> None:
-                if store.claim(Claim(PROJECT, QUEUE, holder, 600.0)) is None:
-                    raise RuntimeError("the claim benchmark ran out of queued jobs")
-            return claim_one
-
+        claim = Claim(PROJECT, QUEUE, f"bench:{os.getpid()}", 600.0)
         try:
-            mine, theirs = paired(claimer(stores[0]), claimer(stores[1]), s.claims, s.claim_seconds,
-                                  warmup=s.claim_warmup)
+            ours, base, calls = claim_micros((stores[0], claim), (stores[1], claim), s)
         finally:
             for store in stores:
                 store.close()
-        ours, base = statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6
         self.add(Row(f"pg claim latency, 10k due behind {short(delayed)} delayed (us)", self.durability,
                      f"{ours:.0f}", f"{base:.0f}", ratio(ours, base),
-                     f"median of {min(len(mine), len(theirs)):,}; baseline: rowfleet's claim with 10k queued "
+                     f"median of {calls:,}; baseline: rowfleet's claim with 10k queued "
                      f"and none delayed; {plan}"))
         for url in (behind, alone):
             self._drop_database(url)
@@ -607,23 +598,15 @@ class PostgresBench:
         routed = Claim(PROJECT, QUEUE, "bench:affinity", 600.0, models=models, warm_model="B", rank=("C", "B", "A"))
         plain = Claim(PROJECT, QUEUE, "bench:plain", 600.0)
         store = open_store(Config(db=url, project=PROJECT))
-
-        def claimer(claim: Claim) -> Callable[[], None]:
-            def claim_one() -> None:
-                if store.claim(claim) is None:
-                    raise RuntimeError("the claim benchmark ran out of queued jobs")
-            return claim_one
-
         try:
-            mine, theirs = paired(claimer(routed), claimer(plain), s.claims, s.claim_seconds, warmup=s.claim_warmup)
+            ours, base, calls = claim_micros((store, routed), (store, plain), s)
         finally:
             store.close()
         self._drop_database(url)
-        ours, base = statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6
         verdict = "met" if ours < 1.10 * base else "not met"
         self.add(Row(f"pg claim latency with model affinity, {short(rows)} queued (us)", self.durability,
                      f"{ours:.0f}", f"{base:.0f}", ratio(ours, base),
-                     f"median of {min(len(mine), len(theirs)):,}; baseline: the plain Store.claim on the same "
+                     f"median of {calls:,}; baseline: the plain Store.claim on the same "
                      f"database; target < 1.10x: {verdict}"))
 
     def _claim_plan(self, url: str) -> str:
@@ -660,4 +643,4 @@ class PostgresBench:
         finally:
             store.close()
             conn.close()
-        return statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6, min(len(mine), len(theirs))
+        return medians(mine, theirs)

@@ -28,8 +28,8 @@ import time
 from typing import Any, Callable
 
 from . import harness
-from .harness import NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, count, paired, percentile, \
-    progress, ratio, rounds_note, shares, short
+from .harness import NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, claim_micros, count, medians, \
+    paired, percentile, progress, ratio, rounds_note, shares, short
 
 import rowfleet
 from rowfleet import tasks
@@ -445,24 +445,15 @@ def _claim_behind_delayed(bench: Bench) -> None:
                            [None] * delayed)
     s = bench.sizes
     stores = [SQLiteStore(path, Config(db=path, project=PROJECT, synchronous="NORMAL")) for path in (behind, alone)]
-    holder = f"bench:{os.getpid()}"
-
-    def claimer(store: SQLiteStore) -> Callable[[], None]:
-        def claim_one() -> None:
-            if store.claim(Claim(PROJECT, QUEUE, holder, 600.0)) is None:
-                raise RuntimeError("the claim benchmark ran out of queued jobs")
-        return claim_one
-
+    claim = Claim(PROJECT, QUEUE, f"bench:{os.getpid()}", 600.0)
     try:
-        mine, theirs = paired(claimer(stores[0]), claimer(stores[1]), s.claims, s.claim_seconds,
-                              warmup=s.claim_warmup)
+        ours, base, calls = claim_micros((stores[0], claim), (stores[1], claim), s)
     finally:
         for store in stores:
             store.close()
     for path in (behind, alone):
         _requeue(path)
-    ours, base = statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6
-    note = (f"median of {min(len(mine), len(theirs)):,}; baseline: rowfleet's claim with 10k queued and none "
+    note = (f"median of {calls:,}; baseline: rowfleet's claim with 10k queued and none "
             f"delayed; {claim_plan(behind)}")
     bench.add(Row(f"claim latency, 10k due behind {short(delayed)} delayed (us)", "NORMAL", f"{ours:.0f}",
                   f"{base:.0f}", ratio(ours, base), note))
@@ -496,7 +487,7 @@ def _claims(bench: Bench, path: str, sync: str, *, least: int = 100, warmup: int
         store.close()
         conn.close()
     _requeue(path)
-    return statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6, min(len(mine), len(theirs))
+    return medians(mine, theirs)
 
 
 def _requeue(path: str) -> None:
