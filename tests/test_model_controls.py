@@ -81,6 +81,18 @@ class SQLiteModelControlTest(ModelControlContract, TempDirTestCase):
         self.assertTrue(cleared["cleared"])
         self.assertEqual(sorted(row.model for row in self.store.model_controls("box1")), ["huge", "vision"])
 
+    def test_rows_written_by_plain_sql_with_text_times_still_read_and_apply(self):
+        import sqlite3
+
+        self.store.set_model_control("box", "first", PRELOAD)
+        with sqlite3.connect(self.db) as conn:
+            conn.execute("INSERT INTO model_controls (host, model, action, changed_at) "
+                         "VALUES ('box', 'second', 'preload', 'yesterday')")
+            conn.execute("INSERT INTO model_controls (host, model, action, changed_at, done_at) "
+                         "VALUES ('box', 'third', 'unload', 1.0, 'soon')")
+        rules = model_rules(self.store.model_controls("box"), "box")
+        self.assertEqual((rules.preload, rules.unload), (("second", "first"), frozenset()))
+
     def test_bad_command_lines_are_one_line_and_write_nothing(self):
         for args in (("model-control", "pin"), ("model-control", "pin", "two words"),
                      ("model-control", "evict", "llm"), ("model-control", "list", "llm"),

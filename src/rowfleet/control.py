@@ -147,7 +147,13 @@ class ModelControl:
         True
         """
         stored = by_name(row, "model_controls", _MODEL_CONTROL_COLUMNS)
-        return cls(**{name: stored[name] for name in _MODEL_CONTROL_COLUMNS})
+        values = {name: stored[name] for name in _MODEL_CONTROL_COLUMNS}
+        # A row from plain SQL may hold any value where a time belongs (SQLite keeps what it is
+        # given): read as the oldest time, so rules still sort and apply, never raise.
+        values["changed_at"] = _time_or(values["changed_at"], 0.0)
+        if values["done_at"] is not None:
+            values["done_at"] = _time_or(values["done_at"], 0.0)
+        return cls(**values)
 
     @property
     def pending(self) -> bool:
@@ -159,6 +165,15 @@ class ModelControl:
 
 
 _MODEL_CONTROL_COLUMNS = frozenset(field.name for field in dataclasses.fields(ModelControl))
+
+
+def _time_or(value: Any, default: float) -> float:
+    """A stored time as a float, or ``default`` when it is no number.
+
+    >>> _time_or(5, 0.0), _time_or("yesterday", 0.0), _time_or(True, 0.0)
+    (5.0, 0.0, 0.0)
+    """
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 @dataclasses.dataclass(frozen=True)
