@@ -212,9 +212,19 @@ class GpuBox:
     def claim_fields(self, store: "Store") -> dict[str, Any]:
         """The routing fields of the next ``Claim``."""
         view, me = self._fleet(store), self.box()
-        inputs = routing.claim_inputs(me, (me, *view.boxes), view.models, view.backlogs, time.time(),
+        inputs = routing.claim_inputs(me, (me, *view.boxes), self._known_models(view), view.backlogs, time.time(),
                                       self.settings.lane)
         return {**inputs.fields(), "gpu_locked_to": self._lock_now(store)}
+
+    def _known_models(self, view: FleetView) -> Mapping[str, routing.ModelInfo]:
+        """The view's model figures, with what this worker measured loading its warm model
+        where the view has none yet (its record may not be written, or not read back, yet):
+        the churn floor of a model just loaded must not rest on a guess."""
+        held = self.resident.held()
+        known = view.models.get(held.model_id) if held is not None else None
+        if known is None or known.load_seconds is not None or held.load_seconds is None:
+            return view.models
+        return {**view.models, held.model_id: dataclasses.replace(known, load_seconds=held.load_seconds)}
 
     def advert(self) -> dict[str, Any]:
         """The GPU keywords of ``Store.worker_beat``: what this worker's heartbeat shows."""
