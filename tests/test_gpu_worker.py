@@ -307,6 +307,49 @@ class SQLiteGpuStoreTest(GpuStoreContract, TempDirTestCase):
     pass
 
 
+class GpuLeaseRaceTest(TempDirTestCase):
+    """The keeper renews the GPU's lease while the main thread lets it go (an idle unload)."""
+
+    def test_a_renewal_in_flight_never_revives_a_released_lease(self):
+        import threading
+
+        from rowfleet import gpu_worker
+        from rowfleet.telemetry import gpu
+
+        store = self.open_store()
+        box = gpu_worker.GpuBox(self.config(host=HOST), gpu_worker.GpuSettings(("a",)), worker_id="w", holder="w:1",
+                                queue="gpu", memory=gpu_worker.GpuMemory("nvidia-smi", 0, 1.0,
+                                                                         sample=lambda **_: gpu.GpuSample()))
+        self.assertTrue(box._lease_for(store, "a"))
+        renewing, released = threading.Event(), threading.Event()
+
+        def keep() -> None:  # the keeper thread, with its own connection as a worker's keeper has
+            from rowfleet.store import open_store
+
+            keeper_store = open_store(self.config())
+            renew_gpu = keeper_store.renew_gpu
+
+            def slow_renewal(*args, **kwargs):  # the keeper read the lease; the main thread releases it now
+                renewing.set()
+                released.wait(2.0)  # with the release kept apart, it waits here in vain, and that is the point
+                return renew_gpu(*args, **kwargs)
+
+            keeper_store.renew_gpu = slow_renewal
+            try:
+                box.renew(keeper_store)
+            finally:
+                keeper_store.close()
+
+        keeper = threading.Thread(target=keep)
+        keeper.start()
+        self.assertTrue(renewing.wait(DEADLINE))
+        box._release(store)  # the idle unload's
+        released.set()
+        keeper.join(DEADLINE)
+        lease = store.gpu_lease(HOST, 0)
+        self.assertLessEqual(lease.expires_at, time.time(), "the released lease was renewed: the GPU stays locked")
+
+
 class PostgresGpuStoreTest(PostgresDatabaseCase, GpuStoreContract, TempDirTestCase):
     """The same contract on a throwaway PostgreSQL database (skipped loudly without one)."""
 

@@ -26,7 +26,7 @@ A worker started with ``--gpu`` and models to load (``GpuSettings``) holds a ``G
   the worker stops. ``advert()`` is what every heartbeat carries.
 
 Main-thread calls and the keeper's (``advert``, ``renew``) share the lease and the memory
-reading under one lock. Writes no SQL: everything goes through the store. Must not import
+reading under locks; a renewal and a release of the lease never interleave. Writes no SQL: everything goes through the store. Must not import
 ``rowfleet.worker`` or ``rowfleet.keeper``.
 """
 
@@ -431,31 +431,31 @@ class GpuBox:
     def renew(self, store: "Store") -> None:
         """Extend the GPU's lease by one job lease (the keeper's, with the job's renewal);
         a lease that changed hands is dropped. Never raises."""
+        # Under the lock for the whole renewal: a release between reading the lease and
+        # renewing it would be undone, and the GPU left locked to a model nobody holds.
         with self._lock:
             lease = self._lease
-        if lease is None:
-            return
-        try:
-            renewed = store.renew_gpu(lease, self.holder, self.config.lease)
-        except RowfleetError as exc:
-            log.warning("GPU lease renewal failed (will retry): %s", exc)
-            return
-        with self._lock:
-            if self._lease is lease:
-                self._lease = renewed
+            if lease is None:
+                return
+            try:
+                renewed = store.renew_gpu(lease, self.holder, self.config.lease)
+            except RowfleetError as exc:
+                log.warning("GPU lease renewal failed (will retry): %s", exc)
+                return
+            self._lease = renewed
         if renewed is None:
             log.warning("worker %s: the lease of GPU %d for model %r changed hands", self.holder,
                         lease.gpu_index, lease.model)
 
     def _release(self, store: "Store") -> None:
-        with self._lock:
+        with self._lock:  # never while a renewal is in flight (see renew)
             lease, self._lease = self._lease, None
-        if lease is None:
-            return
-        try:
-            store.release_gpu(lease, self.holder)
-        except RowfleetError as exc:  # it lapses by itself within a lease
-            log.warning("could not release the lease of GPU %d: %s", lease.gpu_index, exc)
+            if lease is None:
+                return
+            try:
+                store.release_gpu(lease, self.holder)
+            except RowfleetError as exc:  # it lapses by itself within a lease
+                log.warning("could not release the lease of GPU %d: %s", lease.gpu_index, exc)
 
     def close(self, store: "Store") -> None:
         """The worker stops: unload its model and let the GPU go."""
