@@ -16,7 +16,7 @@ import unittest
 from rowfleet import queries
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, JobSpec, Outcome
-from rowfleet.store.jobs import claim_params
+from rowfleet.store.jobs import claim_params, claim_query
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase
 from test_lifecycle import Clock
@@ -97,13 +97,13 @@ class GpuClaimContract:
     def test_lanes_split_model_jobs_from_plain_ones(self):
         plain = self.job(None)
         model = self.job("m1")
-        for claim in (gpu(models=("m1",), lane="model"), gpu(lane="model")):
+        for claim in (gpu(models=("m1",), lane="model"), gpu(models=("m9", "m1"), lane="model")):
             with self.subTest(claim=claim):
                 self.assertEqual(self.claimed(claim), model)
                 self.assertFalse(self.store.has_due(claim))
                 self.assertIsNone(self.store.claim(claim))
                 model = self.job("m1")
-        for claim in (gpu(models=("m1",), lane="plain"), gpu(lane="plain")):
+        for claim in (gpu(models=("m1",), lane="plain"), gpu(models=(), lane="plain")):
             with self.subTest(claim=claim):
                 self.assertEqual(self.claimed(claim), plain)
                 plain = self.job(None)
@@ -112,7 +112,7 @@ class GpuClaimContract:
         big = self.job("m1", vram_mb=20_000)
         unknown = self.job("m1")
         small = self.job("m1", vram_mb=8_000)
-        for claim in (gpu(models=("m1",), vram_free_mb=10_000), gpu(vram_free_mb=10_000)):
+        for claim in (gpu(models=("m1",), vram_free_mb=10_000), gpu(models=("m9", "m1"), vram_free_mb=10_000)):
             with self.subTest(claim=claim):
                 self.assertEqual([self.claimed(claim), self.claimed(claim)], [unknown, small])
                 self.assertFalse(self.store.has_due(claim))
@@ -123,7 +123,7 @@ class GpuClaimContract:
         better = self.job("m1", priority=-1)
         old, new = self.job("m1"), self.job("m1")
         plain_old, plain_new = self.job(None, priority=3), self.job(None, priority=3)
-        for claim in (gpu(models=("m1",), newest_first=True), gpu(newest_first=True)):
+        for claim in (gpu(models=("m1",), newest_first=True), gpu(models=("m9", "m1"), newest_first=True)):
             with self.subTest(claim=claim):
                 self.assertEqual([self.claimed(claim) for _ in range(5)], [better, new, old, plain_new, plain_old])
                 better, old, new = self.job("m1", priority=-1), self.job("m1"), self.job("m1")
@@ -148,7 +148,10 @@ class GpuClaimContract:
     def test_no_models_is_the_plain_claim_as_before(self):
         ids = [self.job("m1", priority=2), self.job(None, priority=1), self.job("m9", run_next=True), self.job(None)]
         plain = gpu()
-        self.assertEqual(claim_params(plain)["models"], None)
+        self.assertEqual((claim_params(plain)["gate"], claim_query("claim", plain)), (None, "claim"))
+        for routing in ({"lane": "model"}, {"vram_free_mb": 100}, {"newest_first": True}):
+            with self.subTest(routing=routing), self.assertRaisesRegex(ValueError, "needs models"):
+                gpu(**routing)  # every routing input needs a gate: a claim without one is the plain claim
         self.assertEqual([self.claimed(plain) for _ in range(4)], [ids[2], ids[3], ids[1], ids[0]])
 
     def test_finish_and_claim_uses_the_same_rules(self):
@@ -167,7 +170,8 @@ class GpuClaimContract:
         claims = [gpu(), gpu(models=()), gpu(models=("m1",)), gpu(models=("m2",), lane="model"),
                   gpu(models=("m1", "m2"), lane="plain"), gpu(models=("m1", "m2"), warm_model="m1", only_warm=True),
                   gpu(models=("m2",), vram_free_mb=100), gpu(models=("m1", "m2"), gpu_locked_to="m1"),
-                  gpu(lane="model"), gpu(vram_free_mb=100), gpu(models=("m3",), newest_first=True)]
+                  gpu(models=("m1", "m2", "m3"), lane="model"), gpu(models=("m1", "m2"), vram_free_mb=100),
+                  gpu(models=("m3",), newest_first=True), gpu(models=("m1", "m2"), newest_first=True, lane="plain")]
         layouts = {"empty": [], "plain": [(None, None)], "m2 big": [("m2", 500)], "m1": [("m1", None)],
                    "m2 small and plain big": [("m2", 50), (None, 500)]}
         for name, layout in layouts.items():
@@ -251,8 +255,8 @@ class SQLiteGpuClaimTest(GpuClaimContract, TempDirTestCase):
         self.addCleanup(conn.close)
         conn.execute("ANALYZE")
         params = {**claim_params(claim), "now": self.clock.now}
-        return "\n".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + queries.queries("sqlite")["claim"],
-                                                        params))
+        return "\n".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + queries.queries("sqlite")[
+            claim_query("claim", claim)], params))
 
     def test_the_claim_probes_indexes_and_sorts_only_the_few_it_found(self):
         for model in (None, "m1", "m2", "m3"):
@@ -261,13 +265,13 @@ class SQLiteGpuClaimTest(GpuClaimContract, TempDirTestCase):
         self.assertIn("jobs_model (project=? AND queue=? AND required_model=?", routed)
         self.assertNotRegex(routed, r"SCAN (jobs|c)\b", "a claim read the whole table")
         self.assertNotIn("AUTOMATIC", routed)
-        # The one temp b-tree sorts the outer few (one per probe), after "SEARCH c".
+        # The one temp b-tree sorts the outer few (one per kind of job), each found by its rowid.
         self.assertEqual(routed.count("USE TEMP B-TREE"), 1)
-        self.assertLess(routed.index("SEARCH c"), routed.index("USE TEMP B-TREE"))
-        # The plain walk needs no sort at all.
-        walk = routed[:routed.index("SEARCH c")]
-        self.assertIn("jobs_claim", walk)
-        self.assertNotIn("TEMP B-TREE", walk)
+        self.assertIn("SEARCH best USING INTEGER PRIMARY KEY", routed)
+        # A plain claim is one walk of jobs_claim, with no sort at all.
+        plain = self.plan(gpu())
+        self.assertIn("jobs_claim", plain)
+        self.assertNotIn("TEMP B-TREE", plain)
 
     def test_two_processes_share_one_model_and_refuse_another(self):
         self.store.migrate()

@@ -6,8 +6,8 @@ worker may take belong here as named fields, so every store call sees the same o
 project and queue, the holder and its lease, and a GPU worker's routing inputs.
 
 Which jobs a claim may take (a job's model is its ``required_model``; a plain job has none):
-- ``models``: the models the worker can load. None: no gate (a plain worker, as before);
-  a tuple: only plain jobs and jobs of these models.
+- ``models``: the models the worker can load. None: no gate (a plain worker, as before),
+  and then no other routing input either; a tuple: only plain jobs and jobs of these models.
 - ``lane``: ``any``; ``model``: only jobs that need a model; ``plain``: only plain jobs.
 - ``vram_free_mb``: a job needing more GPU memory is not taken (a job that names none fits).
 - ``only_warm``: the churn floor: only plain jobs, jobs of ``warm_model`` and of ``starved``.
@@ -21,6 +21,12 @@ after), then priority, then due order: the oldest ``run_at`` first, or the newes
 ``newest_first`` (an overflow box). Run-next beats warmth; a starved model beats both
 warmth and rank. The affinity terms need ``models``: a claim without a gate walks one
 index in today's order, so a plain worker's claim costs what it did.
+
+The store runs a plain worker's claim (``routed`` False) as the cheapest statement there
+is, and any other as its ``[routed]`` variant (``[newest]`` newest first). That one takes the claim's gate as
+``gate()``: the models it may take now, each with its place in the order of the middle
+terms (starved, warm, rank) as one number, ``preference``, and plain jobs' place as
+``plain_preference()``; so the rule lives here, once, and the SQL only sorts by it.
 
 Pure: imports nothing of rowfleet's, and no driver.
 """
@@ -77,9 +83,67 @@ class Claim:
                                               or not isinstance(self.vram_free_mb, int)):
             raise TypeError(f"a claim's vram_free_mb must be an integer or None, got {self.vram_free_mb!r}")
         if self.models is None:
-            for name in ("warm_model", "starved", "rank", "only_warm", "gpu_locked_to"):
-                if getattr(self, name):
+            for name in ("warm_model", "starved", "rank", "only_warm", "gpu_locked_to", "vram_free_mb",
+                         "newest_first"):
+                if getattr(self, name) not in (None, False, ()):
                     raise ValueError(f"a claim's {name} needs models, the models its worker can load")
+            if self.lane != "any":
+                raise ValueError("a claim's lane needs models, the models its worker can load")
+
+    @property
+    def routed(self) -> bool:
+        """Whether routing inputs narrow or order this claim (they all need a gate), else it
+        is a plain claim.
+
+        >>> Claim("", "q", "h", 1.0).routed, Claim("", "q", "h", 1.0, models=()).routed
+        (False, True)
+        """
+        return self.models is not None
+
+    def gate(self) -> dict[str, int] | None:
+        """The models this claim may take now, each with its ``preference``: the gate less
+        what the lane, the churn floor (``only_warm``) and another model's GPU lease
+        exclude. None: no gate.
+
+        >>> Claim("", "gpu", "h", 1.0, models=("a", "b", "c"), warm_model="b", rank=("c", "a")).gate()
+        {'a': 10, 'b': 8, 'c': 9}
+        >>> Claim("", "gpu", "h", 1.0, models=("a", "b"), warm_model="b", only_warm=True).gate()
+        {'b': 2}
+        >>> Claim("", "gpu", "h", 1.0, models=("a", "b"), gpu_locked_to="a").gate(), Claim("", "q", "h", 1.0).gate()
+        ({'a': 3}, None)
+        """
+        if self.models is None:
+            return None
+        if self.lane == "plain":
+            return {}
+        allowed = (model for model in self.models
+                   if (not self.only_warm or model == self.warm_model or model in self.starved)
+                   and (self.gpu_locked_to is None or model == self.gpu_locked_to))
+        return {model: self.preference(model) for model in allowed}
+
+    def plain_preference(self) -> int | None:
+        """Plain jobs' ``preference`` (tied with an unranked cold model's), or None when the
+        lane takes model jobs only.
+
+        >>> Claim("", "gpu", "h", 1.0, models=("a",), rank=("a",)).plain_preference()
+        7
+        """
+        return None if self.lane == "model" else self.preference(None)
+
+    def preference(self, model: str | None) -> int:
+        """Where jobs of ``model`` (None: plain jobs) stand in the order's middle terms, as
+        one number, lower first: a starved model, then the warm one, then by ``rank`` (plain
+        jobs and unranked models last, tied). Equal numbers fall through to priority.
+
+        >>> c = Claim("", "gpu", "h", 1.0, models=("a", "b", "c"), warm_model="a", starved=("c",), rank=("b",))
+        >>> [c.preference(m) for m in ("c", "a", "b", None)]
+        [3, 5, 6, 7]
+        """
+        place = len(self.rank) + 1
+        starved = model is not None and model in self.starved
+        warm = model is not None and model == self.warm_model
+        ranked = self.rank.index(model) if model is not None and model in self.rank else len(self.rank)
+        return ((0 if starved else 2) + (0 if warm else 1)) * place + ranked
 
     def __repr__(self) -> str:  # the fields a plain claim sets, then any routing input given
         shown = [f"{field.name}={getattr(self, field.name)!r}" for field in dataclasses.fields(self)

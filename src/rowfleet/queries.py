@@ -12,6 +12,13 @@ once per dialect as a ``-- fragment: NAME`` block and included with ``{{NAME}}``
 loader expands it when the file is read, so a fragment is fixed text of the package, never
 a caller's, and is not itself a query anyone can run.
 
+A fragment may also have variants, ``-- fragment: NAME [VARIANT, ...]`` (one text may
+serve several): every query that includes a fragment with variant ``VARIANT`` is then
+also there as ``QUERY[VARIANT]``, with that variant wherever one exists (and the plain
+fragment elsewhere). So a statement is written once and its cheap and general forms cannot
+drift apart (the claim: a plain worker's ``claim``, a GPU worker's ``claim[routed]``, an
+overflow box's ``claim[newest]``).
+
 Imports nothing of rowfleet's but ``errors``; knows nothing of any driver.
 """
 
@@ -25,7 +32,8 @@ from importlib import resources
 from rowfleet.errors import MigrationError
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
-_FRAGMENT_LINE = re.compile(r"^--\s*fragment:\s*([a-z_][a-z0-9_]*)\s*$")
+_FRAGMENT_LINE = re.compile(r"^--\s*fragment:\s*([a-z_][a-z0-9_]*(?:\s*\[[a-z_][a-z0-9_, ]*\])?)\s*$")
+_VARIANT = re.compile(r"^([a-z_][a-z0-9_]*)\[([a-z_][a-z0-9_]*)\]$")
 _INCLUDE = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -38,13 +46,16 @@ def parse_queries(text: str) -> dict[str, str]:
     {'one': 'SELECT 1;', 'two': 'SELECT 2;'}
     >>> parse_queries("-- fragment: due\\nrun_at <= :now\\n-- name: due_jobs\\nSELECT id FROM jobs WHERE {{due}};")
     {'due_jobs': 'SELECT id FROM jobs WHERE run_at <= :now;'}
+    >>> parse_queries("-- fragment: due\\nTRUE\\n-- fragment: due [late]\\nrun_at > :now\\n"
+    ...               "-- name: due_jobs\\nSELECT id FROM jobs WHERE {{due}};")
+    {'due_jobs': 'SELECT id FROM jobs WHERE TRUE;', 'due_jobs[late]': 'SELECT id FROM jobs WHERE run_at > :now;'}
     >>> parse_queries("-- name: one\\nSELECT 1 WHERE {{nowhere}};")
     Traceback (most recent call last):
     ...
     ValueError: query 'one' includes {{nowhere}}, which no -- fragment: block defines
     """
     named, fragments = _blocks(text)
-    return {name: _expand(name, sql, fragments) for name, sql in named.items()}
+    return _expand_all(named, fragments)
 
 
 def parse_fragments(text: str) -> dict[str, str]:
@@ -64,16 +75,30 @@ def _blocks(text: str) -> tuple[dict[str, str], dict[str, str]]:
         for kind, pattern in (("query", _NAME_LINE), ("fragment", _FRAGMENT_LINE)):
             match = pattern.match(line.strip())
             if match:
-                name = match.group(1)
-                if name in kinds[kind]:
-                    raise ValueError(f"{kind} {name!r} is defined twice")
-                current = kinds[kind][name] = []
+                current = []
+                for name in _variant_names(match.group(1)):
+                    if name in kinds[kind]:
+                        raise ValueError(f"{kind} {name!r} is defined twice")
+                    kinds[kind][name] = current
                 break
         else:
             if current is not None:
                 current.append(line)
     named = {name: _without_leading_comments(lines) for name, lines in kinds["query"].items()}
     return named, {name: _fragment_text(name, lines) for name, lines in kinds["fragment"].items()}
+
+
+def _variant_names(header: str) -> list[str]:
+    """The names one block header defines: ``NAME``, or ``NAME[V]`` for each variant of
+    ``NAME [V1, V2]`` (one text serving several variants).
+
+    >>> _variant_names("due"), _variant_names("due [late, early]")
+    (['due'], ['due[late]', 'due[early]'])
+    """
+    name, _, variants = header.partition("[")
+    if not variants:
+        return [name.strip()]
+    return [f"{name.strip()}[{variant.strip()}]" for variant in variants.rstrip("]").split(",") if variant.strip()]
 
 
 def _fragment_text(name: str, lines: list[str]) -> str:
@@ -87,11 +112,29 @@ def _fragment_text(name: str, lines: list[str]) -> str:
     return text
 
 
-def _expand(name: str, sql: str, fragments: dict[str, str]) -> str:
+def _expand_all(named: dict[str, str], fragments: dict[str, str]) -> dict[str, str]:
+    """Every query with its fragments written in, plus its variants (see the module docstring)."""
+    variants: dict[str, set[str]] = {}
+    for key in fragments:
+        if (match := _VARIANT.match(key)) is not None:
+            if match.group(1) not in fragments:
+                raise ValueError(f"fragment {key!r} is a variant of {match.group(1)!r}, which no -- fragment: block defines")
+            variants.setdefault(match.group(2), set()).add(match.group(1))
+    expanded = {}
+    for name, sql in named.items():
+        expanded[name] = _expand(name, sql, fragments)
+        included = set(_INCLUDE.findall(sql))
+        for variant, varied in sorted(variants.items()):
+            if included & varied:
+                expanded[f"{name}[{variant}]"] = _expand(name, sql, fragments, variant)
+    return expanded
+
+
+def _expand(name: str, sql: str, fragments: dict[str, str], variant: str | None = None) -> str:
     def fragment(match: re.Match[str]) -> str:
         if match.group(1) not in fragments:
             raise ValueError(f"query {name!r} includes {{{{{match.group(1)}}}}}, which no -- fragment: block defines")
-        return fragments[match.group(1)]
+        return fragments.get(f"{match.group(1)}[{variant}]", fragments[match.group(1)])
 
     return _INCLUDE.sub(fragment, sql)
 
@@ -109,7 +152,7 @@ def queries(dialect: str) -> dict[str, str]:
     """All named queries of one dialect (``sqlite`` or ``postgres``), from all its files;
     a fragment serves every file of its dialect."""
     named, included = merge_files(_sql_files(dialect))
-    return {name: _expand(name, sql, included) for name, sql in named.items()}
+    return _expand_all(named, included)
 
 
 @functools.cache

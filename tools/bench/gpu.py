@@ -50,7 +50,7 @@ from rowfleet.job import COMPLETED, Job, JobSpec, Outcome
 from rowfleet.queries import queries
 from rowfleet.store import open_store
 from rowfleet.store.base import Store
-from rowfleet.store.jobs import claim_params
+from rowfleet.store.jobs import claim_params, claim_query
 
 LEGEND = """\
   gpu sim     a simulated fleet on a virtual clock: boxes of 24/48/80 GB; models A (17 GB,
@@ -378,7 +378,7 @@ def claim_plan(path: str, claim: Claim) -> str:
     """The indexes SQLite's plan for rowfleet's claim with ``claim`` searches."""
     conn = sqlite3.connect(path)
     try:
-        rows = conn.execute("EXPLAIN QUERY PLAN " + queries("sqlite")["claim"],
+        rows = conn.execute("EXPLAIN QUERY PLAN " + queries("sqlite")[claim_query("claim", claim)],
                             {**claim_params(claim), "now": time.time()}).fetchall()
     finally:
         conn.close()

@@ -17,6 +17,7 @@ of falling due, as it did when claims stepped over it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Iterable
 
 from rowfleet import job as jobs
@@ -96,7 +97,7 @@ class JobStore(StoreCore):
         return job
 
     def _take(self, tx: Tx, claim: Claim) -> Job | None:
-        row = tx.one("claim", **claim_params(claim))
+        row = tx.one(claim_query("claim", claim), **claim_params(claim))
         if row is None:
             return None
         job = Job.from_row(row)
@@ -128,7 +129,7 @@ class JobStore(StoreCore):
         """A cheap read: would ``claim`` find a job now (a delayed job fallen due included, as
         the claim promotes it)? Takes no lock. It takes the whole claim, not its queue alone,
         so that every input that narrows a claim narrows this too."""
-        return self.reader().one("has_due", **claim_params(claim)) is not None
+        return self.reader().one(claim_query("has_due", claim), **claim_params(claim)) is not None
 
     def renew(self, job: Job, lease: float) -> "Renewal":
         """Extend the lease of a job still held with ``job.lease_token``: the new deadline,
@@ -467,24 +468,46 @@ def promotion_due(last: float | None, now: float, poll: float) -> bool:
     return last is None or not last <= now < last + poll
 
 
-def claim_params(claim: Claim) -> dict[str, Any]:
-    """The bound parameters of every claim query (claim, has_due, and a dialect's own): its
-    fields, flat, each tuple of models as one JSON array (one bound parameter, never SQL
-    text), the flags as 0 or 1.
+def claim_query(name: str, claim: Claim) -> str:
+    """Which form of the claim statement ``name`` runs ``claim``: the plain one, its
+    ``[routed]`` variant when a routing input narrows or orders the claim, ``[newest]``
+    for an overflow box's.
 
-    >>> claim_params(Claim("", "default", "box:7", 600.0))["models"] is None
-    True
-    >>> params = claim_params(Claim("", "gpu", "box:7", 600.0, models=("llm", "ocr"), only_warm=True))
-    >>> params["models"], params["starved"], params["only_warm"]
-    ('["llm","ocr"]', '[]', 1)
+    >>> claim_query("claim", Claim("", "q", "h", 1.0)), claim_query("has_due", Claim("", "q", "h", 1.0, models=()))
+    ('claim', 'has_due[routed]')
+    >>> claim_query("claim", Claim("", "q", "h", 1.0, models=("llm",), newest_first=True))
+    'claim[newest]'
     """
-    params = dict(vars(claim))  # dataclasses.asdict would deep-copy, on every claim
-    for name in ("models", "starved", "rank"):
-        if params[name] is not None:
-            params[name] = jobs.encode_json(params[name]) if params[name] else "[]"
-    params["only_warm"] = int(claim.only_warm)
-    params["newest_first"] = int(claim.newest_first)
-    return params
+    if not claim.routed:
+        return name
+    return f"{name}[newest]" if claim.newest_first else f"{name}[routed]"
+
+
+def claim_params(claim: Claim) -> dict[str, Any]:
+    """The bound parameters of every claim query (claim, has_due, and a dialect's own): the
+    claim's scalar fields, its gate (``Claim.gate``) as one JSON object of model ->
+    preference (one bound parameter, never SQL text; None: no gate) with plain jobs'
+    preference. (Newest first is a form of the statement, ``claim_query``, not a parameter.)
+
+    >>> claim_params(Claim("", "default", "box:7", 600.0))["gate"] is None
+    True
+    >>> params = claim_params(Claim("", "gpu", "box:7", 600.0, models=("llm", "ocr"), warm_model="ocr",
+    ...                                only_warm=True, lane="model"))
+    >>> params["gate"], params["plain_preference"], params["warm_model"]
+    ('{"ocr":2}', None, 'ocr')
+    """
+    gate, plain = _gate(claim)
+    return {"project": claim.project, "queue": claim.queue, "holder": claim.holder, "lease": claim.lease,
+            "warm_model": claim.warm_model, "vram_free_mb": claim.vram_free_mb,
+            "gate": gate, "plain_preference": plain}
+
+
+@functools.lru_cache(maxsize=256)
+def _gate(claim: Claim) -> tuple[str | None, int | None]:
+    """A claim's gate, encoded, and plain jobs' preference: a worker's claims repeat the
+    same few inputs, so each is worked out once."""
+    gate = claim.gate()
+    return (None, None) if gate is None else (jobs.encode_json(gate), claim.plain_preference())
 
 
 def claimed_detail(job: Job) -> str:

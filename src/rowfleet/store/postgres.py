@@ -23,7 +23,7 @@ from rowfleet.job import TERMINAL, Job, Outcome
 from rowfleet.queries import queries
 from rowfleet.store.base import Store
 from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
-from rowfleet.store.jobs import claim_params, outcome_detail
+from rowfleet.store.jobs import claim_params, claim_query, outcome_detail
 from rowfleet.wake import Doorbell
 
 CONNECT_TIMEOUT = 10
@@ -111,8 +111,9 @@ class PostgresTx(Tx):
 class PostgresStore(Store):
     dialect = "postgres"
     # Queries only this dialect has: composite operations SQLite cannot do in one statement.
-    own_queries = frozenset({"finish_and_claim", "claim_logged", "database_time", "listen_jobs",
-                             "listen_dispatch", "listen_control"})
+    own_queries = frozenset({*(f"{name}{form}" for name in ("finish_and_claim", "claim_logged")
+                               for form in ("", "[routed]", "[newest]")),
+                             "database_time", "listen_jobs", "listen_dispatch", "listen_control"})
     # Fragments only this dialect's own queries include.
     own_fragments = frozenset({"claimed_detail"})
 
@@ -168,7 +169,7 @@ class PostgresStore(Store):
         (the token and attempt exist only inside it, so Python cannot bind them). When a
         promotion of fallen-due delayed jobs is due (about once per poll), it and the claim
         share a transaction instead; a claim that finds nothing promotes, and tries again."""
-        row, promoted = self._claiming("claim_logged", claim, **claim_params(claim))
+        row, promoted = self._claiming(claim_query("claim_logged", claim), claim, **claim_params(claim))
         if row is None:
             return None if promoted else self._claim_after_promotion(claim)
         return Job.from_row(row)
@@ -187,7 +188,8 @@ class PostgresStore(Store):
         """Nothing was due in the claim index: promote what has fallen due, and claim once
         more if that moved any job."""
         with self.transaction() as tx:
-            row = tx.one("claim_logged", **claim_params(claim)) if self._promote(tx, claim) else None
+            row = (tx.one(claim_query("claim_logged", claim), **claim_params(claim)) if self._promote(tx, claim)
+                   else None)
         return None if row is None else Job.from_row(row)
 
     def _promotion_time(self) -> float:
@@ -200,7 +202,7 @@ class PostgresStore(Store):
         if claim_next is None or outcome.state not in TERMINAL:
             return super().finish(job, outcome, claim_next)
         row, promoted = self._claiming(
-            "finish_and_claim", claim_next, id=job.id, token=job.lease_token, state=outcome.state,
+            claim_query("finish_and_claim", claim_next), claim_next, id=job.id, token=job.lease_token, state=outcome.state,
             result=outcome.result_json, error=outcome.error, traceback=outcome.traceback,
             kind=outcome.event or outcome.state, detail=outcome_detail(job, outcome),
             **claim_params(claim_next))

@@ -52,121 +52,101 @@ state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s
 state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
 
 -- fragment: claim_pick
--- The id of the job a claim takes (NULL: none), by the rules and order rowfleet.claim
--- documents, locked (SKIP LOCKED: a job another claim holds is passed over). Without
--- models (no gate): one walk of jobs_claim in claim order, the lane and fit checked on the
--- way. With models: one probe of jobs_model per model the claim may take (LATERAL), and
--- one for plain jobs, each the best of its kind in claim order; the few found are then put
--- in the full order. Newest first keeps run-next and priority first: a first probe finds
--- the best (run_next, priority), a second the newest job of it, so both stay index walks;
--- the arm of the other direction is switched off by a one-time filter. Tuples arrive as
--- JSON arrays, flags as 0 or 1.
-CASE WHEN %(models)s::jsonb IS NULL THEN
-    (SELECT walk.id FROM (
-        SELECT oldest.* FROM (
-            SELECT id, run_next, priority, run_at, required_model FROM jobs
-            WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-              AND TRUE AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND (%(lane)s = 'any' OR (%(lane)s = 'plain') = (required_model IS NULL)) AND %(newest_first)s = 0
-            ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS oldest
-        UNION ALL
-        SELECT newest.* FROM (
-            SELECT id, run_next, priority, run_at, required_model FROM jobs
-            WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-              AND TRUE AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND (%(lane)s = 'any' OR (%(lane)s = 'plain') = (required_model IS NULL)) AND %(newest_first)s = 1
-              AND (run_next, priority) = (
-                  SELECT run_next, priority FROM jobs
-                  WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                    AND TRUE AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND (%(lane)s = 'any' OR (%(lane)s = 'plain') = (required_model IS NULL))
-                  ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
-            ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS newest
-    ) AS walk LIMIT 1)
-ELSE
-    (SELECT c.id FROM (
-        SELECT probe.* FROM (SELECT gate.model FROM jsonb_array_elements_text(%(models)s::jsonb) AS gate(model)
-               WHERE %(lane)s <> 'plain'
-                 AND (%(only_warm)s = 0 OR gate.model = %(warm_model)s::text OR %(starved)s::jsonb ? gate.model)
-                 AND (%(gpu_locked_to)s::text IS NULL OR gate.model = %(gpu_locked_to)s::text)) AS kind
-        CROSS JOIN LATERAL (
-            SELECT oldest.* FROM (
-                SELECT id, run_next, priority, run_at, required_model FROM jobs
-                WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                  AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(newest_first)s = 0
-                ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS oldest
-            UNION ALL
-            SELECT newest.* FROM (
-                SELECT id, run_next, priority, run_at, required_model FROM jobs
-                WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                  AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(newest_first)s = 1
-                  AND (run_next, priority) = (
-                      SELECT run_next, priority FROM jobs
-                      WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                        AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
-                      ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
-                ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS newest
-        ) AS probe
-        UNION ALL
-        SELECT plain.* FROM (
-            SELECT oldest.* FROM (
-                SELECT id, run_next, priority, run_at, required_model FROM jobs
-                WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                  AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(lane)s <> 'model' AND %(newest_first)s = 0
-                ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS oldest
-            UNION ALL
-            SELECT newest.* FROM (
-                SELECT id, run_next, priority, run_at, required_model FROM jobs
-                WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                  AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(lane)s <> 'model' AND %(newest_first)s = 1
-                  AND (run_next, priority) = (
-                      SELECT run_next, priority FROM jobs
-                      WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                        AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(lane)s <> 'model'
-                      ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
-                ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS newest
-        ) AS plain
-     ) AS c
-     ORDER BY c.run_next DESC,
-              coalesce(%(starved)s::jsonb ? c.required_model, false) DESC,
-              coalesce(c.required_model = %(warm_model)s::text, false) DESC,
-              coalesce((SELECT ranked.n FROM jsonb_array_elements_text(%(rank)s::jsonb) WITH ORDINALITY AS ranked(model, n)
-                        WHERE ranked.model = c.required_model), jsonb_array_length(%(rank)s::jsonb) + 1),
-              c.priority,
-              CASE WHEN %(newest_first)s = 1 THEN -c.run_at ELSE c.run_at END,
-              CASE WHEN %(newest_first)s = 1 THEN -c.id ELSE c.id END
-     LIMIT 1)
-END
+-- The id of the job a plain claim takes (NULL: none), locked (SKIP LOCKED: a job another
+-- claim holds is passed over): one walk of jobs_claim in claim order. A fallen-due delayed
+-- job waits for promotion.
+(SELECT id FROM jobs
+ WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+ ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+
+-- fragment: claim_pick [routed]
+-- The id of the job a routed claim takes (NULL: none), by the rules and order rowfleet.claim
+-- documents, oldest first, locked (SKIP LOCKED). Its gate (%(gate)s, a JSON object of
+-- model -> preference, and %(plain_preference)s for plain jobs, NULL when the lane leaves
+-- them out) gives one probe of jobs_model per model (LATERAL), and one for plain jobs, each
+-- the best of its kind in claim order and fitting the free memory; the few found are then
+-- put in order by run-next, their kind's preference, priority and due order. Each form is
+-- its own statement, so that the planner plans only the probes it runs (planning dominated
+-- a claim of all forms in one).
+(SELECT c.id FROM (
+    SELECT probe.*, kind.preference
+    FROM (SELECT gate.model, gate.preference::integer AS preference
+          FROM jsonb_each_text(%(gate)s::jsonb) AS gate(model, preference)) AS kind
+    CROSS JOIN LATERAL (
+        SELECT id, run_next, priority, run_at FROM jobs
+        WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+          AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
+        ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS probe
+    UNION ALL
+    SELECT plain.*, %(plain_preference)s::integer FROM (
+        SELECT id, run_next, priority, run_at FROM jobs
+        WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+          AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(plain_preference)s::integer IS NOT NULL
+        ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS plain
+ ) AS c
+ ORDER BY c.run_next DESC, c.preference, c.priority, c.run_at, c.id
+ LIMIT 1)
+
+-- fragment: claim_pick [newest]
+-- As the routed claim, newest first (an overflow box). That keeps run-next and priority
+-- first: a first probe finds the best (run_next, priority), a second the newest job of it,
+-- so both stay index walks.
+(SELECT c.id FROM (
+    SELECT probe.*, kind.preference
+    FROM (SELECT gate.model, gate.preference::integer AS preference
+          FROM jsonb_each_text(%(gate)s::jsonb) AS gate(model, preference)) AS kind
+    CROSS JOIN LATERAL (
+        SELECT id, run_next, priority, run_at FROM jobs
+        WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+          AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
+          AND (run_next, priority) = (
+              SELECT run_next, priority FROM jobs
+              WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
+              ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+        ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS probe
+    UNION ALL
+    SELECT plain.*, %(plain_preference)s::integer FROM (
+        SELECT id, run_next, priority, run_at FROM jobs
+        WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+          AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(plain_preference)s::integer IS NOT NULL
+          AND (run_next, priority) = (
+              SELECT run_next, priority FROM jobs
+              WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(plain_preference)s::integer IS NOT NULL
+              ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+        ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS plain
+ ) AS c
+ ORDER BY c.run_next DESC, c.preference, c.priority, c.run_at DESC, c.id DESC
+ LIMIT 1)
 
 -- fragment: claim_due
 -- Whether claim_pick would find a job, as a condition: the same rules, asking only whether
 -- a probe finds one, and locking nothing (the walk in its index's order, so that the
 -- planner takes jobs_claim).
-CASE WHEN %(models)s::jsonb IS NULL THEN
-    (SELECT 1 FROM jobs
-            WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-              AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND (%(lane)s = 'any' OR (%(lane)s = 'plain') = (required_model IS NULL))
-            ORDER BY run_next DESC, priority, run_at, id LIMIT 1) IS NOT NULL
-ELSE
-    EXISTS (SELECT 1 FROM (SELECT gate.model FROM jsonb_array_elements_text(%(models)s::jsonb) AS gate(model)
-               WHERE %(lane)s <> 'plain'
-                 AND (%(only_warm)s = 0 OR gate.model = %(warm_model)s::text OR %(starved)s::jsonb ? gate.model)
-                 AND (%(gpu_locked_to)s::text IS NULL OR gate.model = %(gpu_locked_to)s::text)) AS kind
-            WHERE EXISTS (SELECT 1 FROM jobs
-                          WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                            AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)))
-    OR (%(lane)s <> 'model'
-        AND EXISTS (SELECT 1 FROM jobs
-                    WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                      AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)))
-END
+(SELECT 1 FROM jobs
+ WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+ ORDER BY run_next DESC, priority, run_at, id LIMIT 1) IS NOT NULL
+
+-- fragment: claim_due [routed, newest]
+EXISTS (SELECT 1 FROM jsonb_object_keys(%(gate)s::jsonb) AS kind(model)
+        WHERE EXISTS (SELECT 1 FROM jobs
+                      WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                        AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)))
+OR (%(plain_preference)s::integer IS NOT NULL
+    AND EXISTS (SELECT 1 FROM jobs
+                WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+                  AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)))
 
 -- fragment: promotion_allowed
 -- A fallen-due delayed job counts for has_due only if the claim may take it once promoted:
--- claim_pick's rules as a condition on one row.
+-- claim_pick's rules as a condition on one row (a plain claim may take any).
+TRUE
+
+-- fragment: promotion_allowed [routed, newest]
 (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
-AND (%(lane)s = 'any' OR (%(lane)s = 'plain') = (required_model IS NULL))
-AND (required_model IS NULL OR %(models)s::jsonb IS NULL
-     OR (%(models)s::jsonb ? required_model
-         AND (%(only_warm)s = 0 OR required_model = %(warm_model)s::text OR %(starved)s::jsonb ? required_model)
-         AND (%(gpu_locked_to)s::text IS NULL OR required_model = %(gpu_locked_to)s::text)))
+AND CASE WHEN required_model IS NULL THEN %(plain_preference)s::integer IS NOT NULL
+         ELSE %(gate)s::jsonb ? required_model END
 
 -- fragment: claimed_set
 -- What a claim writes to the job it takes. warm_claim: the worker already held its model.

@@ -46,109 +46,81 @@ state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND r
 state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND run_at <= :now
 
 -- fragment: claim_pick
--- The id of the job a claim takes (NULL: none), by the rules and order rowfleet.claim
--- documents; a fallen-due delayed job waits for promotion. Without models (no gate): one
--- walk of jobs_claim in claim order, the lane and fit checked on the way. With models: one
--- probe of jobs_model per model the claim may take, and one for plain jobs (model NULL),
--- each the best of its kind in claim order; the few found are then put in the full order.
--- Newest first keeps run-next and priority first: a first probe finds the best (run_next,
--- priority), a second the newest job of it, so both stay index walks (the plain walk's first
--- probe names jobs_claim: left to itself the planner may sort the queue there). Tuples
--- arrive as JSON arrays (json_each), flags as 0 or 1.
-CASE WHEN :models IS NULL THEN
-    CASE WHEN :newest_first THEN
-        (SELECT id FROM jobs
-         WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
-           AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
-           AND (:lane = 'any' OR (:lane = 'plain') = (required_model IS NULL))
-           AND (run_next, priority) = (
-               SELECT run_next, priority FROM jobs INDEXED BY jobs_claim
-               WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
-                 AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
-                 AND (:lane = 'any' OR (:lane = 'plain') = (required_model IS NULL))
-               ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
-         ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1)
-    ELSE
-        (SELECT id FROM jobs
-         WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
-           AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
-           AND (:lane = 'any' OR (:lane = 'plain') = (required_model IS NULL))
-         ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
-    END
-ELSE
-    (SELECT c.id FROM jobs AS c
-     WHERE c.id IN (
-         SELECT CASE WHEN :newest_first THEN
-                    (SELECT id FROM jobs
-                     WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
-                       AND run_at <= :now AND required_model IS kind.model
-                       AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
-                       AND (run_next, priority) = (
-                           SELECT run_next, priority FROM jobs
-                           WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
-                             AND run_at <= :now AND required_model IS kind.model
-                             AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
-                           ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
-                     ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1)
-                ELSE
-                    (SELECT id FROM jobs
-                     WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
-                       AND run_at <= :now AND required_model IS kind.model
-                       AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
-                     ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
-                END
-         FROM (SELECT gate.value AS model FROM json_each(:models) AS gate
-               WHERE :lane <> 'plain'
-                 AND (NOT :only_warm OR gate.value = :warm_model
-                      OR gate.value IN (SELECT starved.value FROM json_each(:starved) AS starved))
-                 AND (:gpu_locked_to IS NULL OR gate.value = :gpu_locked_to)
-               UNION ALL
-               SELECT NULL WHERE :lane <> 'model') AS kind)
-     ORDER BY c.run_next DESC,
-              coalesce(c.required_model IN (SELECT starved.value FROM json_each(:starved) AS starved), 0) DESC,
-              coalesce(c.required_model = :warm_model, 0) DESC,
-              coalesce((SELECT ranked.key FROM json_each(:rank) AS ranked WHERE ranked.value = c.required_model),
-                       json_array_length(:rank)),
-              c.priority,
-              CASE WHEN :newest_first THEN -c.run_at ELSE c.run_at END,
-              CASE WHEN :newest_first THEN -c.id ELSE c.id END
-     LIMIT 1)
-END
+-- The id of the job a plain claim takes (NULL: none): one walk of jobs_claim in claim
+-- order. A fallen-due delayed job waits for promotion.
+(SELECT id FROM jobs
+ WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+ ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+
+-- fragment: claim_pick [routed]
+-- The id of the job a routed claim takes (NULL: none), by the rules and order
+-- rowfleet.claim documents, oldest first. Its gate (:gate, a JSON object of model ->
+-- preference, and :plain_preference for plain jobs, NULL when the lane leaves them out)
+-- gives one probe of jobs_model per kind of job, each the best of its kind in claim order
+-- and fitting the free memory, joined to its row (CROSS JOIN keeps the few kinds the outer
+-- loop) and put in order by run-next, the kind's preference, priority and due order.
+(SELECT best.id
+ FROM (SELECT gate.key AS model, gate.value AS preference FROM json_each(:gate) AS gate
+       UNION ALL
+       SELECT NULL, :plain_preference WHERE :plain_preference IS NOT NULL) AS kind
+ CROSS JOIN jobs AS best
+ WHERE best.id = (SELECT id FROM jobs
+                  WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                    AND run_at <= :now AND required_model IS kind.model
+                    AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+                  ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+ ORDER BY best.run_next DESC, kind.preference, best.priority, best.run_at, best.id
+ LIMIT 1)
+
+-- fragment: claim_pick [newest]
+-- As the routed claim, newest first (an overflow box). That keeps run-next and priority
+-- first: a first probe finds the best (run_next, priority), a second the newest job of it,
+-- so both stay index walks.
+(SELECT best.id
+ FROM (SELECT gate.key AS model, gate.value AS preference FROM json_each(:gate) AS gate
+       UNION ALL
+       SELECT NULL, :plain_preference WHERE :plain_preference IS NOT NULL) AS kind
+ CROSS JOIN jobs AS best
+ WHERE best.id = (SELECT id FROM jobs
+                  WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                    AND run_at <= :now AND required_model IS kind.model
+                    AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+                    AND (run_next, priority) = (
+                        SELECT run_next, priority FROM jobs
+                        WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                          AND run_at <= :now AND required_model IS kind.model
+                          AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+                        ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+                  ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1)
+ ORDER BY best.run_next DESC, kind.preference, best.priority, best.run_at DESC, best.id DESC
+ LIMIT 1)
 
 -- fragment: claim_due
 -- Whether claim_pick would find a job, as a condition: the same rules, asking only whether
 -- a probe finds one (the walk in its index's order, so that the planner takes jobs_claim).
-CASE WHEN :models IS NULL THEN
-    (SELECT 1 FROM jobs
-     WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
-       AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
-       AND (:lane = 'any' OR (:lane = 'plain') = (required_model IS NULL))
-     ORDER BY run_next DESC, priority, run_at, id LIMIT 1) IS NOT NULL
-ELSE
-    EXISTS (SELECT 1
-            FROM (SELECT gate.value AS model FROM json_each(:models) AS gate
-                  WHERE :lane <> 'plain'
-                    AND (NOT :only_warm OR gate.value = :warm_model
-                         OR gate.value IN (SELECT starved.value FROM json_each(:starved) AS starved))
-                    AND (:gpu_locked_to IS NULL OR gate.value = :gpu_locked_to)
-                  UNION ALL
-                  SELECT NULL WHERE :lane <> 'model') AS kind
-            WHERE EXISTS (SELECT 1 FROM jobs
-                          WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
-                            AND run_at <= :now AND required_model IS kind.model
-                            AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)))
-END
+(SELECT 1 FROM jobs
+ WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+ ORDER BY run_next DESC, priority, run_at, id LIMIT 1) IS NOT NULL
+
+-- fragment: claim_due [routed, newest]
+EXISTS (SELECT 1
+        FROM (SELECT gate.key AS model FROM json_each(:gate) AS gate
+              UNION ALL
+              SELECT NULL WHERE :plain_preference IS NOT NULL) AS kind
+        WHERE EXISTS (SELECT 1 FROM jobs
+                      WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                        AND run_at <= :now AND required_model IS kind.model
+                        AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)))
 
 -- fragment: promotion_allowed
 -- A fallen-due delayed job counts for has_due only if the claim may take it once promoted:
--- claim_pick's rules as a condition on one row.
+-- claim_pick's rules as a condition on one row (a plain claim may take any).
+1
+
+-- fragment: promotion_allowed [routed, newest]
 (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
-AND (:lane = 'any' OR (:lane = 'plain') = (required_model IS NULL))
-AND (required_model IS NULL OR :models IS NULL
-     OR (required_model IN (SELECT gate.value FROM json_each(:models) AS gate)
-         AND (NOT :only_warm OR required_model = :warm_model
-              OR required_model IN (SELECT starved.value FROM json_each(:starved) AS starved))
-         AND (:gpu_locked_to IS NULL OR required_model = :gpu_locked_to)))
+AND CASE WHEN required_model IS NULL THEN :plain_preference IS NOT NULL
+         ELSE required_model IN (SELECT gate.key FROM json_each(:gate) AS gate) END
 
 -- fragment: claimed_set
 -- What a claim writes to the job it takes. warm_claim: the worker already held its model.
