@@ -234,6 +234,17 @@ class GpuClaimContract:
         self.assertEqual({key: stats[key] for key in ("model", "load_seconds", "footprint_mb", "loads", "failed_loads")},
                          {"model": "m1", "load_seconds": 10.0, "footprint_mb": 9100, "loads": 2, "failed_loads": 1})
         self.assertIsNotNone(stats["last_failed_at"])
+        self.assertEqual((stats["run_seconds"], stats["runs"]), (None, 0))
+
+    def test_model_runs_keep_a_moving_mean(self):
+        self.store.record_model_load("", "m1", 12.5, 9000, ok=True)
+        self.store.record_model_run("", "m1", 10.0)
+        self.store.record_model_run("", "m1", 20.0)  # a fifth of the way: 12
+        self.store.record_model_run("", "m2", 3.0)  # a model never loaded here (another box loaded it)
+        stats = {row["model"]: row for row in self.store.model_stats("")}
+        self.assertEqual({model: (round(row["run_seconds"], 6), row["runs"]) for model, row in stats.items()},
+                         {"m1": (12.0, 2), "m2": (3.0, 1)})
+        self.assertEqual((stats["m1"]["loads"], stats["m1"]["load_seconds"]), (1, 12.5), "the load figures stay")
 
     def test_worker_beat_with_and_without_the_gpu_advert(self):
         self.store.worker_beat("box:1:0", "", "box", "gpu", 1, None)

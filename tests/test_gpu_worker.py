@@ -152,8 +152,10 @@ class GpuWorkerProcessTest(TempDirTestCase):
         row = self.beat(lambda row: row["warm_model"] == "b")
         self.assertEqual(row["vram_free_mb"], TOTAL_MB - BASE_USED_MB - SIZES["b"])
         stats = {row["model"]: row for row in self.store.model_stats("")}
-        self.assertEqual({model: (row["loads"], row["footprint_mb"]) for model, row in stats.items()},
-                         {"a": (1, SIZES["a"]), "b": (1, SIZES["b"])})
+        self.assertEqual({model: (row["loads"], row["footprint_mb"], row["runs"]) for model, row in stats.items()},
+                         {"a": (1, SIZES["a"], 2), "b": (1, SIZES["b"], 1)})
+        # The run time counts from after the load: b's job ran at once, a's first waited at its gate.
+        self.assertLess(stats["b"]["run_seconds"], stats["a"]["run_seconds"])
         job = self.store.get_job(unlisted, "")
         self.assertEqual((job.state, job.attempts), ("queued", 0), "a model the worker does not list")
         self.assertEqual(self.store.gpu_lease(HOST, 0).model, "b")
@@ -305,6 +307,39 @@ class GpuStoreContract:
 
 class SQLiteGpuStoreTest(GpuStoreContract, TempDirTestCase):
     pass
+
+
+class GpuPreloadTest(TempDirTestCase):
+    """An idle GPU worker's own preload decision, from what the store measured."""
+
+    def box(self):
+        from rowfleet import gpu_worker
+        from rowfleet.telemetry import gpu
+
+        return gpu_worker.GpuBox(self.config(host=HOST), gpu_worker.GpuSettings(("preloaded",)), worker_id="w",
+                                 holder="w:1", queue="gpu",
+                                 memory=gpu_worker.GpuMemory("nvidia-smi", 0, 1.0, sample=lambda **_: gpu.GpuSample()))
+
+    def test_an_idle_box_preloads_a_model_once_its_queued_work_outweighs_its_load(self):
+        from rowfleet import models
+
+        loads: list[str] = []
+        models.register("preloaded", lambda: loads.append("load") or bytearray(1))
+        self.addCleanup(models._registry.pop, "preloaded", None)
+        store = self.open_store()
+        store.record_model_load("", "preloaded", 2.5, 1000, ok=True)
+        for seconds in (1.0, 1.0):
+            store.record_model_run("", "preloaded", seconds)
+        store.enqueue_many(JobSpec("infer", queue="gpu", model="preloaded"), [None] * 2)
+        self.assertFalse(self.box().preload_if_idle(store), "2 jobs x 1 s do not outweigh a 2.5 s load")
+        self.assertEqual(loads, [])
+        store.enqueue(JobSpec("infer", queue="gpu", model="preloaded"))
+        box = self.box()
+        self.assertTrue(box.preload_if_idle(store), "3 jobs x 1 s outweigh it")
+        self.assertEqual((loads, box.resident.held().model_id), (["load"], "preloaded"))
+        self.assertEqual(store.gpu_lease(HOST, 0).model, "preloaded", "a preload leases the GPU first")
+        self.assertFalse(box.preload_if_idle(store), "a model held is not loaded again")
+        box.close(store)
 
 
 class GpuLeaseRaceTest(TempDirTestCase):

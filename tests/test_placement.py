@@ -173,6 +173,7 @@ class PlacementContract:
         cold = self.job()
         self.job(model="xl")
         self.store.record_model_load("", LLM, 12.5, 9000, ok=True)
+        self.store.record_model_run("", LLM, 4.0)
         for taken_by, model in (("box:1", LLM), ("box:2", None)):
             claim = Claim("", "gpu", taken_by, 60.0, models=(LLM,), warm_model=model)
             self.store.finish(self.store.claim(claim), Outcome(COMPLETED))
@@ -184,7 +185,7 @@ class PlacementContract:
         self.assertEqual((llm.queued, llm.running, llm.unplaceable, llm.listed_by), (0, 0, (), 2))
         self.assertEqual([(h.worker_id, h.since, h.loading) for h in llm.holders],
                          [("box:1", self.clock.now - 30, False), ("box:2", None, True)])
-        self.assertEqual((llm.load_seconds, llm.footprint_mb, llm.loads), (12.5, 9000, 1))
+        self.assertEqual((llm.load_seconds, llm.footprint_mb, llm.loads, llm.run_seconds), (12.5, 9000, 1, 4.0))
         self.assertEqual((llm.claims, llm.warm_claims, llm.warm_hit_rate, llm.reloads), (2, 1, 0.5, 1))
         self.assertEqual((xl.queued, xl.unplaceable), (1, (("model_unknown", 1),)))
         self.assertEqual(json.loads(json.dumps(snapshot.models(self.store, "").to_dict()))["models"][1]["unplaceable"],

@@ -108,11 +108,12 @@ def vram_figures(reading: gpu.GpuReading | None, vram_mb: int | None) -> tuple[i
 
 def model_info(model_id: str, registered_mb: int | None, stats: Mapping[str, Any] | None,
                now: float) -> routing.ModelInfo:
-    """What placement knows of a model: its registered size and its ``model_stats`` row.
-    The row counts every failed load, so they count as recent (``routing.FAILURE_WINDOW``)
-    only while the last failure is.
+    """What placement knows of a model: its registered size and its ``model_stats`` row, read
+    as the fleet's read model reads it (``snapshot.model_info_of``: which failed loads count
+    as recent).
 
-    >>> row = {"load_seconds": 12.5, "footprint_mb": 9000, "failed_loads": 3, "last_failed_at": 1000.0}
+    >>> row = {"model": "llm", "load_seconds": 12.5, "footprint_mb": 9000, "failed_loads": 3,
+    ...        "last_failed_at": 1000.0, "updated_at": 1000.0}
     >>> model_info("llm", 16000, row, 1100.0)
     ModelInfo(id='llm', vram_mb=16000, footprint_mb=9000, load_seconds=12.5, failed_loads=3)
     >>> model_info("llm", None, row, 5000.0).failed_loads, model_info("llm", None, None, 0.0).load_seconds
@@ -120,10 +121,7 @@ def model_info(model_id: str, registered_mb: int | None, stats: Mapping[str, Any
     """
     if stats is None:
         return routing.ModelInfo(model_id, registered_mb)
-    failed_at = stats.get("last_failed_at")
-    recent = isinstance(failed_at, (int, float)) and now - failed_at <= routing.FAILURE_WINDOW
-    return routing.ModelInfo(model_id, registered_mb, stats.get("footprint_mb"), stats.get("load_seconds"),
-                             int(stats.get("failed_loads") or 0) if recent else 0)
+    return dataclasses.replace(snapshot.model_info_of(stats, now), vram_mb=registered_mb)
 
 
 def gpu_lock(lease: "GpuLease | None", own: "GpuLease | None", now: float) -> str | None:
@@ -192,6 +190,7 @@ class GpuBox:
         self._locked_to: str | None = None  # the model another holder leases the GPU for
         self._lock_read_at = 0.0
         self._idle_since = time.monotonic()  # since the last job ended (or the start)
+        self._load_spent = 0.0  # seconds the job in hand spent loading its model
 
     # --- what the claim and the heartbeat show -----------------------------------------
 
@@ -252,9 +251,10 @@ class GpuBox:
         boxes = tuple(box for worker in fleet.workers
                       if worker.project == project and worker.queue == self.queue and worker.worker_id != self.worker_id
                       and (box := snapshot.box_of(worker)) is not None)
-        backlogs = {row["model"]: routing.Backlog(row["model"], row["queued"], max(0.0, row["oldest_wait"] or 0.0))
-                    for row in store.model_backlog(project, self.queue)}
         stats = {row["model"]: row for row in store.model_stats(project)}
+        backlogs = {row["model"]: routing.Backlog(row["model"], row["queued"], max(0.0, row["oldest_wait"] or 0.0),
+                                                  stats.get(row["model"], {}).get("run_seconds"))
+                    for row in store.model_backlog(project, self.queue)}
         controls = store.model_controls(self.config.host)
         requests = tuple(row for row in controls if row.action in (control.UNLOAD, control.PRELOAD) and row.pending)
         now = time.time()
@@ -326,7 +326,11 @@ class GpuBox:
         held = self.resident.held()
         if model is None or (held is not None and held.model_id == model):
             return False
-        self.load_model(store, model)
+        started = time.monotonic()
+        try:
+            self.load_model(store, model)
+        finally:
+            self._load_spent = time.monotonic() - started  # not the job's run time (job_done)
         return True
 
     def load_model(self, store: "Store", model: str) -> None:
@@ -348,9 +352,18 @@ class GpuBox:
         except RowfleetError as exc:  # a figure lost is no reason to lose the job
             log.warning("could not record the load of model %r: %s", model, exc)
 
-    def job_done(self) -> None:
-        """The job in hand ended: the idle clock starts."""
+    def job_done(self, store: "Store", job: Job, seconds: float, completed: bool) -> None:
+        """The job in hand ended after ``seconds`` (its model's load included): the idle
+        clock starts, and a completed model job's run time, less the load, is recorded for
+        preloading to weigh (``Store.record_model_run``)."""
         self._idle_since = time.monotonic()
+        loading, self._load_spent = self._load_spent, 0.0
+        if not completed or job.required_model is None:
+            return
+        try:
+            store.record_model_run(self.config.project, job.required_model, max(0.0, seconds - loading))
+        except RowfleetError as exc:  # a figure lost is no reason to fail anything
+            log.warning("could not record the run time of model %r: %s", job.required_model, exc)
 
     # --- idle unload, renewal, stop ------------------------------------------------------
 

@@ -419,6 +419,7 @@ class ModelView:
     listed_by: int = 0
     load_seconds: float | None = None
     footprint_mb: int | None = None
+    run_seconds: float | None = None  # the moving mean of its completed jobs' run times
     loads: int = 0
     failed_loads: int = 0
     claims: int = 0
@@ -515,7 +516,8 @@ def _model_view(model: str, demand: Iterable[Demand], live: Iterable[Worker], st
         model, queued=sum(d.n for d in mine if d.state == "queued"), running=sum(d.n for d in mine if d.state == "running"),
         unplaceable=tuple(sorted(reasons.items(), key=lambda item: (-item[1], item[0]))), holders=holders,
         listed_by=sum(1 for w in live if model in w.gpu.models), load_seconds=stats.get("load_seconds"),
-        footprint_mb=stats.get("footprint_mb"), loads=stats.get("loads") or 0,
+        footprint_mb=stats.get("footprint_mb"), run_seconds=_seconds(stats.get("run_seconds")),
+        loads=stats.get("loads") or 0,
         failed_loads=stats.get("failed_loads") or 0, claims=(claims or {}).get("claims") or 0,
         warm_claims=(claims or {}).get("warm") or 0)
 

@@ -48,7 +48,7 @@ from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, LeaseLost, RowfleetError, StoreUnavailable
 from rowfleet.gpu_worker import GpuBox, GpuSettings
-from rowfleet.job import CANCELLED, Job, Outcome, decide_outcome, unreadable_outcome
+from rowfleet.job import CANCELLED, COMPLETED, Job, Outcome, decide_outcome, unreadable_outcome
 from rowfleet.keeper import Identity, Keeper, SwitchCell
 from rowfleet.sidecar import Sidecar, SidecarSpec
 from rowfleet.store import Store, open_store
@@ -283,8 +283,7 @@ class Worker:
                               event="cancelled")
         self.watchdog.release()
         self.keeper.release()
-        if self.gpu_box is not None:
-            self.gpu_box.job_done()
+        ran = time.monotonic() - started
         self.jobs_run += 1
         try:
             following = self._finish(job, outcome)
@@ -292,7 +291,9 @@ class Worker:
             log.error("job %d: %s; its outcome (%s) was discarded; exiting", job.id, exc, outcome.state)
             self.exit(exitcodes.REASSIGNED)
             return None
-        _log_outcome(job, outcome, time.monotonic() - started)
+        if self.gpu_box is not None:  # after the finish, which the job's figures must not hold up
+            self.gpu_box.job_done(self.store, job, ran, outcome.state == COMPLETED)
+        _log_outcome(job, outcome, ran)
         return following
 
     def _finish(self, job: Job, outcome: Outcome) -> Job | None:

@@ -31,9 +31,10 @@ def cmd_models(args: argparse.Namespace, config: configuration.Config) -> int:
         print_json(view.to_dict())
         return exitcodes.OK
     rows = [[m.model, m.queued, m.running, _reasons(m), _holders(m.holders), _seconds(m.load_seconds),
-             "-" if m.footprint_mb is None else f"{m.footprint_mb} MiB", _hits(m), m.reloads] for m in view.models]
-    print(table(["model", "queued", "running", "unplaceable", "warm on", "load", "footprint", "warm hits (1h)",
-                 "reloads (1h)"], rows) or "no models")
+             "-" if m.footprint_mb is None else f"{m.footprint_mb} MiB", _seconds(m.run_seconds), _hits(m),
+             m.reloads] for m in view.models]
+    print(table(["model", "queued", "running", "unplaceable", "warm on", "load", "footprint", "mean run",
+                 "warm hits (1h)", "reloads (1h)"], rows) or "no models")
     if view.capped:
         print(f"note: only the first {len(view.demand)} groups of model jobs were read")
     return exitcodes.OK

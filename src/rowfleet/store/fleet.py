@@ -208,6 +208,12 @@ class FleetStore(StoreCore):
             tx.run("record_model_load", project=project, model=model, seconds=seconds,
                    footprint_mb=footprint_mb, ok=int(bool(ok)))
 
+    def record_model_run(self, project: str, model: str, seconds: float) -> None:
+        """Record that a job of ``model`` completed in ``seconds``: the model's moving mean
+        run time (``run_seconds``) moves a fifth of the way there."""
+        with self.transaction(durable=False) as tx:
+            tx.run("record_model_run", project=project, model=model, seconds=float(seconds))
+
     def model_stats(self, project: str) -> list[dict[str, Any]]:
         """Each model's measured figures in ``project``, by model name."""
         return [dict(row) for row in self.reader().all("model_stats", project=project)]

@@ -214,6 +214,16 @@ SET load_seconds = coalesce(excluded.load_seconds, model_stats.load_seconds),
     last_failed_at = coalesce(excluded.last_failed_at, model_stats.last_failed_at),
     updated_at = excluded.updated_at;
 
+-- name: record_model_run
+-- A completed job of the model ran :seconds: the moving mean moves a fifth of the way.
+-- updated_at stays the time of the last load (good or failed), which placement reads.
+INSERT INTO model_stats (project, model, run_seconds, runs, updated_at)
+VALUES (:project, :model, :seconds, 1, :now)
+ON CONFLICT (project, model) DO UPDATE
+SET run_seconds = coalesce(model_stats.run_seconds + (excluded.run_seconds - model_stats.run_seconds) * 0.2,
+                           excluded.run_seconds),
+    runs = model_stats.runs + 1;
+
 -- name: model_stats
 SELECT * FROM model_stats WHERE project = :project ORDER BY model;
 
