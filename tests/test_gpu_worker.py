@@ -13,8 +13,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import unittest
+import unittest.mock
 
 from rowfleet import snapshot
 from rowfleet.claim import Claim
@@ -340,6 +342,19 @@ class GpuPreloadTest(TempDirTestCase):
         self.assertEqual(store.gpu_lease(HOST, 0).model, "preloaded", "a preload leases the GPU first")
         self.assertFalse(box.preload_if_idle(store), "a model held is not loaded again")
         box.close(store)
+
+
+class GpuMemoryTest(TempDirTestCase):
+    def test_the_processes_on_its_gpu_are_read_from_nvidia_smi(self):
+        from rowfleet import gpu_worker
+
+        smi = [sys.executable, os.path.join(ROOT, "tests", "fixtures", "bin", "nvidia-smi")]
+        with unittest.mock.patch.dict(os.environ, {"FAKE_NVIDIA_SMI": "busy"}):
+            memory = gpu_worker.GpuMemory(smi, 0, 10.0)
+            self.assertEqual(memory.processes(), [(11327, 2566), (11328, 1542), (11345, 15690)])
+            self.assertEqual(gpu_worker.GpuMemory(smi, 1, 10.0).processes()[:1], [(11327, 2566)],
+                             "a GPU whose uuid is unknown takes every GPU's processes")
+        self.assertEqual(gpu_worker.GpuMemory("no-such-nvidia-smi", 0, 1.0).processes(), [])
 
 
 class GpuLeaseRaceTest(TempDirTestCase):

@@ -18,7 +18,7 @@ import sys
 import textwrap
 import time
 
-from rowfleet import sidecar
+from rowfleet import sidecar, snapshot
 from rowfleet.errors import ConfigError
 from rowfleet.sidecar import STOPPED, STUCK_VRAM, Sidecar, SidecarFailed, SidecarSpec
 from support import TempDirTestCase, wait_until
@@ -167,9 +167,16 @@ class SidecarTest(TempDirTestCase):
                 self.addCleanup(car.stop, "test over")
                 state["car"] = car
                 car.ensure_up()
+                self.assertEqual(car.status()["state"], "up")
                 stop = car.stop("idle")
                 self.assertEqual((stop.outcome, stop.footprint_mb), (expected, 20000.0))
                 self.assertEqual(stop.holders, (4242,) if holds_on else ())
+                # The heartbeat row carries how the stop ended, as the fleet's read model shows it.
+                store = self.open_store()
+                store.worker_beat("box:1:0", "", "box", "default", 1, None, sidecar=car.status())
+                [worker] = snapshot.snapshot(store).workers
+                self.assertEqual((worker.sidecar["state"], worker.sidecar["holders"], worker.sidecar["reason"]),
+                                 (expected, [4242] if holds_on else [], "idle"))
                 os.remove(self.pids_file)
 
     def test_bad_specs_are_one_clear_line(self):

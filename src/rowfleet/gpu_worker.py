@@ -154,6 +154,14 @@ class GpuMemory:
                 self._read_at = self._clock()
             return self._reading
 
+    def processes(self) -> list[tuple[int, int | None]]:
+        """(pid, MiB) of the processes holding memory on this GPU (``--query-compute-apps``,
+        matched by the GPU's uuid; every GPU's when the uuid is unknown); empty when unknown."""
+        reading = self.reading(max_age=float("inf"))
+        uuid = reading.uuid if reading is not None else None
+        sample = gpu.sample_gpu_processes(command=self.command, timeout=self.timeout)
+        return [(p.pid, p.used_memory_mib) for p in sample.processes if uuid is None or p.gpu_uuid == uuid]
+
     def used_mb(self) -> int | None:
         """Memory used on this GPU now (MiB), or None: a ``Resident``'s memory reader."""
         reading = self.reading()

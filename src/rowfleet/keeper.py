@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from rowfleet import control, exitcodes, waiting
 from rowfleet.config import Config
@@ -96,7 +96,8 @@ class Keeper(threading.Thread):
     store's control waiter hears of a change: a NOTIFY on Postgres)."""
 
     def __init__(self, identity: Identity, switch: SwitchCell, connect: Callable[[], Store], watchdog: Watchdog, *,
-                 exit: Callable[[int], None], wake: Callable[[], None], gpu: "GpuBox | None" = None) -> None:
+                 exit: Callable[[int], None], wake: Callable[[], None], gpu: "GpuBox | None" = None,
+                 sidecar: Callable[[], Mapping[str, Any] | None] = lambda: None) -> None:
         super().__init__(name=f"rowfleet-keeper-{identity.pid}", daemon=True)
         self.identity = identity
         self.switch = switch
@@ -105,6 +106,7 @@ class Keeper(threading.Thread):
         self.exit = exit  # how a stale token ends the process (os._exit)
         self.wake = wake  # tells the main thread the switch moved
         self.gpu = gpu  # a GPU worker's lease and advert; None for a worker without one
+        self.sidecar = sidecar  # what its sidecar is doing (Sidecar.status), for the heartbeat
         self._job: Job | None = None
         self._cancel_reason: str | None = None  # an operator cancelled the job in hand: why
         self._state = control.SERVING  # what the heartbeat row shows
@@ -212,7 +214,7 @@ class Keeper(threading.Thread):
         advert = self.gpu.advert() if self.gpu is not None else {}
         try:
             store.worker_beat(me.worker_id, me.project, me.host, me.queue, me.pid, job.id if job else None, state,
-                              **advert)
+                              sidecar=self.sidecar(), **advert)
         except RowfleetError as exc:
             log.warning("heartbeat failed: %s", exc)
 

@@ -134,7 +134,8 @@ def memory_holders(processes: Iterable[tuple[int, float | None]]) -> tuple[int, 
 
 
 class Sidecar:
-    """One sidecar process group. Not thread-safe: the worker's main thread drives it.
+    """One sidecar process group. Not thread-safe: the worker's main thread drives it
+    (``status`` only reads, for the heartbeat).
 
     ``memory_used_mb`` reads the GPU's used memory (None when unknown); ``gpu_processes``
     lists (pid, MiB) of the processes holding GPU memory. Both default to "unknown", in
@@ -154,6 +155,8 @@ class Sidecar:
         self.restart_after = 0.0   # clock time before which a crashed server is not restarted
         self.delay = 0.0           # the backoff, doubling while the server keeps dying young
         self.started_at: float | None = None
+        self._last: dict | None = None  # what status() says once no server runs: how the last one ended
+        self._started_wall: float | None = None
 
     @property
     def running(self) -> bool:
@@ -172,6 +175,15 @@ class Sidecar:
             time.sleep(wait)
         self._start()
         self._await_health()
+
+    def status(self) -> dict | None:
+        """What the worker's heartbeat shows of its sidecar: ``up`` (its pid, since when),
+        ``down`` (it died on its own), or how the last stop ended (``stopped`` or
+        ``stuck_vram`` with the pids still holding GPU memory); None before its first start."""
+        if self.child is not None:  # read, not polled: the keeper's thread asks too
+            state = "up" if self.child.returncode is None else "down"
+            return {"state": state, "pid": self.child.pid, "at": self._started_wall}
+        return None if self._last is None else dict(self._last)
 
     def used(self) -> None:
         """A job just used the sidecar: its idle time starts again."""
@@ -192,6 +204,8 @@ class Sidecar:
         child, self.child = self.child, None
         _end_group(child, self.spec.stop_grace)
         stop = self._check_vram(reason, while_up)
+        self._last = {"state": stop.outcome, "pid": child.pid, "at": time.time(), "reason": stop.reason,
+                      "footprint_mb": stop.footprint_mb, "freed_mb": stop.freed_mb, "holders": list(stop.holders)}
         log_line = log.warning if stop.outcome == STUCK_VRAM else log.info
         log_line("sidecar (pid %d) stopped: %s%s", child.pid, reason,
                  f"; GPU memory still held by pids {list(stop.holders)}" if stop.outcome == STUCK_VRAM else "")
@@ -207,6 +221,7 @@ class Sidecar:
         except OSError as exc:
             raise SidecarFailed(f"cannot start the sidecar {self.spec.command!r}: {exc.strerror or exc}") from None
         self.started_at = self.last_used = self.clock()
+        self._started_wall = time.time()
         log.info("sidecar started (pid %d): %s", self.child.pid, self.spec.command)
 
     def _await_health(self) -> None:

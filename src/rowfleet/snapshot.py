@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from rowfleet import control, exitcodes, liveness, routing
 from rowfleet.control import Switch
@@ -117,7 +117,8 @@ class Worker:
     what the switch in force (``switch``, None when none holds it) wants, ``age`` seconds
     since its last beat, and its current job's ``progress``. ``heartbeat`` and ``lease`` are
     the worker's own cadence, by which its silence is judged. ``gpu``: a GPU worker's
-    advert (None for a worker without one)."""
+    advert (None for a worker without one); ``sidecar``: what its sidecar is doing
+    (``Sidecar.status``; None for a worker without one)."""
 
     worker_id: str
     project: str
@@ -139,6 +140,7 @@ class Worker:
     age: float | None
     progress: Progress | None
     gpu: GpuAdvert | None = None
+    sidecar: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: times as ISO-8601, the age in seconds (3 decimals)."""
@@ -265,7 +267,22 @@ def worker_of(row: Any, switches: Iterable[Switch], now: float) -> Worker:
         exit_code=row["exit_code"], heartbeat=row["heartbeat"], lease=row["lease"],
         actual=actual_state(row, now), desired=control.ON if held is None else control.OFF, switch=held,
         age=None if last_seen is None else round(now - last_seen, 3), progress=progress_of(row),
-        gpu=gpu_advert_of(row))
+        gpu=gpu_advert_of(row), sidecar=sidecar_of(row))
+
+
+def sidecar_of(row: Any) -> dict[str, Any] | None:
+    """A worker row's sidecar state, or None: a value that is no JSON object (a row written
+    by plain SQL) reads as None.
+
+    >>> sidecar_of({"sidecar": '{"state": "stuck_vram", "holders": [4242]}'})["holders"], sidecar_of({"sidecar": "[1"})
+    ([4242], None)
+    """
+    stored = row.get("sidecar")
+    try:
+        value = json.loads(stored) if isinstance(stored, str) else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def gpu_advert_of(row: Any) -> GpuAdvert | None:

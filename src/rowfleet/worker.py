@@ -123,7 +123,8 @@ class Worker:
         # The inference server it owns (--sidecar): started before a job, stopped when idle,
         # on a hard switch and when the worker ends; its GPU memory read like the models'.
         self.sidecar = None if sidecar is None else Sidecar(
-            sidecar, memory_used_mb=self.gpu_box.memory.used_mb if self.gpu_box is not None else lambda: None)
+            sidecar, memory_used_mb=self.gpu_box.memory.used_mb if self.gpu_box is not None else lambda: None,
+            gpu_processes=self.gpu_box.memory.processes if self.gpu_box is not None else lambda: ())
         self.stop_event = threading.Event()
         self.store: Store | None = None
         self.waiter: Any = None
@@ -167,7 +168,8 @@ class Worker:
         if self.gpu_box is not None:
             models.install(self.gpu_box.resident)  # what rowfleet.model() in a handler gets
         self.keeper = Keeper(self.identity, self.switch, lambda: self.store_factory(self.config), self.watchdog,
-                             exit=self.exit, wake=self._wake, gpu=self.gpu_box)
+                             exit=self.exit, wake=self._wake, gpu=self.gpu_box,
+                             sidecar=self.sidecar.status if self.sidecar is not None else lambda: None)
         self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
         log.info("worker %s serving queue %r of project %r", self.holder, self.queue, self.config.project)
@@ -179,7 +181,8 @@ class Worker:
             self.keeper.stop()
             if self.gpu_box is not None:
                 self.gpu_box.close(self.store)
-            self._stop_sidecar("the worker stopped")
+            if self._stop_sidecar("the worker stopped"):
+                self.keeper.beat(self.store)
             self._say_goodbye()
             self.waiter.close()
             self.store.close()
@@ -382,29 +385,43 @@ class Worker:
         """A GPU worker's chores while idle (and its heartbeat says what changed): unload its
         model past ``idle_unload`` or when an operator asks, preload one ahead of its jobs;
         seconds until an idle unload is due, or None: never."""
-        if self.sidecar is not None:
-            self.sidecar.stop_if_idle()
+        if self.sidecar is not None and self.sidecar.stop_if_idle() is not None:
+            self.keeper.beat(self.store)  # how the stop ended (stuck_vram names who holds the memory)
         if self.gpu_box is None:
             return None
         if self.gpu_box.unload_if_idle(self.store) or self.gpu_box.preload_if_idle(self.store):
             self.keeper.beat(self.store)
         return self.gpu_box.unload_in()
 
-    def _stop_sidecar(self, reason: str) -> None:
+    def _stop_sidecar(self, reason: str) -> bool:
+        """Stop the sidecar, if one runs; whether one was stopped."""
         if self.sidecar is None:
-            return
+            return False
         try:
-            self.sidecar.stop(reason)
+            return self.sidecar.stop(reason) is not None
         except OSError as exc:  # the worker ends either way
             log.warning("could not stop the sidecar: %s", exc)
+            return False
 
     def _exit(self, code: int) -> None:
         """End the process at once (a watchdog, an operator's hard switch, a stale token):
         its sidecar's process group first, since a hard exit would leave it running. The
         first thread to call decides the exit code; another waits, as the process ends."""
         with self._exit_lock:
-            self._stop_sidecar(f"the worker is exiting ({exitcodes.describe(code)})")
+            if self._stop_sidecar(f"the worker is exiting ({exitcodes.describe(code)})"):
+                self._beat_once_more()
             self._hard_exit(code)
+
+    def _beat_once_more(self) -> None:
+        """A last heartbeat on a connection of its own (any thread may be exiting), so that
+        the row shows how the sidecar's stop ended; never raises."""
+        if self.keeper is None:
+            return
+        try:
+            with self.store_factory(self.config) as store:
+                self.keeper.beat(store)
+        except Exception as exc:  # the exit goes ahead whatever happens here
+            log.warning("could not record the sidecar's stop: %s", exc)
 
     def _settle(self) -> bool:
         """After a wake-up: is there work for us now? A wake-up can arrive before the commit

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from rowfleet import config as configuration
 from rowfleet import control, exitcodes, liveness, names
@@ -195,10 +195,30 @@ def services_table(found: Iterable[Services]) -> str:
 
 
 def _workers_table(workers: Iterable[Worker]) -> str:
+    workers = list(workers)
     rows = [[w.project or "''", w.host, w.queue, w.pid, w.current_job or "-",
              w.desired if w.switch is None else f"off ({w.switch.policy})", w.actual, seen_text(w)]
             for w in workers]
-    return table(["project", "host", "queue", "pid", "job", "wanted", "actual", "last seen"], rows)
+    headers = ["project", "host", "queue", "pid", "job", "wanted", "actual", "last seen"]
+    if any(w.sidecar is not None for w in workers):  # a column only where some worker owns a sidecar
+        rows = [row + [sidecar_text(w.sidecar)] for row, w in zip(rows, workers)]
+        headers.append("sidecar")
+    return table(headers, rows)
+
+
+def sidecar_text(state: Mapping[str, Any] | None) -> str:
+    """A sidecar's state as the listing shows it.
+
+    >>> sidecar_text({"state": "stuck_vram", "holders": [4242, 4243]}), sidecar_text({"state": "up", "pid": 7})
+    ('stuck_vram (GPU memory held by pids 4242, 4243)', 'up (pid 7)')
+    """
+    if state is None:
+        return "-"
+    name = str(state.get("state", "?"))
+    holders = state.get("holders") if isinstance(state.get("holders"), list) else []
+    if name == "stuck_vram":
+        return f"{name} (GPU memory held by pids {', '.join(str(pid) for pid in holders) or 'unknown'})"
+    return f"{name} (pid {state['pid']})" if name == "up" and "pid" in state else name
 
 
 def seen_text(worker: Worker) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from rowfleet import control, exitcodes, liveness
 from rowfleet.control import ModelControl, Switch
@@ -85,20 +85,22 @@ class FleetStore(StoreCore):
              current_job: int | None, state: str = control.SERVING, *, models: tuple[str, ...] | None = None,
              gpu_index: int | None = None, vram_total_mb: int | None = None, vram_free_mb: int | None = None,
              warm_model: str | None = None, warm_since: float | None = None, loading: str | None = None,
-             lane: str | None = None, host_priority: int | None = None) -> None:
+             lane: str | None = None, host_priority: int | None = None,
+             sidecar: Mapping[str, Any] | None = None) -> None:
         """Upsert a worker's heartbeat row: the job in hand, serving, draining or parked, and
         the cadence and lease of this store's ``Config`` (the worker's own), by which every
         reader judges whether it went silent. A GPU worker adds its advert: the models it can
         load (stored as a JSON array), its GPU and that GPU's memory, the model warm on it
         and since when, the model it is loading, its lane and its host's priority; each left
-        out is stored as NULL, as for a worker without a GPU."""
+        out is stored as NULL, as for a worker without a GPU. A worker that owns a sidecar
+        adds what it is doing (``Sidecar.status``, stored as a JSON object)."""
         with self.transaction(durable=False) as tx:
             tx.run("worker_beat", worker_id=worker_id, project=project, host=host, queue=queue,
                    pid=pid, current_job=current_job, state=state, heartbeat=self.config.heartbeat,
                    lease=self.config.lease, models=None if models is None else encode_json(list(models)),
                    gpu_index=gpu_index, vram_total_mb=vram_total_mb, vram_free_mb=vram_free_mb,
                    warm_model=warm_model, warm_since=warm_since, loading=loading, lane=lane,
-                   host_priority=host_priority)
+                   host_priority=host_priority, sidecar=None if sidecar is None else encode_json(dict(sidecar)))
 
     def worker_stopped(self, worker_id: str) -> None:
         with self.transaction() as tx:
