@@ -319,7 +319,7 @@ class GpuPreloadTest(TempDirTestCase):
         from rowfleet.telemetry import gpu
 
         return gpu_worker.GpuBox(self.config(host=HOST), gpu_worker.GpuSettings(("preloaded",)), worker_id="w",
-                                 holder="w:1", queue="gpu",
+                                 holder="w:1", queues="gpu",
                                  memory=gpu_worker.GpuMemory("nvidia-smi", 0, 1.0, sample=lambda **_: gpu.GpuSample()))
 
     def test_an_idle_box_preloads_a_model_once_its_queued_work_outweighs_its_load(self):
@@ -368,7 +368,7 @@ class GpuLeaseRaceTest(TempDirTestCase):
 
         store = self.open_store()
         box = gpu_worker.GpuBox(self.config(host=HOST), gpu_worker.GpuSettings(("a",)), worker_id="w", holder="w:1",
-                                queue="gpu", memory=gpu_worker.GpuMemory("nvidia-smi", 0, 1.0,
+                                queues="gpu", memory=gpu_worker.GpuMemory("nvidia-smi", 0, 1.0,
                                                                          sample=lambda **_: gpu.GpuSample()))
         self.assertTrue(box._lease_for(store, "a"))
         renewing, released = threading.Event(), threading.Event()

@@ -384,6 +384,34 @@ class ProcessContract:
             self.assertTrue(done.claimed_by.endswith(f":{worker.pid}"))
         self.stop(worker)
 
+    def test_a_worker_of_several_queues_takes_the_first_with_work_and_serves_those_switched_on(self):
+        store = self.store()
+        older = store.enqueue(JobSpec("note", queue="b")).id
+        first, second = (store.enqueue(JobSpec("note", queue="a")).id for _ in range(2))
+        worker = self.launch("worker", "--app", APP, "--queue", "a", "--queue", "b", "--poll", "30",
+                             "--heartbeat", "0.5")
+        done = [self.wait_for_state(job_id, "completed") for job_id in (first, second, older)]
+        self.assertEqual(sorted(done, key=lambda job: (job.started_at, job.id)), done,
+                         "queue a's jobs go first, though b's is older")
+        # Idle, it wakes for either queue (on PostgreSQL: a NOTIFY of either).
+        woken = self.wait_for_state(store.enqueue(JobSpec("note", queue="b")).id, "completed", timeout=10.0)
+        self.assertLess(woken.started_at - woken.created_at, 5.0)
+        [row] = self.cli_json("workers")["workers"]
+        self.assertEqual((row["queue"], row["queues"], row["desired"]), ("a", ["a", "b"], "on"))
+        # Queue a off: it goes on serving b alone, and stays on.
+        self.cli("control", "--queue", "a", "--off")
+        wait_until(lambda: "queues switched off: a; serving b" in self.output(worker),
+                   message="the worker to see queue a switched off")
+        left, served = store.enqueue(JobSpec("note", queue="a")).id, store.enqueue(JobSpec("note", queue="b")).id
+        self.wait_for_state(served, "completed", timeout=10.0)
+        self.assertEqual(self.job(left).state, "queued", "a job of the queue switched off was claimed")
+        # Both off: it parks; a back on: it takes the job left.
+        self.cli("control", "--queue", "b", "--off")
+        wait_until(lambda: self.cli_json("workers")["workers"][0]["state"] == "parked", message="the worker parked")
+        self.cli("control", "--queue", "a", "--on")
+        self.wait_for_state(left, "completed")
+        self.stop(worker)
+
     def test_delayed_job_is_not_claimed_before_its_run_at(self):
         self.store()
         worker = self.launch("worker", "--app", APP, "--poll", "0.2")

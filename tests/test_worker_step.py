@@ -135,7 +135,7 @@ class IdentityTest(unittest.TestCase):
         config = Config(project="alpha", host="box", lease=60.0, renew=5.0, heartbeat=3.0, poll=0.5, cancel_grace=7.0)
         identity = Identity.of(config, "gpu", 42, 1700000000.25)
         self.assertEqual(identity, Identity("box:42:1700000000250", "alpha", "box", "gpu", 42, lease=60.0, renew=5.0,
-                                            heartbeat=3.0, poll=0.5, cancel_grace=7.0))
+                                            heartbeat=3.0, poll=0.5, cancel_grace=7.0, queues=("gpu",)))
         self.assertEqual(identity.holder, "box:42")
 
 

@@ -21,7 +21,7 @@ Imports only ``rowfleet.job.by_name``, the one way a row is read by column name.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from rowfleet.job import by_name
 
@@ -100,6 +100,28 @@ def in_force(switches: Iterable[Switch], project: str, host: str, queue: str) ->
     if not holding:
         return None
     return max(holding, key=lambda s: (s.policy == HARD, s.changed_at))
+
+
+def holding(per_queue: Mapping[str, Switch | None], job_queue: str | None = None) -> Switch | None:
+    """The switch that holds a worker of several queues (``per_queue``: each queue's switch
+    in force, in the worker's order), holding a job of ``job_queue`` or none. While one of
+    its queues serves, none holds it (it claims from the queues that serve), unless the job
+    in hand is on a queue switched off hard: that switch stops it. With every queue off, the
+    first drain switch holds it (it parks), else the first hard one. For one queue this is
+    that queue's switch.
+
+    >>> hard, drain = Switch("", "box", "a", OFF, HARD), Switch("", "box", "b", OFF, DRAIN)
+    >>> holding({"a": hard, "b": None}), holding({"a": hard, "b": None}, job_queue="a") is hard
+    (None, True)
+    >>> holding({"a": hard, "b": drain}) is drain, holding({"a": hard}) is hard, holding({"a": None})
+    (True, True, None)
+    """
+    if job_queue is not None and (switch := per_queue.get(job_queue)) is not None and switch.policy == HARD:
+        return switch
+    off = [switch for switch in per_queue.values() if switch is not None]
+    if len(off) < len(per_queue) or not off:
+        return None
+    return next((switch for switch in off if switch.policy != HARD), off[0])
 
 
 def next_step(switch: Switch | None, holding_job: bool, has_run_jobs: bool) -> str:

@@ -8,7 +8,7 @@ A worker started with ``--gpu`` and models to load (``GpuSettings``) holds a ``G
   load's footprint is measured; a missing or failing nvidia-smi reads as unknown (None).
 * ``claim_fields(store)``: the claim's routing fields, ``routing.claim_inputs`` over a fleet
   view read at most once per heartbeat interval: the other GPU workers of its project and
-  queue as their heartbeat rows show them (``snapshot``), what is queued per model
+  queues as their heartbeat rows show them (``snapshot``), what is queued per model
   (``Store.model_backlog``) and each model's measured figures (``Store.model_stats``, with
   the registered size); and its own box from its own state (warm model and since when,
   the model loading, free GPU memory). Plus ``gpu_locked_to`` once the GPU was found
@@ -183,10 +183,12 @@ class FleetView:
 class GpuBox:
     """One GPU worker's own state and placement (see the module docstring)."""
 
-    def __init__(self, config: Config, settings: GpuSettings, *, worker_id: str, holder: str, queue: str,
+    def __init__(self, config: Config, settings: GpuSettings, *, worker_id: str, holder: str,
+                 queues: str | Sequence[str],
                  memory: GpuMemory | None = None) -> None:
         self.config, self.settings = config, settings
-        self.worker_id, self.holder, self.queue = worker_id, holder, queue
+        self.worker_id, self.holder = worker_id, holder
+        self.queues = (queues,) if isinstance(queues, str) else tuple(queues)  # every queue it serves
         self.memory = memory or GpuMemory(config.nvidia_smi, settings.gpu_index,
                                           timeout=max(1.0, min(gpu.DEFAULT_TIMEOUT, config.heartbeat / 2)))
         self.resident = models.Resident(memory_used_mb=self.memory.used_mb)
@@ -257,12 +259,10 @@ class GpuBox:
         project = self.config.project
         fleet = snapshot.snapshot(store, listed_for=0.0)  # the live workers only
         boxes = tuple(box for worker in fleet.workers
-                      if worker.project == project and worker.queue == self.queue and worker.worker_id != self.worker_id
-                      and (box := snapshot.box_of(worker)) is not None)
+                      if worker.project == project and any(worker.serves(queue) for queue in self.queues)
+                      and worker.worker_id != self.worker_id and (box := snapshot.box_of(worker)) is not None)
         stats = {row["model"]: row for row in store.model_stats(project)}
-        backlogs = {row["model"]: routing.Backlog(row["model"], row["queued"], max(0.0, row["oldest_wait"] or 0.0),
-                                                  stats.get(row["model"], {}).get("run_seconds"))
-                    for row in store.model_backlog(project, self.queue)}
+        backlogs = self._backlogs(store, stats)
         controls = store.model_controls(self.config.host)
         requests = tuple(row for row in controls if row.action in (control.UNLOAD, control.PRELOAD) and row.pending)
         now = time.time()
@@ -271,6 +271,17 @@ class GpuBox:
             registered = models.registered(model_id)
             infos[model_id] = model_info(model_id, registered.vram_mb if registered else None, stats.get(model_id), now)
         return FleetView(boxes, backlogs, infos, control.model_rules(controls, self.config.host), requests)
+
+    def _backlogs(self, store: "Store", stats: Mapping[str, Any]) -> dict[str, routing.Backlog]:
+        """What is queued per model across this worker's queues (counts added, the oldest
+        wait kept), with each model's measured mean run time."""
+        found: dict[str, tuple[int, float]] = {}
+        for queue in self.queues:
+            for row in store.model_backlog(self.config.project, queue):
+                queued, waited = found.get(row["model"], (0, 0.0))
+                found[row["model"]] = (queued + row["queued"], max(waited, row["oldest_wait"] or 0.0))
+        return {model: routing.Backlog(model, queued, waited, stats.get(model, {}).get("run_seconds"))
+                for model, (queued, waited) in found.items()}
 
     def _lock_now(self, store: "Store") -> str | None:
         """``gpu_locked_to``: the model another holder leases the GPU for, once a refusal

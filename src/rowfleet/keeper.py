@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from rowfleet import control, exitcodes, waiting
 from rowfleet.config import Config
@@ -54,17 +54,20 @@ class Identity:
     heartbeat: float     # between two heartbeats
     poll: float          # between two reads of the switch (a NOTIFY on Postgres is sooner)
     cancel_grace: float  # how long a cancelled handler may take to return
+    queues: tuple[str, ...] = ()  # every queue it serves, in order (``queue`` is the first)
 
     @classmethod
-    def of(cls, config: Config, queue: str, pid: int, started: float) -> "Identity":
-        """The identity of a worker of ``queue`` in process ``pid``, started at ``started``
-        (epoch seconds).
+    def of(cls, config: Config, queues: str | Sequence[str], pid: int, started: float) -> "Identity":
+        """The identity of a worker of ``queues`` (one, or several in order) in process
+        ``pid``, started at ``started`` (epoch seconds).
 
-        >>> Identity.of(Config(host="box"), "gpu", 42, 1.5).worker_id
-        'box:42:1500'
+        >>> me = Identity.of(Config(host="box"), ["gpu", "cpu"], 42, 1.5)
+        >>> me.worker_id, me.queue, me.queues
+        ('box:42:1500', 'gpu', ('gpu', 'cpu'))
         """
-        return cls(f"{config.host}:{pid}:{int(started * 1000)}", config.project, config.host, queue, pid,
-                   config.lease, config.renew, config.heartbeat, config.poll, config.cancel_grace)
+        served = (queues,) if isinstance(queues, str) else tuple(queues)
+        return cls(f"{config.host}:{pid}:{int(started * 1000)}", config.project, config.host, served[0], pid,
+                   config.lease, config.renew, config.heartbeat, config.poll, config.cancel_grace, served)
 
     @property
     def holder(self) -> str:
@@ -73,21 +76,37 @@ class Identity:
 
 
 class SwitchCell:
-    """The off switch holding a worker (None: on), read and written by its two threads."""
+    """The off switch holding a worker (None: on) and the queues of its own that are
+    switched off (a worker of several queues claims from the others), read and written by
+    its two threads."""
 
     def __init__(self, switch: Switch | None = None) -> None:
         self._lock = threading.Lock()
         self._switch = switch
+        self._off: frozenset[str] = frozenset()
 
     def get(self) -> Switch | None:
         with self._lock:
             return self._switch
 
-    def set(self, switch: Switch | None) -> bool:
-        """Hold ``switch`` from now on; whether it differs from the one held before."""
+    def off(self) -> frozenset[str]:
         with self._lock:
-            moved, self._switch = switch != self._switch, switch
+            return self._off
+
+    def set(self, switch: Switch | None, off: frozenset[str] = frozenset()) -> bool:
+        """Hold ``switch``, with the queues in ``off`` switched off, from now on; whether
+        either differs from what was held before."""
+        with self._lock:
+            moved = (switch, off) != (self._switch, self._off)
+            self._switch, self._off = switch, off
             return moved
+
+
+def read_switch(store: Store, identity: Identity, job_queue: str | None) -> tuple[Switch | None, frozenset[str]]:
+    """The switch holding the worker (``control.holding``, with a job of ``job_queue`` in
+    hand or none) and its queues switched off, from one read of the switches in force."""
+    per_queue = store.switches_in_force(identity.project, identity.host, identity.queues or (identity.queue,))
+    return control.holding(per_queue, job_queue), frozenset(q for q, switch in per_queue.items() if switch is not None)
 
 
 class Keeper(threading.Thread):
@@ -184,13 +203,24 @@ class Keeper(threading.Thread):
                 due["switch"] = 0.0  # told of a change: look now
 
     def _look(self, store: Store) -> None:
+        with self._lock:
+            job_queue = self._job.queue if self._job is not None else None
         try:
-            switch = store.switch_in_force(self.identity.project, self.identity.host, self.identity.queue)
+            switch, off = read_switch(store, self.identity, job_queue)
         except RowfleetError as exc:  # keep acting on the last switch read
             log.warning("could not read this worker's switch: %s", exc)
             return
-        if self.switch.set(switch):
+        held, held_off = self.switch.get(), self.switch.off()
+        if not self.switch.set(switch, off):
+            return
+        if off != held_off and len(self.identity.queues) > 1:
+            serving = [queue for queue in self.identity.queues if queue not in off]
+            log.warning("worker %s: queues switched off: %s; serving %s", self.identity.holder,
+                        ", ".join(sorted(off)) or "none", ", ".join(serving) or "none")
+        if switch != held:
             self._switch_moved(switch, store)
+        else:
+            self.wake()  # the main thread claims from the queues that serve now
 
     def _switch_moved(self, switch: Switch | None, store: Store) -> None:
         """Act on a new switch now: the main thread acts when it next looks (``wake``)."""
@@ -214,7 +244,7 @@ class Keeper(threading.Thread):
         advert = self.gpu.advert() if self.gpu is not None else {}
         try:
             store.worker_beat(me.worker_id, me.project, me.host, me.queue, me.pid, job.id if job else None, state,
-                              sidecar=self.sidecar(), **advert)
+                              queues=me.queues if len(me.queues) > 1 else None, sidecar=self.sidecar(), **advert)
         except RowfleetError as exc:
             log.warning("heartbeat failed: %s", exc)
 

@@ -118,7 +118,8 @@ class Worker:
     since its last beat, and its current job's ``progress``. ``heartbeat`` and ``lease`` are
     the worker's own cadence, by which its silence is judged. ``gpu``: a GPU worker's
     advert (None for a worker without one); ``sidecar``: what its sidecar is doing
-    (``Sidecar.status``; None for a worker without one)."""
+    (``Sidecar.status``; None for a worker without one). ``queues``: every queue it serves, in
+    order (``queue`` is the first); ``serves`` is how a view asks."""
 
     worker_id: str
     project: str
@@ -141,6 +142,11 @@ class Worker:
     progress: Progress | None
     gpu: GpuAdvert | None = None
     sidecar: Mapping[str, Any] | None = None
+    queues: tuple[str, ...] = ()
+
+    def serves(self, queue: str) -> bool:
+        """Whether this worker serves ``queue`` (among others, maybe)."""
+        return queue == self.queue or queue in self.queues
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: times as ISO-8601, the age in seconds (3 decimals)."""
@@ -150,6 +156,7 @@ class Worker:
         data["switch"] = None if self.switch is None else self.switch.to_dict()
         data["progress"] = None if self.progress is None else self.progress.to_dict()
         data["gpu"] = None if self.gpu is None else self.gpu.to_dict()
+        data["queues"] = list(self.queues)
         return data
 
 
@@ -257,8 +264,10 @@ def count_of(row: Any, cap: int) -> Count:
 
 
 def worker_of(row: Any, switches: Iterable[Switch], now: float) -> Worker:
-    """A worker's row (with its job's ``job_progress*`` columns) as a ``Worker`` at ``now``."""
-    held = control.in_force(switches, row["project"], row["host"], row["queue"])
+    """A worker's row (with its job's ``job_progress*`` columns) as a ``Worker`` at ``now``;
+    a worker of several queues is held as ``control.holding`` says."""
+    switches, queues = list(switches), queues_of(row)
+    held = control.holding({queue: control.in_force(switches, row["project"], row["host"], queue) for queue in queues})
     last_seen = _seconds(row["last_seen"])
     return Worker(
         worker_id=row["worker_id"], project=row["project"], host=row["host"], queue=row["queue"], pid=row["pid"],
@@ -267,7 +276,24 @@ def worker_of(row: Any, switches: Iterable[Switch], now: float) -> Worker:
         exit_code=row["exit_code"], heartbeat=row["heartbeat"], lease=row["lease"],
         actual=actual_state(row, now), desired=control.ON if held is None else control.OFF, switch=held,
         age=None if last_seen is None else round(now - last_seen, 3), progress=progress_of(row),
-        gpu=gpu_advert_of(row), sidecar=sidecar_of(row))
+        gpu=gpu_advert_of(row), sidecar=sidecar_of(row), queues=queues_of(row))
+
+
+def queues_of(row: Any) -> tuple[str, ...]:
+    """Every queue a worker row serves, in order: its ``queues`` array, or its one ``queue``
+    (a value that is no array of names, as plain SQL may write, reads as that one).
+
+    >>> queues_of({"queue": "gpu", "queues": '["gpu", "cpu"]'}), queues_of({"queue": "gpu", "queues": "7"})
+    (('gpu', 'cpu'), ('gpu',))
+    """
+    stored = row.get("queues")
+    try:
+        value = json.loads(stored) if isinstance(stored, str) else None
+    except ValueError:
+        value = None
+    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        return tuple(value)
+    return (row["queue"],)
 
 
 def sidecar_of(row: Any) -> dict[str, Any] | None:
@@ -486,7 +512,7 @@ class Models:
 
     def boxes(self, queue: str) -> tuple[routing.Box, ...]:
         """The GPU workers of ``queue`` as placement sees them, live or not."""
-        return tuple(box for box in (box_of(w) for w in self.workers if w.queue == queue) if box is not None)
+        return tuple(box for box in (box_of(w) for w in self.workers if w.serves(queue)) if box is not None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"at": iso(self.at), "window": self.window, "capped": self.capped,

@@ -41,7 +41,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from rowfleet import control, exitcodes, models, serving, tasks, waiting
 from rowfleet.claim import Claim
@@ -49,7 +49,7 @@ from rowfleet.config import Config
 from rowfleet.errors import ConfigError, LeaseLost, RowfleetError, StoreUnavailable
 from rowfleet.gpu_worker import GpuBox, GpuSettings
 from rowfleet.job import CANCELLED, COMPLETED, Job, Outcome, decide_outcome, unreadable_outcome
-from rowfleet.keeper import Identity, Keeper, SwitchCell
+from rowfleet.keeper import Identity, Keeper, SwitchCell, read_switch
 from rowfleet.sidecar import Sidecar, SidecarSpec
 from rowfleet.store import Store, open_store
 from rowfleet.watchdog import Watchdog
@@ -101,25 +101,27 @@ def progress(fraction: float | None = None, message: str | None = None) -> None:
 
 
 class Worker:
-    """Claims and runs jobs of one (project, queue) until stopped (or, in burst mode, idle)."""
+    """Claims and runs jobs of a project's queue, or of several in order (the first with a
+    due job wins), until stopped (or, in burst mode, idle)."""
 
-    def __init__(self, config: Config, queue: str, *, burst: bool = False, gpu: bool = False,
+    def __init__(self, config: Config, queue: str | Sequence[str], *, burst: bool = False, gpu: bool = False,
                  gpu_settings: GpuSettings | None = None, sidecar: SidecarSpec | None = None,
                  store_factory: Callable[[Config], Store] = open_store,
                  exit: Callable[[int], None] = os._exit) -> None:
         self.config = config
-        self.queue = queue
+        self.queues = (queue,) if isinstance(queue, str) else tuple(dict.fromkeys(queue))
+        self.queue = self.queues[0]
         self.burst = burst
         self.gpu = gpu  # its jobs use a GPU: the GPU health watchdog (78) watches them
         self.store_factory = store_factory
         self._hard_exit = exit
         self._exit_lock = threading.Lock()
         self.exit = self._exit  # how a watchdog or a stale token ends the process (os._exit)
-        self.identity = Identity.of(config, queue, os.getpid(), time.time())
+        self.identity = Identity.of(config, self.queues, os.getpid(), time.time())
         self.holder = self.identity.holder
         # A GPU worker's placement: None for a worker that loads no models (it claims as before).
         self.gpu_box = None if gpu_settings is None else GpuBox(config, gpu_settings, worker_id=self.identity.worker_id,
-                                                                holder=self.holder, queue=queue)
+                                                                holder=self.holder, queues=self.queues)
         # The inference server it owns (--sidecar): started before a job, stopped when idle,
         # on a hard switch and when the worker ends; its GPU memory read like the models'.
         self.sidecar = None if sidecar is None else Sidecar(
@@ -161,7 +163,7 @@ class Worker:
                                              self.config.poll, log, ready=lambda store: store.require_schema())
         if self.store is None:
             return exitcodes.OK
-        self.waiter = self.store.waiter(self.queue)
+        self.waiter = self.store.waiter(self.queues)
         self.watchdog = Watchdog(self.config, self.store_factory, gpu_jobs=self.gpu, exit=self.exit)
         self.watchdog.start()
         # After the watchdog: a switch the keeper reads may stop a job through it.
@@ -172,7 +174,8 @@ class Worker:
                              sidecar=self.sidecar.status if self.sidecar is not None else lambda: None)
         self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
-        log.info("worker %s serving queue %r of project %r", self.holder, self.queue, self.config.project)
+        log.info("worker %s serving %s %s of project %r", self.holder, "queues" if len(self.queues) > 1 else "queue",
+                 ", ".join(map(repr, self.queues)), self.config.project)
         try:
             while self.step():
                 pass
@@ -221,7 +224,7 @@ class Worker:
         return actions[action](moment)
 
     def _read_switch(self, moment: serving.Moment) -> bool:
-        self.switch.set(self.store.switch_in_force(self.config.project, self.config.host, self.queue))
+        self.switch.set(*read_switch(self.store, self.identity, None))
         self._switch_read = True
         return True
 
@@ -254,13 +257,24 @@ class Worker:
 
     # --- one job -----------------------------------------------------------------------
 
-    def _claim_request(self) -> Claim:
-        """What this worker asks the store for, each time it claims or looks for due work."""
+    def _claim_request(self, queue: str) -> Claim:
+        """What this worker asks the store for, each time it claims or looks for due work
+        in ``queue``."""
         routing = {} if self.gpu_box is None else self.gpu_box.claim_fields(self.store)
-        return Claim(self.config.project, self.queue, self.holder, self.config.lease, **routing)
+        return Claim(self.config.project, queue, self.holder, self.config.lease, **routing)
+
+    def _serving(self) -> list[str]:
+        """Its queues in order, less those switched off (a worker of several serves the rest)."""
+        off = self.switch.off()
+        return [queue for queue in self.queues if queue not in off]
 
     def _claim(self) -> Job | None:
-        return self.store.claim(self._claim_request())
+        """The first due job of its queues, in order."""
+        for queue in self._serving():
+            job = self.store.claim(self._claim_request(queue))
+            if job is not None:
+                return job
+        return None
 
     def run_job(self, job: Job) -> Job | None:
         """Run a claimed job and write its outcome; the next job when one was claimed with it.
@@ -306,8 +320,8 @@ class Worker:
         give_up = time.monotonic() + self.config.lease
         pause = 0.1
         while True:
-            serving_on = not self.stopping and self.switch.get() is None
-            claim_next = self._claim_request() if serving_on else None
+            serving = self._serving() if not self.stopping and self.switch.get() is None else []
+            claim_next = self._claim_request(serving[0]) if serving else None  # the others: the next claim
             try:
                 return self.store.finish(job, outcome, claim_next)
             except StoreUnavailable as exc:
@@ -431,7 +445,7 @@ class Worker:
                 and self._due())
 
     def _due(self) -> bool:
-        return self.store.has_due(self._claim_request())
+        return any(self.store.has_due(self._claim_request(queue)) for queue in self._serving())
 
     # --- the operator's switch ---------------------------------------------------------
 

@@ -155,7 +155,7 @@ def cmd_broker(args: argparse.Namespace, config: configuration.Config) -> int:
     for project in projects:
         for queue in project.queues():
             tally = project.tally(queue)
-            here = [w for w in project.workers if w.queue == queue]
+            here = [w for w in project.workers if w.serves(queue)]
             rows.append([project.name or "''", queue, *(tally[state].text() if state in tally else 0
                                                         for state in BROKER_STATES), _worker_tally(here)])
     print(table(["project", "queue", *BROKER_STATES, "workers"], rows) or "no jobs")
@@ -196,7 +196,7 @@ def services_table(found: Iterable[Services]) -> str:
 
 def _workers_table(workers: Iterable[Worker]) -> str:
     workers = list(workers)
-    rows = [[w.project or "''", w.host, w.queue, w.pid, w.current_job or "-",
+    rows = [[w.project or "''", w.host, ",".join(w.queues or (w.queue,)), w.pid, w.current_job or "-",
              w.desired if w.switch is None else f"off ({w.switch.policy})", w.actual, seen_text(w)]
             for w in workers]
     headers = ["project", "host", "queue", "pid", "job", "wanted", "actual", "last seen"]

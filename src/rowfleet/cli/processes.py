@@ -32,8 +32,10 @@ ROUTING_FLAGS = ("models", "vram_mb", "gpu_index", "lane", "host_priority", "idl
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
-    sub = command("worker", cmd_worker, "claim and run jobs of one queue")
-    sub.add_argument("--queue", default="default")
+    sub = command("worker", cmd_worker, "claim and run jobs of one queue, or of several in order")
+    sub.add_argument("--queue", action="append", default=None, metavar="QUEUE",
+                     help="the queue to serve (default: default); repeat it to serve several in order: "
+                          "the first with a due job wins")
     sub.add_argument("--app", action="append", default=[], metavar="MODULE",
                      help="import this module so its @rowfleet.task handlers register (repeatable)")
     allow_module_flag(sub)
@@ -72,12 +74,14 @@ def add_commands(command: Callable[..., Parser]) -> None:
 def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
     config = trusted(config, args)
     tasks.import_apps(args.app)
-    names.check_name("--queue", args.queue)  # '*' too: a switch's wildcard names no queue to serve
+    queues = tuple(dict.fromkeys(args.queue or ["default"]))
+    for queue in queues:
+        names.check_name("--queue", queue)  # '*' too: a switch's wildcard names no queue to serve
     gpu_settings = _gpu_settings(args)
     sidecar = _sidecar(args)
 
     def one_worker() -> int:
-        worker = Worker(config, args.queue, burst=args.burst, gpu=args.gpu, gpu_settings=gpu_settings,
+        worker = Worker(config, queues, burst=args.burst, gpu=args.gpu, gpu_settings=gpu_settings,
                         sidecar=sidecar)
         on_stop_signals(lambda *_: worker.request_stop())
         try:

@@ -89,8 +89,9 @@ class StoreCore(abc.ABC):
         return self.transaction() if conn is None else self.caller_transaction(conn)
 
     @abc.abstractmethod
-    def waiter(self, queue: str) -> Waiter:
-        """A way for an idle worker of ``queue`` to sleep until there may be work for it."""
+    def waiter(self, queues: str | tuple[str, ...]) -> Waiter:
+        """A way for an idle worker of ``queues`` (one, or several) to sleep until there may
+        be work for it."""
 
     @abc.abstractmethod
     def control_waiter(self, host: str) -> Waiter:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from rowfleet import control, exitcodes, liveness
 from rowfleet.control import ModelControl, Switch
@@ -86,21 +86,23 @@ class FleetStore(StoreCore):
              gpu_index: int | None = None, vram_total_mb: int | None = None, vram_free_mb: int | None = None,
              warm_model: str | None = None, warm_since: float | None = None, loading: str | None = None,
              lane: str | None = None, host_priority: int | None = None,
-             sidecar: Mapping[str, Any] | None = None) -> None:
+             sidecar: Mapping[str, Any] | None = None, queues: Sequence[str] | None = None) -> None:
         """Upsert a worker's heartbeat row: the job in hand, serving, draining or parked, and
         the cadence and lease of this store's ``Config`` (the worker's own), by which every
         reader judges whether it went silent. A GPU worker adds its advert: the models it can
         load (stored as a JSON array), its GPU and that GPU's memory, the model warm on it
         and since when, the model it is loading, its lane and its host's priority; each left
         out is stored as NULL, as for a worker without a GPU. A worker that owns a sidecar
-        adds what it is doing (``Sidecar.status``, stored as a JSON object)."""
+        adds what it is doing (``Sidecar.status``, stored as a JSON object), and a worker of
+        several queues all of them in order (a JSON array; ``queue`` is the first)."""
         with self.transaction(durable=False) as tx:
             tx.run("worker_beat", worker_id=worker_id, project=project, host=host, queue=queue,
                    pid=pid, current_job=current_job, state=state, heartbeat=self.config.heartbeat,
                    lease=self.config.lease, models=None if models is None else encode_json(list(models)),
                    gpu_index=gpu_index, vram_total_mb=vram_total_mb, vram_free_mb=vram_free_mb,
                    warm_model=warm_model, warm_since=warm_since, loading=loading, lane=lane,
-                   host_priority=host_priority, sidecar=None if sidecar is None else encode_json(dict(sidecar)))
+                   host_priority=host_priority, sidecar=None if sidecar is None else encode_json(dict(sidecar)),
+                   queues=None if queues is None else encode_json(list(queues)))
 
     def worker_stopped(self, worker_id: str) -> None:
         with self.transaction() as tx:
@@ -163,8 +165,13 @@ class FleetStore(StoreCore):
 
     def switch_in_force(self, project: str, host: str, queue: str) -> Switch | None:
         """The off switch holding the workers of (project, host, queue), or None: they serve."""
-        rows = self.reader().all("switch_in_force", project=project, host=host, queue=queue)
-        return control.in_force((Switch.from_row(row) for row in rows), project, host, queue)
+        return self.switches_in_force(project, host, (queue,))[queue]
+
+    def switches_in_force(self, project: str, host: str, queues: Iterable[str]) -> dict[str, Switch | None]:
+        """For each of ``queues`` (in order), the off switch holding the workers of (project,
+        host, queue), or None: one read for all of them."""
+        switches = [Switch.from_row(row) for row in self.reader().all("switches_in_force", project=project, host=host)]
+        return {queue: control.in_force(switches, project, host, queue) for queue in queues}
 
     def switches(self) -> list[Switch]:
         """Every switch row, of every project."""

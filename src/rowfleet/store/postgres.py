@@ -246,8 +246,8 @@ class PostgresStore(Store):
                     conn.rollback()
                 raise
 
-    def waiter(self, queue: str) -> "ListenWaiter":
-        return ListenWaiter(self.url, queue)
+    def waiter(self, queues: str | tuple[str, ...]) -> "ListenWaiter":
+        return ListenWaiter(self.url, queues)
 
     def dispatch_waiter(self, project: str) -> "ListenWaiter":
         return ListenWaiter(self.url, project, listen="listen_dispatch")

@@ -284,7 +284,7 @@ class SQLiteStore(Store):
                     _on_callers(conn, "ROLLBACK", " rolling back")
             raise
 
-    def waiter(self, queue: str) -> Waiter:
+    def waiter(self, queues: str | tuple[str, ...]) -> Waiter:
         return FileWaiter(self.path, self.config.poll)  # a file write names no queue
 
     def dispatch_waiter(self, project: str) -> Waiter:

@@ -3,15 +3,15 @@
 -- name: worker_beat
 -- A GPU worker's advert (models to flags) comes with each beat; a worker without a GPU writes NULLs.
 INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, heartbeat, lease, started_at, last_seen,
-                     models, gpu_index, vram_total_mb, vram_free_mb, warm_model, warm_since, loading, lane, host_priority, sidecar)
+                     models, gpu_index, vram_total_mb, vram_free_mb, warm_model, warm_since, loading, lane, host_priority, sidecar, queues)
 VALUES (%(worker_id)s, %(project)s, %(host)s, %(queue)s, %(pid)s, %(current_job)s, %(state)s, %(heartbeat)s, %(lease)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s),
-        %(models)s, %(gpu_index)s, %(vram_total_mb)s, %(vram_free_mb)s, %(warm_model)s, %(warm_since)s, %(loading)s, %(lane)s, %(host_priority)s, %(sidecar)s)
+        %(models)s, %(gpu_index)s, %(vram_total_mb)s, %(vram_free_mb)s, %(warm_model)s, %(warm_since)s, %(loading)s, %(lane)s, %(host_priority)s, %(sidecar)s, %(queues)s)
 ON CONFLICT (worker_id) DO UPDATE
 SET current_job = excluded.current_job, state = excluded.state, heartbeat = excluded.heartbeat,
     lease = excluded.lease, last_seen = excluded.last_seen,
     flagged_dead_at = NULL,
     models = excluded.models, gpu_index = excluded.gpu_index, vram_total_mb = excluded.vram_total_mb, vram_free_mb = excluded.vram_free_mb, warm_model = excluded.warm_model, warm_since = excluded.warm_since, loading = excluded.loading, lane = excluded.lane, host_priority = excluded.host_priority,
-    sidecar = excluded.sidecar;
+    sidecar = excluded.sidecar, queues = excluded.queues;
 
 -- name: worker_stopped
 UPDATE workers SET stopped_at = rowfleet_now(%(now)s), current_job = NULL, last_seen = rowfleet_now(%(now)s)
@@ -51,10 +51,10 @@ SET desired = excluded.desired, policy = excluded.policy, changed_by = excluded.
     changed_at = excluded.changed_at
 RETURNING *;
 
--- name: switch_in_force
--- Every row that applies to the workers of (project, host, queue), wildcards included.
+-- name: switches_in_force
+-- Every row that applies to the workers of (project, host), of any queue, wildcards included.
 SELECT * FROM worker_controls
-WHERE host IN (%(host)s, '*') AND project IN (%(project)s, '*') AND queue IN (%(queue)s, '*');
+WHERE host IN (%(host)s, '*') AND project IN (%(project)s, '*');
 
 -- name: switches
 SELECT * FROM worker_controls ORDER BY project, host, queue;

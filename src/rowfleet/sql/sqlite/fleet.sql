@@ -3,15 +3,15 @@
 -- name: worker_beat
 -- A GPU worker's advert (models to flags) comes with each beat; a worker without a GPU writes NULLs.
 INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, heartbeat, lease, started_at, last_seen,
-                     models, gpu_index, vram_total_mb, vram_free_mb, warm_model, warm_since, loading, lane, host_priority, sidecar)
+                     models, gpu_index, vram_total_mb, vram_free_mb, warm_model, warm_since, loading, lane, host_priority, sidecar, queues)
 VALUES (:worker_id, :project, :host, :queue, :pid, :current_job, :state, :heartbeat, :lease, :now, :now,
-        :models, :gpu_index, :vram_total_mb, :vram_free_mb, :warm_model, :warm_since, :loading, :lane, :host_priority, :sidecar)
+        :models, :gpu_index, :vram_total_mb, :vram_free_mb, :warm_model, :warm_since, :loading, :lane, :host_priority, :sidecar, :queues)
 ON CONFLICT (worker_id) DO UPDATE
 SET current_job = excluded.current_job, state = excluded.state, heartbeat = excluded.heartbeat,
     lease = excluded.lease, last_seen = excluded.last_seen,
     flagged_dead_at = NULL,
     models = excluded.models, gpu_index = excluded.gpu_index, vram_total_mb = excluded.vram_total_mb, vram_free_mb = excluded.vram_free_mb, warm_model = excluded.warm_model, warm_since = excluded.warm_since, loading = excluded.loading, lane = excluded.lane, host_priority = excluded.host_priority,
-    sidecar = excluded.sidecar;
+    sidecar = excluded.sidecar, queues = excluded.queues;
 
 -- name: worker_stopped
 UPDATE workers SET stopped_at = :now, current_job = NULL, last_seen = :now
@@ -46,10 +46,10 @@ SET desired = excluded.desired, policy = excluded.policy, changed_by = excluded.
     changed_at = excluded.changed_at
 RETURNING *;
 
--- name: switch_in_force
--- Every row that applies to the workers of (project, host, queue), wildcards included.
+-- name: switches_in_force
+-- Every row that applies to the workers of (project, host), of any queue, wildcards included.
 SELECT * FROM worker_controls
-WHERE host IN (:host, '*') AND project IN (:project, '*') AND queue IN (:queue, '*');
+WHERE host IN (:host, '*') AND project IN (:project, '*');
 
 -- name: switches
 SELECT * FROM worker_controls ORDER BY project, host, queue;
