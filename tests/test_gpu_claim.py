@@ -16,7 +16,7 @@ import unittest
 from rowfleet import queries
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, JobSpec, Outcome
-from rowfleet.store.jobs import claim_params, claim_query
+from rowfleet.store.jobs import claim_forms, claim_params
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase
 from test_lifecycle import Clock
@@ -61,6 +61,25 @@ class GpuClaimContract:
         urgent = self.job("m2", priority=9, run_next=True)
         cold = gpu(models=("m1", "m2"))
         self.assertEqual([self.claimed(cold) for _ in range(4)], [urgent, first, second, late])
+
+    def test_the_warm_first_form_gives_way_to_the_whole_rule(self):
+        cold = self.job("m2")
+        self.job("m9", run_next=True)  # run-next, of a model the worker does not list
+        warm = self.job("m1", priority=5)
+        claim = gpu(models=("m1", "m2"), warm_model="m1")
+        self.assertEqual(claim_forms("claim", claim), ("claim[warm]", "claim[routed]"))
+        # A run-next job in the queue turns the first form off; the whole rule still finds warm work first.
+        self.assertEqual(self.claimed(claim), warm)
+        # No warm work left: the whole rule's cold pick, in a claim and in a finish-and-claim.
+        self.assertEqual(self.claimed(claim), cold)
+        again = self.job("m2")
+        held = self.store.claim(gpu(models=("m1",)))
+        self.assertIsNone(held, "only m9's run-next job and m2's are queued")
+        warm = self.job("m1")
+        held = self.store.claim(claim)
+        self.assertEqual(held.id, warm)
+        following = self.store.finish(held, Outcome(COMPLETED, result=None, event="completed"), claim_next=claim)
+        self.assertEqual((following.id, following.warm_claim), (again, False))
 
     def test_a_worker_never_claims_a_model_it_does_not_list(self):
         self.job("m3")
@@ -148,7 +167,7 @@ class GpuClaimContract:
     def test_no_models_is_the_plain_claim_as_before(self):
         ids = [self.job("m1", priority=2), self.job(None, priority=1), self.job("m9", run_next=True), self.job(None)]
         plain = gpu()
-        self.assertEqual((claim_params(plain)["gate"], claim_query("claim", plain)), (None, "claim"))
+        self.assertEqual((claim_params(plain)["gate"], claim_forms("claim", plain)), (None, ("claim",)))
         for routing in ({"lane": "model"}, {"vram_free_mb": 100}, {"newest_first": True}):
             with self.subTest(routing=routing), self.assertRaisesRegex(ValueError, "needs models"):
                 gpu(**routing)  # every routing input needs a gate: a claim without one is the plain claim
@@ -261,13 +280,14 @@ class GpuClaimContract:
 
 
 class SQLiteGpuClaimTest(GpuClaimContract, TempDirTestCase):
-    def plan(self, claim: Claim) -> str:
+    def plan(self, claim: Claim, form: int = -1) -> str:
+        """The plan of one of the claim's forms (the last, which decides the whole rule, unless told)."""
         conn = sqlite3.connect(self.db)
         self.addCleanup(conn.close)
         conn.execute("ANALYZE")
         params = {**claim_params(claim), "now": self.clock.now}
         return "\n".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + queries.queries("sqlite")[
-            claim_query("claim", claim)], params))
+            claim_forms("claim", claim)[form]], params))
 
     def test_the_claim_probes_indexes_and_sorts_only_the_few_it_found(self):
         for model in (None, "m1", "m2", "m3"):
@@ -279,6 +299,11 @@ class SQLiteGpuClaimTest(GpuClaimContract, TempDirTestCase):
         # The one temp b-tree sorts the outer few (one per kind of job), each found by its rowid.
         self.assertEqual(routed.count("USE TEMP B-TREE"), 1)
         self.assertIn("SEARCH best USING INTEGER PRIMARY KEY", routed)
+        # A warm box's first form: a look at jobs_claim's first entry and one probe of its model.
+        warm = self.plan(gpu(models=("m1", "m2"), warm_model="m1", rank=("m2",)), form=0)
+        self.assertIn("jobs_model (project=? AND queue=? AND required_model=?", warm)
+        self.assertIn("jobs_claim", warm)
+        self.assertNotIn("TEMP B-TREE", warm)
         # A plain claim is one walk of jobs_claim, with no sort at all.
         plain = self.plan(gpu())
         self.assertIn("jobs_claim", plain)

@@ -129,8 +129,8 @@ class SqlFilesTest(unittest.TestCase):
         # requeue="name"; every literal the store uses as a name must exist, and every query must be used.
         named = set(re.findall(r'\.(?:one|all|run)\("([a-z_]+)"', source))
         named |= set(re.findall(r'(?:requeue|fail)="([a-z_]+)"', source))
-        # A claim statement is named through claim_query, which picks its plain or routed form.
-        named |= {form for name in re.findall(r'claim_query\("([a-z_]+)"', source) for form in (name, name + "[routed]", name + "[newest]")}
+        # A claim statement is named through claim_forms, which picks its forms.
+        named |= {form for name in re.findall(r'claim_forms\("([a-z_]+)"', source) for form in (name, name + "[routed]", name + "[newest]", name + "[warm]")}
         defined = set(queries.queries("sqlite"))
         self.assertEqual(named - defined, set())
         self.assertEqual(defined - named - {"migrations_table"}, set(), "unused queries")

@@ -23,7 +23,9 @@ warmth and rank. The affinity terms need ``models``: a claim without a gate walk
 index in today's order, so a plain worker's claim costs what it did.
 
 The store runs a plain worker's claim (``routed`` False) as the cheapest statement there
-is, and any other as its ``[routed]`` variant (``[newest]`` newest first). That one takes the claim's gate as
+is, and any other as its ``[routed]`` variant (``[newest]`` newest first), tried first as
+``[warm]`` when ``warm_first``: the warm model's best job is the pick whenever no run-next
+job is due, which one probe finds. That one takes the claim's gate as
 ``gate()``: the models it may take now, each with its place in the order of the middle
 terms (starved, warm, rank) as one number, ``preference``, and plain jobs' place as
 ``plain_preference()``; so the rule lives here, once, and the SQL only sorts by it.
@@ -99,6 +101,20 @@ class Claim:
         (False, True)
         """
         return self.models is not None
+
+    def warm_first(self) -> bool:
+        """Whether the warm model's jobs come first but for run-next jobs: it is warm, the
+        gate allows it, and no starved model outranks it.
+
+        >>> Claim("", "gpu", "h", 1.0, models=("a", "b"), warm_model="a").warm_first()
+        True
+        >>> Claim("", "gpu", "h", 1.0, models=("a", "b"), warm_model="a", starved=("b",)).warm_first()
+        False
+        >>> Claim("", "gpu", "h", 1.0, models=("a", "b"), warm_model="a", gpu_locked_to="b").warm_first()
+        False
+        """
+        gate = self.gate()
+        return self.warm_model is not None and not self.starved and gate is not None and self.warm_model in gate
 
     def gate(self) -> dict[str, int] | None:
         """The models this claim may take now, each with its ``preference``: the gate less

@@ -97,7 +97,9 @@ class JobStore(StoreCore):
         return job
 
     def _take(self, tx: Tx, claim: Claim) -> Job | None:
-        row = tx.one(claim_query("claim", claim), **claim_params(claim))
+        params = claim_params(claim)
+        row = next((row for query in claim_forms("claim", claim) if (row := tx.one(query, **params)) is not None),
+                   None)
         if row is None:
             return None
         job = Job.from_row(row)
@@ -129,7 +131,7 @@ class JobStore(StoreCore):
         """A cheap read: would ``claim`` find a job now (a delayed job fallen due included, as
         the claim promotes it)? Takes no lock. It takes the whole claim, not its queue alone,
         so that every input that narrows a claim narrows this too."""
-        return self.reader().one(claim_query("has_due", claim), **claim_params(claim)) is not None
+        return self.reader().one(claim_forms("has_due", claim)[-1], **claim_params(claim)) is not None
 
     def renew(self, job: Job, lease: float) -> "Renewal":
         """Extend the lease of a job still held with ``job.lease_token``: the new deadline,
@@ -468,26 +470,34 @@ def promotion_due(last: float | None, now: float, poll: float) -> bool:
     return last is None or not last <= now < last + poll
 
 
-def claim_query(name: str, claim: Claim) -> str:
-    """Which form of the claim statement ``name`` runs ``claim``: the plain one, its
-    ``[routed]`` variant when a routing input narrows or orders the claim, ``[newest]``
-    for an overflow box's.
+@functools.lru_cache(maxsize=256)  # a worker's claims repeat the same few inputs
+def claim_forms(name: str, claim: Claim) -> tuple[str, ...]:
+    """The forms of the claim statement ``name`` that take a job for ``claim``, to run in
+    turn until one does: the plain one; or, when a routing input narrows or orders the
+    claim, ``[routed]``, first tried as ``[warm]`` when its warm model goes first
+    (``Claim.warm_first``: one probe finds its job, in the common case of a warm box);
+    ``[newest]`` for an overflow box. The last form always decides the whole rule (``has_due``
+    asks it).
 
-    >>> claim_query("claim", Claim("", "q", "h", 1.0)), claim_query("has_due", Claim("", "q", "h", 1.0, models=()))
-    ('claim', 'has_due[routed]')
-    >>> claim_query("claim", Claim("", "q", "h", 1.0, models=("llm",), newest_first=True))
-    'claim[newest]'
+    >>> claim_forms("claim", Claim("", "q", "h", 1.0)), claim_forms("claim", Claim("", "q", "h", 1.0, models=()))
+    (('claim',), ('claim[routed]',))
+    >>> claim_forms("claim", Claim("", "q", "h", 1.0, models=("llm",), warm_model="llm"))
+    ('claim[warm]', 'claim[routed]')
+    >>> claim_forms("claim", Claim("", "q", "h", 1.0, models=("llm",), newest_first=True))
+    ('claim[newest]',)
     """
     if not claim.routed:
-        return name
-    return f"{name}[newest]" if claim.newest_first else f"{name}[routed]"
+        return (name,)
+    if claim.newest_first:
+        return (f"{name}[newest]",)
+    return (f"{name}[warm]", f"{name}[routed]") if claim.warm_first() else (f"{name}[routed]",)
 
 
 def claim_params(claim: Claim) -> dict[str, Any]:
     """The bound parameters of every claim query (claim, has_due, and a dialect's own): the
     claim's scalar fields, its gate (``Claim.gate``) as one JSON object of model ->
     preference (one bound parameter, never SQL text; None: no gate) with plain jobs'
-    preference. (Newest first is a form of the statement, ``claim_query``, not a parameter.)
+    preference. (Newest first is a form of the statement, ``claim_forms``, not a parameter.)
 
     >>> claim_params(Claim("", "default", "box:7", 600.0))["gate"] is None
     True

@@ -23,7 +23,7 @@ from rowfleet.job import TERMINAL, Job, Outcome
 from rowfleet.queries import queries
 from rowfleet.store.base import Store
 from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
-from rowfleet.store.jobs import claim_params, claim_query, outcome_detail
+from rowfleet.store.jobs import claim_forms, claim_params, outcome_detail
 from rowfleet.wake import Doorbell
 
 CONNECT_TIMEOUT = 10
@@ -112,7 +112,7 @@ class PostgresStore(Store):
     dialect = "postgres"
     # Queries only this dialect has: composite operations SQLite cannot do in one statement.
     own_queries = frozenset({*(f"{name}{form}" for name in ("finish_and_claim", "claim_logged")
-                               for form in ("", "[routed]", "[newest]")),
+                               for form in ("", "[routed]", "[newest]", "[warm]")),
                              "database_time", "listen_jobs", "listen_dispatch", "listen_control"})
     # Fragments only this dialect's own queries include.
     own_fragments = frozenset({"claimed_detail"})
@@ -168,27 +168,29 @@ class PostgresStore(Store):
         statement logs the claim itself, with the detail of the ``claimed_detail`` fragment
         (the token and attempt exist only inside it, so Python cannot bind them). When a
         promotion of fallen-due delayed jobs is due (about once per poll), it and the claim
-        share a transaction instead; a claim that finds nothing promotes, and tries again."""
-        row, promoted = self._claiming(claim_query("claim_logged", claim), claim, **claim_params(claim))
+        share a transaction instead; a claim that finds nothing promotes, and tries again.
+        Each form of the claim (``claim_forms``) is tried in turn."""
+        row, promoted = self._claiming(claim_forms("claim_logged", claim), claim, **claim_params(claim))
         if row is None:
             return None if promoted else self._claim_after_promotion(claim)
         return Job.from_row(row)
 
-    def _claiming(self, query: str, claim: Claim, **params: Any) -> tuple[Any | None, bool]:
-        """A one-statement claim (``claim_logged``, ``finish_and_claim``): on its own, or
-        after the promotion ``Store`` would run first, in one transaction with it. Its row,
-        and whether it promoted."""
+    def _claiming(self, forms: tuple[str, ...], claim: Claim, **params: Any) -> tuple[Any | None, bool]:
+        """A one-statement claim (``claim_logged``, ``finish_and_claim``), each of its forms
+        in turn until one finds a job: on its own, or after the promotion ``Store`` would run
+        first, in one transaction with it. The row of the last form run, and whether it
+        promoted."""
         if not self._promotion_due(claim):
-            return _AutocommitTx(self).one(query, **params), False
+            return _first_row(_AutocommitTx(self), forms, params), False
         with self.transaction() as tx:
             self._promote(tx, claim)
-            return tx.one(query, **params), True
+            return _first_row(tx, forms, params), True
 
     def _claim_after_promotion(self, claim: Claim) -> Job | None:
         """Nothing was due in the claim index: promote what has fallen due, and claim once
         more if that moved any job."""
         with self.transaction() as tx:
-            row = (tx.one(claim_query("claim_logged", claim), **claim_params(claim)) if self._promote(tx, claim)
+            row = (_first_row(tx, claim_forms("claim_logged", claim), claim_params(claim)) if self._promote(tx, claim)
                    else None)
         return None if row is None else Job.from_row(row)
 
@@ -201,14 +203,18 @@ class PostgresStore(Store):
         since on Postgres a busy worker is bound by round trips, not by commits."""
         if claim_next is None or outcome.state not in TERMINAL:
             return super().finish(job, outcome, claim_next)
+        # The turn's statement claims by the claim's first form; any other is a claim of its own.
+        first, *others = claim_forms("finish_and_claim", claim_next)
         row, promoted = self._claiming(
-            claim_query("finish_and_claim", claim_next), claim_next, id=job.id, token=job.lease_token, state=outcome.state,
+            (first,), claim_next, id=job.id, token=job.lease_token, state=outcome.state,
             result=outcome.result_json, error=outcome.error, traceback=outcome.traceback,
             kind=outcome.event or outcome.state, detail=outcome_detail(job, outcome),
             **claim_params(claim_next))
         if not row["finished"]:  # nothing was written: an idempotent repeat, or a stale holder
             with self.transaction() as tx:
                 self._check_already_written(tx, job, outcome)
+            return self.claim(claim_next)
+        if row["id"] is None and others:
             return self.claim(claim_next)
         if row["id"] is None:
             return None if promoted else self._claim_after_promotion(claim_next)
@@ -267,6 +273,11 @@ class PostgresStore(Store):
                 self._conn.close()
             finally:
                 self._conn = None
+
+
+def _first_row(tx: Tx, forms: tuple[str, ...], params: dict[str, Any]) -> Any | None:
+    """The row of the first of ``forms`` that returns one, or None."""
+    return next((row for query in forms if (row := tx.one(query, **params)) is not None), None)
 
 
 class _AutocommitTx(PostgresTx):

@@ -87,6 +87,17 @@ state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s
  ORDER BY c.run_next DESC, c.preference, c.priority, c.run_at, c.id
  LIMIT 1)
 
+-- fragment: claim_pick [warm]
+-- The first form of a claim whose warm model goes first (Claim.warm_first): while no
+-- run-next job is due in the queue (jobs_claim's run-next range is empty), the warm model's
+-- best job is the one the routed claim would take, so one probe of jobs_model finds it,
+-- locked (SKIP LOCKED). NULL when that does not hold: the store then runs the routed form.
+(SELECT id FROM jobs
+ WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+   AND required_model = %(warm_model)s::text AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
+   AND NOT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s) AND run_next >= 1)
+ ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+
 -- fragment: claim_pick [newest]
 -- As the routed claim, newest first (an overflow box). That keeps run-next and priority
 -- first: a first probe finds the best (run_next, priority), a second the newest job of it,
@@ -128,7 +139,7 @@ state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s
  WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1) IS NOT NULL
 
--- fragment: claim_due [routed, newest]
+-- fragment: claim_due [routed, newest, warm]
 EXISTS (SELECT 1 FROM jsonb_object_keys(%(gate)s::jsonb) AS kind(model)
         WHERE EXISTS (SELECT 1 FROM jobs
                       WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
@@ -143,7 +154,7 @@ OR (%(plain_preference)s::integer IS NOT NULL
 -- claim_pick's rules as a condition on one row (a plain claim may take any).
 TRUE
 
--- fragment: promotion_allowed [routed, newest]
+-- fragment: promotion_allowed [routed, newest, warm]
 (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
 AND CASE WHEN required_model IS NULL THEN %(plain_preference)s::integer IS NOT NULL
          ELSE %(gate)s::jsonb ? required_model END

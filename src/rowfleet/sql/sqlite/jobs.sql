@@ -72,6 +72,17 @@ state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND r
  ORDER BY best.run_next DESC, kind.preference, best.priority, best.run_at, best.id
  LIMIT 1)
 
+-- fragment: claim_pick [warm]
+-- The first form of a claim whose warm model goes first (Claim.warm_first): while no
+-- run-next job is due in the queue (jobs_claim's run-next range is empty), the warm model's
+-- best job is the one the routed claim would take, so one probe of jobs_model finds it.
+-- NULL when that does not hold: the store then runs the routed form.
+(SELECT id FROM jobs
+ WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+   AND required_model = :warm_model AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+   AND NOT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_claim WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now AND run_next >= 1)
+ ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+
 -- fragment: claim_pick [newest]
 -- As the routed claim, newest first (an overflow box). That keeps run-next and priority
 -- first: a first probe finds the best (run_next, priority), a second the newest job of it,
@@ -102,7 +113,7 @@ state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND r
  WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1) IS NOT NULL
 
--- fragment: claim_due [routed, newest]
+-- fragment: claim_due [routed, newest, warm]
 EXISTS (SELECT 1
         FROM (SELECT gate.key AS model FROM json_each(:gate) AS gate
               UNION ALL
@@ -117,7 +128,7 @@ EXISTS (SELECT 1
 -- claim_pick's rules as a condition on one row (a plain claim may take any).
 1
 
--- fragment: promotion_allowed [routed, newest]
+-- fragment: promotion_allowed [routed, newest, warm]
 (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
 AND CASE WHEN required_model IS NULL THEN :plain_preference IS NOT NULL
          ELSE required_model IN (SELECT gate.key FROM json_each(:gate) AS gate) END
