@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 import unittest
+from unittest import mock
 from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,6 +58,18 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def read_fixture(*parts: str) -> str:
+    """A fixture file's text (UTF-8), by its path parts."""
+    with open(os.path.join(*parts), encoding="utf-8") as file:
+        return file.read()
+
+
+# The failing machines of the fake nvidia-smi (tests/fixtures/bin) and the kind of unknown
+# each must read as (the rowfleet.telemetry.gpu names).
+NVIDIA_SMI_FAILURES = (("error", "NO_DRIVER"), ("mismatch", "VERSION_MISMATCH"), ("no-devices", "NO_DEVICES"),
+                       ("gpu-lost", "GPU_LOST"))
+
+
 class TempDirTestCase(unittest.TestCase):
     """A fresh folder per test (``self.dir``) with a database path (``self.db``) in it."""
 
@@ -65,6 +78,12 @@ class TempDirTestCase(unittest.TestCase):
         self.dir = tempfile.mkdtemp(prefix="rowfleet-test-")
         self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
         self.db = os.path.join(self.dir, "jobs.db")
+
+    def patch_environ(self, **env: str) -> None:
+        """Set these environment variables (a fake nvidia-smi's, say) until the test ends."""
+        patched = mock.patch.dict(os.environ, env)
+        patched.start()
+        self.addCleanup(patched.stop)
 
     def config(self, **settings: Any):
         from rowfleet.config import Config

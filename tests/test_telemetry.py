@@ -20,7 +20,7 @@ from unittest import mock
 
 from rowfleet.telemetry import gpu, memory
 from rowfleet.telemetry.gpu import GpuReading
-from support import DEADLINE, wait_until
+from support import DEADLINE, NVIDIA_SMI_FAILURES, read_fixture, TempDirTestCase, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HW = os.path.join(HERE, "fixtures", "hw")
@@ -48,9 +48,6 @@ def load_tests(loader, tests, pattern):
     return tests
 
 
-def read(*parts: str) -> str:
-    with open(os.path.join(*parts), encoding="utf-8") as file:
-        return file.read()
 
 
 def files_under(folder: str) -> list[str]:
@@ -64,7 +61,7 @@ def row_count(name: str, text: str) -> int:
 
 def readings_of(name: str) -> list[GpuReading]:
     path = next(p for p in files_under(os.path.join(NVIDIA_SMI, "query-gpu")) if os.path.basename(p) == name)
-    return gpu.parse_query_gpu(read(path), HEADERLESS_FIELDS.get(name, gpu.QUERY_FIELDS))
+    return gpu.parse_query_gpu(read_fixture(path), HEADERLESS_FIELDS.get(name, gpu.QUERY_FIELDS))
 
 
 class QueryGpuCapturesTest(unittest.TestCase):
@@ -74,7 +71,7 @@ class QueryGpuCapturesTest(unittest.TestCase):
         for path in paths:
             name = os.path.basename(path)
             with self.subTest(capture=name):
-                text = read(path)
+                text = read_fixture(path)
                 rows, skipped = gpu.split_query_output(text, HEADERLESS_FIELDS.get(name, gpu.QUERY_FIELDS))
                 self.assertEqual(skipped, [])
                 self.assertEqual(len(rows), row_count(name, text))
@@ -188,7 +185,7 @@ class ComputeAppsTest(unittest.TestCase):
         self.assertEqual(len(paths), 16)
         for path in paths:
             with self.subTest(capture=os.path.basename(path)):
-                text = read(path)
+                text = read_fixture(path)
                 rows, skipped = gpu.split_query_output(text, gpu.COMPUTE_APPS_FIELDS, gpu.COMPUTE_APPS_ALIASES)
                 self.assertEqual(skipped, [])
                 processes = gpu.parse_compute_apps(text)
@@ -208,7 +205,7 @@ class ComputeAppsTest(unittest.TestCase):
         ]
         for name, count, first in cases:
             with self.subTest(capture=name):
-                processes = gpu.parse_compute_apps(read(NVIDIA_SMI, "compute-apps", name))
+                processes = gpu.parse_compute_apps(read_fixture(NVIDIA_SMI, "compute-apps", name))
                 self.assertEqual(len(processes), count)
                 self.assertEqual([(p.pid, p.used_memory_mib) for p in processes[:len(first)]], first)
 
@@ -242,7 +239,7 @@ class FailureTest(unittest.TestCase):
         self.assertEqual(names, sorted(self.CAPTURES))  # a new capture needs a row here
         for name in names:
             kind, words = self.CAPTURES[name]
-            text = read(NVIDIA_SMI, "errors", name)
+            text = read_fixture(NVIDIA_SMI, "errors", name)
             for stdout, stderr in ((text, ""), ("", text)):  # whichever stream it came on
                 with self.subTest(capture=name, on="stdout" if stdout else "stderr"):
                     unknown = gpu.classify_gpu_failure(255, stdout, stderr)
@@ -273,17 +270,8 @@ class FailureTest(unittest.TestCase):
                 self.assertLess(len(unknown.reason), 200)
 
 
-class SampleGpusTest(unittest.TestCase):
+class SampleGpusTest(TempDirTestCase):
     """The runners against the fake nvidia-smi, a missing one, and ones that never answer."""
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="rowfleet-test-")
-        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
-
-    def fake(self, **env: str):
-        patched = mock.patch.dict(os.environ, env)
-        patched.start()
-        self.addCleanup(patched.stop)
 
     def test_machines(self):
         cases = [  # FAKE_NVIDIA_SMI -> utilization, MiB used, pids on the GPU
@@ -293,7 +281,7 @@ class SampleGpusTest(unittest.TestCase):
         ]
         for machine, utilization, used, pids in cases:
             with self.subTest(machine=machine):
-                self.fake(FAKE_NVIDIA_SMI=machine)
+                self.patch_environ(FAKE_NVIDIA_SMI=machine)
                 sample = gpu.sample_gpus(command=FAKE_NVIDIA_SMI)
                 self.assertIsNone(sample.unknown)
                 self.assertEqual(sample.skipped, ())
@@ -305,19 +293,16 @@ class SampleGpusTest(unittest.TestCase):
                 self.assertEqual([p.pid for p in processes.processes], pids)
 
     def test_failures(self):
-        cases = [  # FAKE_NVIDIA_SMI -> kind
-            ("error", gpu.NO_DRIVER), ("mismatch", gpu.VERSION_MISMATCH), ("no-devices", gpu.NO_DEVICES),
-            ("gpu-lost", gpu.GPU_LOST),
-        ]
+        cases = [(machine, getattr(gpu, kind)) for machine, kind in NVIDIA_SMI_FAILURES]  # FAKE_NVIDIA_SMI -> kind
         for machine, kind in cases:
             with self.subTest(machine=machine):
-                self.fake(FAKE_NVIDIA_SMI=machine)
+                self.patch_environ(FAKE_NVIDIA_SMI=machine)
                 sample = gpu.sample_gpus(command=FAKE_NVIDIA_SMI)
                 self.assertEqual((sample.readings, sample.unknown.kind), ((), kind))
                 self.assertEqual(gpu.sample_gpu_processes(command=FAKE_NVIDIA_SMI).unknown.kind, kind)
 
     def test_a_field_the_driver_does_not_know(self):
-        self.fake(FAKE_NVIDIA_SMI="busy")
+        self.patch_environ(FAKE_NVIDIA_SMI="busy")
         sample = gpu.sample_gpus(command=FAKE_NVIDIA_SMI, fields=gpu.QUERY_FIELDS + ("cuda_version",))
         self.assertEqual(sample.unknown.kind, gpu.INVALID_FIELD)
         self.assertIn("cuda_version", sample.unknown.reason)
@@ -338,7 +323,7 @@ class SampleGpusTest(unittest.TestCase):
         ]
         for path, code, gpus, kind, skipped in cases:
             with self.subTest(path=os.path.basename(path), code=code):
-                self.fake(FAKE_NVIDIA_SMI_FILE=path, FAKE_NVIDIA_SMI_EXIT=code)
+                self.patch_environ(FAKE_NVIDIA_SMI_FILE=path, FAKE_NVIDIA_SMI_EXIT=code)
                 sample = gpu.sample_gpus(command=FAKE_NVIDIA_SMI)
                 self.assertEqual((len(sample.readings), sample.unknown and sample.unknown.kind, len(sample.skipped)),
                                  (gpus, kind, skipped))
@@ -360,7 +345,7 @@ class SampleGpusTest(unittest.TestCase):
                 self.assertEqual(gpu.sample_gpu_processes(command=command).unknown.kind, kind)
 
     def test_a_hung_nvidia_smi_is_killed_at_the_timeout(self):
-        self.fake(FAKE_NVIDIA_SMI="hang")
+        self.patch_environ(FAKE_NVIDIA_SMI="hang")
         started = time.monotonic()
         sample = gpu.sample_gpus(command=FAKE_NVIDIA_SMI, timeout=0.5)
         self.assertLess(time.monotonic() - started, DEADLINE)
@@ -380,11 +365,11 @@ class SampleGpusTest(unittest.TestCase):
         sample = gpu.sample_gpus(command=wrapper, timeout=1.0)
         self.assertLess(time.monotonic() - started, DEADLINE)
         self.assertEqual(sample.unknown.kind, gpu.TIMEOUT)
-        helper = int(read(pid_file))
+        helper = int(read_fixture(pid_file))
 
         def helper_is_dead():
             try:
-                stat = memory.parse_proc_stat(read(f"/proc/{helper}/stat"))
+                stat = memory.parse_proc_stat(read_fixture(f"/proc/{helper}/stat"))
             except OSError:
                 return True  # gone and reaped
             return stat is None or stat.state in ("Z", "X")
@@ -394,15 +379,15 @@ class SampleGpusTest(unittest.TestCase):
 
 def fake_stat(pid: int, comm: str, state: str, ppid: int) -> str:
     # The layout of the captured proc-self-stat.txt, with the fields a tree needs replaced.
-    tail = read(PROC, "proc-self-stat.txt").split(") ", 1)[1].split(" ", 2)[2]
+    tail = read_fixture(PROC, "proc-self-stat.txt").split(") ", 1)[1].split(" ", 2)[2]
     return f"{pid} ({comm}) {state} {ppid} {tail}"
 
 
 def fake_status(rss_kb: int | None) -> str:
     if rss_kb is None:
-        return read(PROC, "proc-pid-status-zombie.txt")
+        return read_fixture(PROC, "proc-pid-status-zombie.txt")
     return "".join(f"VmRSS:\t{rss_kb:8d} kB\n" if line.startswith("VmRSS:") else line + "\n"
-                   for line in read(PROC, "proc-self-status.txt").splitlines())
+                   for line in read_fixture(PROC, "proc-self-status.txt").splitlines())
 
 
 class MemoryParsersTest(unittest.TestCase):
@@ -414,7 +399,7 @@ class MemoryParsersTest(unittest.TestCase):
         ]
         for name, expected in cases:
             with self.subTest(capture=name):
-                self.assertEqual(memory.parse_proc_stat(read(PROC, name)), memory.ProcStat(*expected))
+                self.assertEqual(memory.parse_proc_stat(read_fixture(PROC, name)), memory.ProcStat(*expected))
 
     def test_stat_texts(self):
         cases = [  # text -> (comm, ppid), or None
@@ -433,11 +418,13 @@ class MemoryParsersTest(unittest.TestCase):
 
     def test_status(self):
         cases = [  # text -> bytes
-            (read(PROC, "proc-self-status.txt"), 1744 * 1024),
-            (read(PROC, "proc-pid-status-zombie.txt"), None),
+            (read_fixture(PROC, "proc-self-status.txt"), 1744 * 1024),
+            (read_fixture(PROC, "proc-pid-status-zombie.txt"), None),
             ("VmRSS:\t  0 kB\n", 0),
             ("VmRSS:\n", None),
             ("VmRSS:\tlots kB\n", None),
+            ("VmRSS:\t  \u00b2 kB\n", None),  # a digit to str.isdigit, not to int(): it raised
+            ("VmRSS:\t  \u0661\u0662 kB\n", None),  # Arabic-Indic digits: read as 12 before
             ("", None),
         ]
         for text, expected in cases:
@@ -446,7 +433,7 @@ class MemoryParsersTest(unittest.TestCase):
 
     def test_cgroup(self):
         cases = [  # /proc/<pid>/cgroup -> v2 path
-            (read(PROC, "proc-self-cgroup.txt"), "/"),  # hybrid v1 + v2
+            (read_fixture(PROC, "proc-self-cgroup.txt"), "/"),  # hybrid v1 + v2
             ("0::/user.slice/user-1000.slice/session-2.scope\n", "/user.slice/user-1000.slice/session-2.scope"),
             ("0::/system.slice/rowfleet.service (deleted)\n", "/system.slice/rowfleet.service (deleted)"),
             ("0::/../../worker\n", "/../../worker"),
@@ -459,7 +446,8 @@ class MemoryParsersTest(unittest.TestCase):
                 self.assertEqual(memory.parse_cgroup_v2_path(text), expected)
 
     def test_memory_current(self):
-        cases = [("90914816\n", 90914816), ("0", 0), ("max\n", None), ("-1", None), ("", None), ("12 34", None)]
+        cases = [("90914816\n", 90914816), ("0", 0), ("max\n", None), ("-1", None), ("", None), ("12 34", None),
+                 ("\u00b2", None), ("\u0661\u0662", None)]
         for text, expected in cases:
             with self.subTest(text=text):
                 self.assertEqual(memory.parse_memory_current(text), expected)
@@ -496,7 +484,7 @@ class FakeTreeTest(unittest.TestCase):
         self.write(os.path.join(folder, "stat"), fake_stat(pid, comm, state, ppid))
         self.write(os.path.join(folder, "status"), fake_status(rss_kb))
         # Hybrid v1 lines, as captured, then the v2 line.
-        v1 = read(PROC, "proc-self-cgroup.txt").replace("0::/\n", "")
+        v1 = read_fixture(PROC, "proc-self-cgroup.txt").replace("0::/\n", "")
         self.write(os.path.join(folder, "cgroup"), f"{v1}0::{cgroup}\n")
 
     def add_cgroup(self, path: str, pids: list[int], current: str | None):

@@ -216,7 +216,8 @@ def parse_count(value: str | None) -> int | None:
     return None if number is None or number < 0 else round(number)
 
 
-def _text(value: str | None) -> str | None:
+def text_value(value: str | None) -> str | None:
+    """A text cell, stripped, or None for a placeholder (``[N/A]``, ``[Not Supported]``, ...)."""
     return None if is_placeholder(value) else value.strip()
 
 
@@ -228,8 +229,8 @@ def reading_from_row(row: Mapping[str, str]) -> GpuReading:
     """
     return GpuReading(
         index=parse_count(row.get("index")),
-        uuid=_text(row.get("uuid")),
-        name=_text(row.get("name")),
+        uuid=text_value(row.get("uuid")),
+        name=text_value(row.get("name")),
         utilization_percent=parse_count(row.get("utilization.gpu")),
         memory_used_mib=parse_count(row.get("memory.used")),
         memory_total_mib=parse_count(row.get("memory.total")),
@@ -259,7 +260,7 @@ def process_from_row(row: Mapping[str, str]) -> GpuProcess | None:
     pid = parse_count(row.get("pid"))
     if pid is None:
         return None
-    return GpuProcess(pid=pid, gpu_uuid=_text(row.get("gpu_uuid")), used_memory_mib=parse_count(row.get("used_gpu_memory")))
+    return GpuProcess(pid=pid, gpu_uuid=text_value(row.get("gpu_uuid")), used_memory_mib=parse_count(row.get("used_gpu_memory")))
 
 
 def parse_compute_apps(text: str, fields: Sequence[str] = COMPUTE_APPS_FIELDS) -> list[GpuProcess]:
@@ -414,7 +415,7 @@ def sample_gpus(command: str | Sequence[str] = "nvidia-smi", timeout: float = DE
     arguments. Never raises: a missing binary, a timeout, a failed or unreadable run all
     come back as ``GpuSample(unknown=...)``.
     """
-    argv = _argv(command) + [f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+    argv = command_argv(command) + [f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
     ran = run_nvidia_smi(argv, timeout)
     if isinstance(ran, GpuUnknown):
         return GpuSample(unknown=ran)
@@ -432,7 +433,7 @@ def sample_gpu_processes(command: str | Sequence[str] = "nvidia-smi", timeout: f
 
     Never raises; see ``sample_gpus``.
     """
-    argv = _argv(command) + [f"--query-compute-apps={','.join(fields)}", "--format=csv,noheader,nounits"]
+    argv = command_argv(command) + [f"--query-compute-apps={','.join(fields)}", "--format=csv,noheader,nounits"]
     ran = run_nvidia_smi(argv, timeout)
     if isinstance(ran, GpuUnknown):
         return GpuProcessSample(unknown=ran)
@@ -444,7 +445,8 @@ def sample_gpu_processes(command: str | Sequence[str] = "nvidia-smi", timeout: f
     return GpuProcessSample(processes=processes, skipped=tuple(skipped))
 
 
-def _argv(command: str | Sequence[str]) -> list[str]:
+def command_argv(command: str | Sequence[str]) -> list[str]:
+    """The program and leading arguments a runner is given, as an argv list."""
     return [command] if isinstance(command, str) else list(command)
 
 

@@ -15,6 +15,8 @@ import dataclasses
 import os
 from typing import Iterable, Mapping
 
+from rowfleet.telemetry.text import parse_integer, read_text
+
 # Which number ``memory_of`` returned.
 CGROUP = "cgroup"  # memory.current of a cgroup holding the tree and nothing else
 RSS = "rss"        # the sum of the tree's VmRSS
@@ -78,9 +80,10 @@ def parse_vmrss_bytes(text: str) -> int | None:
     for line in text.splitlines():
         if line.startswith("VmRSS:"):
             parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit():
+            amount = parse_integer(parts[1]) if len(parts) >= 2 else None
+            if amount is not None:
                 unit = parts[2].lower() if len(parts) > 2 else "b"
-                return int(parts[1]) * _STATUS_UNITS.get(unit, 1)
+                return amount * _STATUS_UNITS.get(unit, 1)
             return None
     return None
 
@@ -110,8 +113,7 @@ def parse_memory_current(text: str) -> int | None:
     >>> parse_memory_current("90914816\\n"), parse_memory_current("max\\n"), parse_memory_current("")
     (90914816, None, None)
     """
-    text = text.strip()
-    return int(text) if text.isdigit() else None
+    return parse_integer(text)
 
 
 def tree_of(pid: int, parents: Mapping[int, int]) -> list[int]:
@@ -158,25 +160,15 @@ def cgroup_holds_only(cgroup_pids: Iterable[int], tree: Iterable[int], zombies: 
 # Thin readers
 
 
-def _read(path: str) -> str | None:
-    # A process may exit between listing and reading (ENOENT, or ESRCH mid-read), and a
-    # command name may be any bytes: neither is an error here.
-    try:
-        with open(path, encoding="utf-8", errors="replace") as file:
-            return file.read()
-    except (OSError, ValueError):
-        return None
-
-
 def read_proc_stats(proc_root: str = "/proc") -> dict[int, ProcStat]:
     """Every process's ``ProcStat``, by pid; processes that vanish while read are left out."""
     try:
-        names = [entry.name for entry in os.scandir(proc_root) if entry.name.isdigit()]
+        names = [entry.name for entry in os.scandir(proc_root) if parse_integer(entry.name) is not None]
     except OSError:
         return {}
     stats = {}
     for name in names:
-        text = _read(os.path.join(proc_root, name, "stat"))
+        text = read_text(os.path.join(proc_root, name, "stat"))
         stat = parse_proc_stat(text) if text is not None else None
         if stat is not None:
             stats[stat.pid] = stat
@@ -196,7 +188,7 @@ def tree_rss_bytes(pids: Iterable[int], proc_root: str = "/proc") -> int:
     """
     total = 0
     for pid in pids:
-        text = _read(os.path.join(proc_root, str(pid), "status"))
+        text = read_text(os.path.join(proc_root, str(pid), "status"))
         total += (parse_vmrss_bytes(text) or 0) if text is not None else 0
     return total
 
@@ -217,19 +209,19 @@ def memory_of(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cg
     current = _cgroup_memory(pid, tree, zombies, proc_root, cgroup_root)
     if current is not None:
         return MemoryReading(current, CGROUP, tuple(tree))
-    if _read(os.path.join(proc_root, str(pid), "stat")) is None:
+    if read_text(os.path.join(proc_root, str(pid), "stat")) is None:
         return MemoryReading(0, GONE)  # exited while we looked
     return MemoryReading(tree_rss_bytes(tree, proc_root), RSS, tuple(tree))
 
 
 def _cgroup_memory(pid: int, tree: list[int], zombies: list[int], proc_root: str, cgroup_root: str) -> int | None:
-    text = _read(os.path.join(proc_root, str(pid), "cgroup"))
+    text = read_text(os.path.join(proc_root, str(pid), "cgroup"))
     path = parse_cgroup_v2_path(text) if text is not None else None
     # A process outside our cgroup namespace shows a path with "..": it is not under cgroup_root.
     if path is None or ".." in path.split("/"):
         return None
     folder = os.path.join(cgroup_root, path.lstrip("/"))
-    procs = _read(os.path.join(folder, "cgroup.procs"))
+    procs = read_text(os.path.join(folder, "cgroup.procs"))
     if procs is None:
         return None
     try:
@@ -238,5 +230,5 @@ def _cgroup_memory(pid: int, tree: list[int], zombies: list[int], proc_root: str
         return None
     if not cgroup_holds_only(members, tree, zombies):
         return None
-    current = _read(os.path.join(folder, "memory.current"))
+    current = read_text(os.path.join(folder, "memory.current"))
     return parse_memory_current(current) if current is not None else None
