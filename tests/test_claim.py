@@ -99,6 +99,18 @@ class ClaimContract:
                 claimed = [event for event in self.store.events(job.id) if event.kind == "claimed"]
                 self.assertEqual([event.detail for event in claimed], [json.loads(job_store.claimed_detail(job))])
 
+    def test_a_job_keeps_the_host_it_ran_on_when_requeued_and_when_it_ends(self):
+        job_id = self.enqueue()
+        self.assertIsNone(self.store.get_job(job_id, "").host, "a job no worker claimed ran nowhere")
+        claimed = self.store.claim(TURN)
+        self.assertEqual(claimed.host, "box")
+        self.store.finish(claimed, Outcome(QUEUED, error="again", delay=0.0, event="retried"))
+        requeued = self.store.get_job(job_id, "")
+        self.assertEqual((requeued.state, requeued.claimed_by, requeued.host), (QUEUED, None, "box"))
+        other = self.store.claim(Claim("", "default", "gpu-box-2:99", 60.0))
+        self.store.finish(other, Outcome(COMPLETED, result=None, event="completed"))
+        self.assertEqual(self.store.get_job(job_id, "").host, "gpu-box-2", "the host of its last claim")
+
     def test_a_claim_of_another_queue_or_project_finds_nothing(self):
         self.enqueue()
         for other in (Claim("", "gpu", HOLDER, 60.0), Claim("beta", "default", HOLDER, 60.0)):

@@ -93,6 +93,16 @@ class Claim:
                 raise ValueError("a claim's lane needs models, the models its worker can load")
 
     @property
+    def host(self) -> str:
+        """The host part of ``holder`` ("host:pid"), which the claimed job keeps.
+
+        >>> Claim("", "q", "gpu-box-1:4242", 1.0).host, Claim("", "q", "alone", 1.0).host
+        ('gpu-box-1', 'alone')
+        """
+        host, _, pid = self.holder.rpartition(":")
+        return host if host and pid else self.holder
+
+    @property
     def routed(self) -> bool:
         """Whether routing inputs narrow or order this claim (they all need a gate), else it
         is a plain claim.

@@ -269,6 +269,7 @@ class Job:
     unplaceable: str | None = None
     unplaceable_at: float | None = None
     warm_claim: bool = False  # its last claim was by a worker that already held its model
+    host: str | None = None  # the host it last ran on (kept when it is requeued or ends)
     # Not a column: what in the row could not be decoded (each such column is kept as
     # stored, as text), e.g. "column args is not valid JSON (...)"; None for a sound row.
     unreadable: str | None = None

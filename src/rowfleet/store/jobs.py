@@ -507,7 +507,8 @@ def claim_params(claim: Claim) -> dict[str, Any]:
     ('{"ocr":2}', None, 'ocr')
     """
     gate, plain = _gate(claim)
-    return {"project": claim.project, "queue": claim.queue, "holder": claim.holder, "lease": claim.lease,
+    return {"project": claim.project, "queue": claim.queue, "holder": claim.holder, "host": claim.host,
+            "lease": claim.lease,
             "warm_model": claim.warm_model, "vram_free_mb": claim.vram_free_mb,
             "gate": gate, "plain_preference": plain}
 

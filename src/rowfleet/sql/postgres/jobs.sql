@@ -160,9 +160,10 @@ AND CASE WHEN required_model IS NULL THEN %(plain_preference)s::integer IS NOT N
          ELSE %(gate)s::jsonb ? required_model END
 
 -- fragment: claimed_set
--- What a claim writes to the job it takes. warm_claim: the worker already held its model.
+-- What a claim writes to the job it takes. warm_claim: the worker already held its model;
+-- host: the holder's host, which stays when the job is requeued or ends.
 state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-claimed_by = %(holder)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s,
+claimed_by = %(holder)s, host = %(host)s, lease_expires_at = rowfleet_now(%(now)s) + %(lease)s,
 started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s),
 warm_claim = CASE WHEN required_model IS NOT NULL AND required_model = %(warm_model)s::text THEN 1 ELSE 0 END
 

@@ -134,9 +134,10 @@ AND CASE WHEN required_model IS NULL THEN :plain_preference IS NOT NULL
          ELSE required_model IN (SELECT gate.key FROM json_each(:gate) AS gate) END
 
 -- fragment: claimed_set
--- What a claim writes to the job it takes. warm_claim: the worker already held its model.
+-- What a claim writes to the job it takes. warm_claim: the worker already held its model;
+-- host: the holder's host, which stays when the job is requeued or ends.
 state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-claimed_by = :holder, lease_expires_at = :now + :lease, started_at = :now, updated_at = :now,
+claimed_by = :holder, host = :host, lease_expires_at = :now + :lease, started_at = :now, updated_at = :now,
 warm_claim = CASE WHEN required_model IS NOT NULL AND required_model = :warm_model THEN 1 ELSE 0 END
 
 -- name: claim
