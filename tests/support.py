@@ -90,10 +90,12 @@ class TempDirTestCase(unittest.TestCase):
 
         return Config(db=self.db, **settings)
 
-    def open_store(self, create: bool = True, migrate: bool = True, **settings: Any):
+    def open_store(self, create: bool = True, migrate: bool = True, clock: Any = None, **settings: Any):
+        """A store on this test's database (closed at cleanup), migrated unless told not to;
+        ``clock`` (a test clock) stands in for the store's own."""
         from rowfleet.store import open_store
 
-        store = open_store(self.config(**settings), create=create)
+        store = open_store(self.config(**settings), create=create, **({} if clock is None else {"clock": clock}))
         self.addCleanup(store.close)
         if migrate:
             store.migrate()

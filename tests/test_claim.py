@@ -50,12 +50,8 @@ class ClaimContract:
 
     def setUp(self) -> None:
         super().setUp()
-        from rowfleet.store import open_store
-
         self.clock = Clock()
-        self.store = open_store(self.config(), create=True, clock=self.clock)
-        self.addCleanup(self.store.close)
-        self.store.migrate()
+        self.store = self.open_store(clock=self.clock)
 
     def enqueue(self) -> int:
         return self.store.enqueue(JobSpec(task="claim.noop", args={})).id

@@ -48,12 +48,8 @@ class DelayedJobsContract:
 
     def setUp(self) -> None:
         super().setUp()
-        from rowfleet.store import open_store
-
         self.clock = Clock()
-        self.store = open_store(self.config(), create=True, clock=self.clock)
-        self.addCleanup(self.store.close)
-        self.store.migrate()
+        self.store = self.open_store(clock=self.clock)
 
     def enqueue(self, **spec) -> int:
         return self.store.enqueue(JobSpec(task="delayed.noop", **spec)).id

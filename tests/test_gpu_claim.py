@@ -31,12 +31,8 @@ def gpu(**routing) -> Claim:
 class GpuClaimContract:
     def setUp(self) -> None:
         super().setUp()
-        from rowfleet.store import open_store
-
         self.clock = Clock()
-        self.store = open_store(self.config(), create=True, clock=self.clock)
-        self.addCleanup(self.store.close)
-        self.store.migrate()
+        self.store = self.open_store(clock=self.clock)
 
     def job(self, model=None, priority=0, vram_mb=None, run_next=False) -> int:
         self.clock.advance(1.0)

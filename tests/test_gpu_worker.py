@@ -257,12 +257,8 @@ class GpuStoreContract:
 
     def setUp(self) -> None:
         super().setUp()
-        from rowfleet.store import open_store
-
         self.clock = Clock()
-        self.store = open_store(self.config(), create=True, clock=self.clock)
-        self.addCleanup(self.store.close)
-        self.store.migrate()
+        self.store = self.open_store(clock=self.clock)
 
     def claim(self) -> object:
         return self.store.claim(Claim("", "gpu", "box:1", 60.0, models=("a", "b")))
@@ -342,6 +338,20 @@ class GpuPreloadTest(TempDirTestCase):
         self.assertEqual(store.gpu_lease(HOST, 0).model, "preloaded", "a preload leases the GPU first")
         self.assertFalse(box.preload_if_idle(store), "a model held is not loaded again")
         box.close(store)
+
+    def test_a_run_time_written_by_plain_sql_that_is_no_number_reads_as_unknown(self):
+        import sqlite3
+
+        from rowfleet import models
+
+        models.register("preloaded", lambda: bytearray(1))
+        self.addCleanup(models._registry.pop, "preloaded", None)
+        store = self.open_store()
+        store.record_model_load("", "preloaded", 0.5, 1000, ok=True)
+        store.enqueue_many(JobSpec("infer", queue="gpu", model="preloaded"), [None] * 3)
+        with sqlite3.connect(self.db) as conn:
+            conn.execute("UPDATE model_stats SET run_seconds = 'slow' WHERE model = 'preloaded'")
+        self.assertFalse(self.box().preload_if_idle(store), "no run time known: no preload, and no crash")
 
 
 class GpuMemoryTest(TempDirTestCase):

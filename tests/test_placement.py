@@ -36,12 +36,8 @@ class PlacementContract:
 
     def setUp(self) -> None:
         super().setUp()
-        from rowfleet.store import open_store
-
         self.clock = Clock()
-        self.store = open_store(self.config(), create=True, clock=self.clock)
-        self.addCleanup(self.store.close)
-        self.store.migrate()
+        self.store = self.open_store(clock=self.clock)
 
     def sweeper(self, after: float | None = None) -> Orchestrator:
         return Orchestrator(self.store, self.config(), fail_unplaceable_after=after)

@@ -280,7 +280,9 @@ class GpuBox:
             for row in store.model_backlog(self.config.project, queue):
                 queued, waited = found.get(row["model"], (0, 0.0))
                 found[row["model"]] = (queued + row["queued"], max(waited, row["oldest_wait"] or 0.0))
-        return {model: routing.Backlog(model, queued, waited, stats.get(model, {}).get("run_seconds"))
+        # The figure may come from a row written by plain SQL: a value that is no number is unknown.
+        return {model: routing.Backlog(model, queued, waited,
+                                       snapshot.seconds_of(stats.get(model, {}).get("run_seconds")))
                 for model, (queued, waited) in found.items()}
 
     def _lock_now(self, store: "Store") -> str | None:

@@ -268,7 +268,7 @@ def worker_of(row: Any, switches: Iterable[Switch], now: float) -> Worker:
     a worker of several queues is held as ``control.holding`` says."""
     switches, queues = list(switches), queues_of(row)
     held = control.holding({queue: control.in_force(switches, row["project"], row["host"], queue) for queue in queues})
-    last_seen = _seconds(row["last_seen"])
+    last_seen = seconds_of(row["last_seen"])
     return Worker(
         worker_id=row["worker_id"], project=row["project"], host=row["host"], queue=row["queue"], pid=row["pid"],
         state=row["state"], current_job=row["current_job"], started_at=row["started_at"],
@@ -372,7 +372,7 @@ def actual_state(row: Any, now: float) -> str:
         return exitcodes.describe(row["exit_code"])
     if row["stopped_at"]:
         return STOPPED
-    last_seen, heartbeat = _seconds(row["last_seen"]), _seconds(row["heartbeat"])
+    last_seen, heartbeat = seconds_of(row["last_seen"]), seconds_of(row["heartbeat"])
     if row["flagged_dead_at"] or last_seen is None or heartbeat is None or liveness.silent(last_seen, heartbeat, now):
         return SILENT
     return row["state"]
@@ -404,7 +404,7 @@ def services_of(row: Any, now: float) -> Services:
                     None if oldest is None else round(now - oldest, 3))
 
 
-def _seconds(value: Any) -> float | None:
+def seconds_of(value: Any) -> float | None:
     """A time or a duration as a number, or None when the row holds something else."""
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -559,7 +559,7 @@ def _model_view(model: str, demand: Iterable[Demand], live: Iterable[Worker], st
         model, queued=sum(d.n for d in mine if d.state == "queued"), running=sum(d.n for d in mine if d.state == "running"),
         unplaceable=tuple(sorted(reasons.items(), key=lambda item: (-item[1], item[0]))), holders=holders,
         listed_by=sum(1 for w in live if model in w.gpu.models), load_seconds=stats.get("load_seconds"),
-        footprint_mb=stats.get("footprint_mb"), run_seconds=_seconds(stats.get("run_seconds")),
+        footprint_mb=stats.get("footprint_mb"), run_seconds=seconds_of(stats.get("run_seconds")),
         loads=stats.get("loads") or 0,
         failed_loads=stats.get("failed_loads") or 0, claims=(claims or {}).get("claims") or 0,
         warm_claims=(claims or {}).get("warm") or 0)
@@ -578,13 +578,13 @@ def model_info_of(row: Any, now: float) -> routing.ModelInfo:
     >>> model_info_of({**row, "updated_at": 1050.0}, 1100.0).failed_loads
     0
     """
-    failed, last_failed, updated = row["failed_loads"], _seconds(row["last_failed_at"]), _seconds(row["updated_at"])
+    failed, last_failed, updated = row["failed_loads"], seconds_of(row["last_failed_at"]), seconds_of(row["updated_at"])
     recent = last_failed is not None and updated is not None and last_failed >= updated \
         and now - last_failed <= routing.FAILURE_WINDOW
     footprint = row["footprint_mb"]
     return routing.ModelInfo(
         row["model"], footprint_mb=footprint if isinstance(footprint, int) and not isinstance(footprint, bool) else None,
-        load_seconds=_seconds(row["load_seconds"]),
+        load_seconds=seconds_of(row["load_seconds"]),
         failed_loads=failed if recent and isinstance(failed, int) else 0)
 
 
