@@ -13,7 +13,8 @@ from rowfleet.orchestrator import PRUNE_EVERY, Orchestrator, Sweep
 from support import TempDirTestCase
 
 PRINTED_KEYS = {"schema_version", "reclaimed", "failed", "cancelled", "flagged_workers", "reconciled_runs",
-                "dispatched", "dispatch_failures", "unplaceable", "placeable", "unplaceable_failed", "pruned"}
+                "dispatched", "dispatch_failures", "unplaceable", "placeable", "unplaceable_failed", "tallied",
+                "samples_pruned", "pruned"}
 
 
 def load_tests(loader, tests, pattern):

@@ -291,7 +291,7 @@ class ProcessContract:
     def test_supervisor_restarts_a_killed_child_and_stops_all_on_sigterm(self):
         hung_id = self.enqueue("hang_first")[0]
         parent = self.launch("worker", "--app", APP, "--procs", "2", "--lease", "2", "--renew", "0.5",
-                             "--poll", "0.2", "--heartbeat", "0.5")
+                             "--poll", "0.2", "--heartbeat", "0.5", "--no-sampler")  # worker children only
         victim = int(wait_until(lambda: self.marker(f"started-{hung_id}"), message="a child to take the job"))
         originals = wait_until(lambda: len(kids := _children(parent.pid)) == 2 and kids,
                                message="two worker children")

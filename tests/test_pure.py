@@ -122,9 +122,9 @@ class SqlFilesTest(unittest.TestCase):
         import inspect
         import re
 
-        from rowfleet.store import base, core, fleet, jobs, runs, schedules
+        from rowfleet.store import base, core, fleet, jobs, runs, schedules, telemetry
 
-        source = "".join(inspect.getsource(part) for part in (base, core, fleet, jobs, runs, schedules))
+        source = "".join(inspect.getsource(part) for part in (base, core, fleet, jobs, runs, schedules, telemetry))
         # Queries are named by string literals: tx.one("name", ...) or passed on as recover's
         # requeue="name"; every literal the store uses as a name must exist, and every query must be used.
         named = set(re.findall(r'\.(?:one|all|run)\("([a-z_]+)"', source))
@@ -161,7 +161,7 @@ class SqlFilesTest(unittest.TestCase):
 
         own = PostgresStore.own_queries | PostgresStore.own_fragments
         sqlite, postgres = queries.query_files("sqlite"), queries.query_files("postgres")
-        self.assertEqual(set(sqlite), {"core", "jobs", "runs", "schedules", "fleet"})
+        self.assertEqual(set(sqlite), {"core", "jobs", "runs", "schedules", "fleet", "telemetry"})
         self.assertEqual(set(sqlite), set(postgres))
         for entity in sqlite:
             with self.subTest(entity=entity):

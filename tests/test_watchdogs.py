@@ -603,7 +603,7 @@ class WatchdogContract:
     def test_the_supervisor_sigkills_a_frozen_child_the_sweep_flagged_and_a_fresh_child_serves(self):
         job_id = self.enqueue("dog.hang_first")
         parent = self.worker("--procs", "1", "--lease", "60", "--renew", "0.3", "--heartbeat", "0.3",
-                             "--restart-delay", "0.1")
+                             "--restart-delay", "0.1", "--no-sampler")  # its worker child only
         child = self.started(job_id, process=parent)
         self.assertEqual(_children(parent.pid), {child})
         self.beat_names(child, job_id, parent)

@@ -53,12 +53,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("leaves", ("rowfleet.errors", "rowfleet.names", "rowfleet.exitcodes")),
     ("pure rules", ("rowfleet.claim", "rowfleet.job", "rowfleet.dag", "rowfleet.cron", "rowfleet.control",
                     "rowfleet.liveness", "rowfleet.config", "rowfleet.queries", "rowfleet.telemetry",
-                    "rowfleet.routing", "rowfleet.serving", "rowfleet.metrics")),
+                    "rowfleet.routing", "rowfleet.serving", "rowfleet.metrics", "rowfleet.tally")),
     ("storage", ("rowfleet.store", "rowfleet.wake", "rowfleet.sql", "rowfleet.migrations")),
     ("services", ("rowfleet.tasks", "rowfleet.watchdog", "rowfleet.worker", "rowfleet.supervisor",
                   "rowfleet.orchestrator", "rowfleet.scheduler", "rowfleet.snapshot", "rowfleet.waiting",
                   "rowfleet.reconnect", "rowfleet.keeper", "rowfleet.models", "rowfleet.sidecar",
-                  "rowfleet.gpu_worker")),
+                  "rowfleet.gpu_worker", "rowfleet.sampler", "rowfleet.hosts", "rowfleet.exporter")),
     ("surface", ("rowfleet.api", "rowfleet.cli", "rowfleet.panel", "rowfleet.__main__", "rowfleet")),
 )
 

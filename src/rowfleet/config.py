@@ -84,6 +84,7 @@ AT_LEAST_ONE = _count(1)
 AT_LEAST_ZERO = _count(0)
 TEXT = Kind("str", str, "text")
 MODULES = Kind("tuple[str, ...]", _comma_list, "module names", repeated=True)
+PATHS = Kind("tuple[str, ...]", _comma_list, "paths", repeated=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,6 +214,22 @@ def _module_prefixes(what: str, value: Any) -> tuple[str, ...]:
     return prefixes
 
 
+def _paths(what: str, value: Any) -> tuple[str, ...]:
+    """Filesystem paths as a tuple: a comma list or an iterable of paths, blanks dropped.
+
+    >>> _paths("sample_paths", "/data, /scratch"), _paths("sample_paths", ["/models"])
+    (('/data', '/scratch'), ('/models',))
+    """
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        paths = tuple(str(item).strip() for item in items if str(item).strip())
+    except TypeError:
+        raise ConfigError(f"{what} must be paths, got {names.shown(value)}") from None
+    for path in paths:
+        names.check_text(what, path)
+    return paths
+
+
 def _seconds(name: str, default: float, help: str, doc: str, **more: Any) -> Setting:
     return Setting(name, default, SECONDS, help, doc, **more)
 
@@ -269,6 +286,15 @@ SETTINGS: tuple[Setting, ...] = (
              "restart delay, longest", table="liveness"),
     _seconds("cancel_grace", 30.0, "seconds a cancelled running job's handler has to stop before its worker "
              "process is ended", "a cancelled running job's time to stop"),
+    # The host's telemetry sampler and its flight recorder (see the README's telemetry section).
+    _seconds("sample_every", 2.0, "seconds between a host sampler's readings", "host samples every"),
+    _seconds("sample_detail_keep", 3600.0, "seconds the detail host samples are kept", "detail host samples kept",
+             shown="1 hour"),
+    _seconds("sample_minute_keep", 7 * 24 * 3600.0, "seconds the per-minute host samples are kept",
+             "per-minute host samples kept", shown="7 days"),
+    Setting("sample_paths", (), PATHS, "also report the disk space of the filesystem holding this path",
+            "paths whose disk space the sampler reports", check=_paths, flag="--sample-path", scope=OWN,
+            shown="the SQLite database's folder"),
     Setting("allow_modules", (), MODULES, "also run module:function tasks of this module and its submodules, "
             "besides the --app modules", "module prefixes a worker runs `module:function` tasks of",
             check=_module_prefixes, flag="--allow-module", scope=OWN, shown="only the `--app` modules"),

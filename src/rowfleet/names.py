@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from typing import Any
 
 from rowfleet.errors import ConfigError
@@ -39,6 +40,10 @@ WILDCARD = "*"  # worker switches use it for "every project, host or queue"
 
 _NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _SHOWN = 80  # characters of a refused value a message repeats
+_DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[smhd])+")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
+_PLAIN_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 class InvalidValue(ConfigError):
@@ -193,6 +198,34 @@ def check_seconds(what: str, value: Any, *, zero: bool = False, most: float = MA
     return float(value)
 
 
+def parse_duration(what: str, text: Any) -> float:
+    """A span of time as people write it, in seconds: a plain number of seconds, or
+    numbers each followed by a unit ``s``, ``m``, ``h`` or ``d``; then as ``check_seconds``
+    (above 0, at most ``MAX_SECONDS``).
+
+    >>> parse_duration("--since", "90s"), parse_duration("--since", "30m"), parse_duration("--since", "1h30m")
+    (90.0, 1800.0, 5400.0)
+    >>> parse_duration("--since", "7d"), parse_duration("--since", "1.5h"), parse_duration("--since", "45")
+    (604800.0, 5400.0, 45.0)
+    >>> parse_duration("--since", "1x")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: --since must be a duration such as 90s, 30m, 1h, 1h30m or 7d, got '1x'
+    >>> parse_duration("--since", "0h")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: --since must be a positive number of seconds, got 0.0
+    """
+    requirement = "a duration such as 90s, 30m, 1h, 1h30m or 7d"
+    if not isinstance(text, str):
+        raise InvalidValue(what, requirement, text)
+    if _PLAIN_SECONDS.fullmatch(text):
+        seconds = float(text)
+    elif _DURATION.fullmatch(text):
+        seconds = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
+    else:
+        raise InvalidValue(what, requirement, text)
+    return check_seconds(what, seconds)
+
+
 def check_epoch(what: str, value: Any) -> float:
     """A moment in UNIX epoch seconds that ``datetime`` can show: year 1 to year 9999 UTC.
 
@@ -208,8 +241,24 @@ def check_epoch(what: str, value: Any) -> float:
     return float(value)
 
 
+_LARGEST_FLOAT = sys.float_info.max
+
+
 def _is_real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_finite_number(value: Any) -> bool:
+    """Whether a decoded value (a JSON reading, a column) is a number to compute with: an
+    int or a finite float, not a bool, and not an int too large to become a float (JSON
+    text from plain SQL may hold one; arithmetic with floats would overflow on it).
+
+    >>> [is_finite_number(v) for v in (3, 2.5, float("nan"), True, "4", 10 ** 400)]
+    [True, True, False, False, False, False]
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return -_LARGEST_FLOAT <= value <= _LARGEST_FLOAT
+    return isinstance(value, float) and math.isfinite(value)
 
 
 # --- JSON ------------------------------------------------------------------------------

@@ -67,8 +67,9 @@ class Sweep:
     """What one sweep did: jobs whose holder was gone (reclaimed, failed, or cancelled, by
     what their row said), workers flagged dead, runs walked again, dispatch events applied
     and failed, queued model jobs flagged unplaceable (or with a new reason), flags cleared
-    (``placeable``), unplaceable jobs failed past ``fail_unplaceable_after``, finished rows
-    pruned."""
+    (``placeable``), unplaceable jobs failed past ``fail_unplaceable_after``, finished jobs
+    counted into the tallies ``/metrics`` reads, host samples past their tier's horizon and
+    finished rows pruned."""
 
     reclaimed: int = 0
     failed: int = 0
@@ -80,6 +81,8 @@ class Sweep:
     unplaceable: int = 0
     placeable: int = 0
     unplaceable_failed: int = 0
+    tallied: int = 0
+    samples_pruned: int = 0
     pruned: int = 0
 
     def to_dict(self) -> dict[str, int]:
@@ -160,9 +163,12 @@ class Orchestrator:
             log.warning("run %d had nothing left that would move it on; walking it again", run_id)
         placed = self.place()
         drained = self.drain()
-        pruned = 0
+        tallied = self.store.fold_tallies()
+        pruned = samples_pruned = 0
         if now >= self._next_prune:
             pruned = self.store.prune(self.config.retention)
+            samples_pruned = self.store.prune_host_samples(self.config.sample_detail_keep,
+                                                           self.config.sample_minute_keep)
             self._next_prune = now + PRUNE_EVERY
             if pruned:
                 log.info("pruned %d finished job(s) and run(s) older than %.0fs", pruned, self.config.retention)
@@ -171,7 +177,8 @@ class Orchestrator:
                      cancelled=actions.count("cancelled"), flagged_workers=len(flagged),
                      reconciled_runs=len(stranded), dispatched=drained["applied"],
                      dispatch_failures=drained["failed"], unplaceable=placed.flagged, placeable=placed.cleared,
-                     unplaceable_failed=placed.failed, pruned=pruned)
+                     unplaceable_failed=placed.failed, tallied=tallied, samples_pruned=samples_pruned,
+                     pruned=pruned)
 
     def place(self) -> Placed:
         """Flag, clear and fail this project's queued model jobs by where they could run

@@ -1,14 +1,16 @@
-"""Keeps N worker processes alive under one parent (``rowfleet worker --procs N``).
+"""Keeps a host's processes alive under one parent (``rowfleet worker --procs N``): N
+workers and the host's telemetry sampler, each declared as a ``Child``.
 
-Each child is forked from the parent after the user's app modules are imported, runs one
-``Worker`` and so holds one job at a time; a hard exit of a child frees exactly that
-job's memory. A child that exits 0 is done (burst drained, or stopped); any other exit is
-logged with its meaning (``exitcodes.describe``), reported to ``on_exit`` (which records it
-and hands back at once any job the child still held) and restarted
+Each child is forked from the parent after the user's app modules are imported. A worker
+child runs one ``Worker`` and so holds one job at a time; a hard exit of a child frees
+exactly that job's memory. A child that exits 0 is done (burst drained, or stopped); any
+other exit is logged with its meaning (``exitcodes.describe``), reported to ``on_exit``
+when its ``Child`` says so (a worker's: it records the exit and hands back at once any job
+the child still held) and restarted
 after a delay that doubles while the child keeps dying young, so a crash loop cannot
 become a restart storm (an operator's hard stop, 79, is not a fault: that child comes back
-after the first delay, and parks until its switch is on); a child exiting with a fatal code (bad configuration) stops them
-all. Every ``check_every`` seconds the parent asks ``flagged()`` for the pids the
+after the first delay, and parks until its switch is on); a child exiting with one of its
+fatal codes (bad configuration) stops them all. Every ``check_every`` seconds the parent asks ``flagged()`` for the pids the
 dead-worker sweep flagged, and kills those of its children with SIGKILL: a frozen child
 (a hang holding the GIL) answers nothing else. SIGTERM/SIGINT are passed to the
 children, which finish their job in hand; the parent returns once all have exited.
@@ -19,12 +21,13 @@ Holds no database connection: a forked child must not inherit one, so ``on_exit`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
 import threading
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from rowfleet import exitcodes
 
@@ -35,6 +38,30 @@ MAX_RESTART_DELAY = 30.0
 HEALTHY_AFTER = 60.0  # a child that lived this long resets the restart delay
 REAP_EVERY = 0.1      # seconds between looks for exited children while waiting
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+@dataclasses.dataclass(frozen=True)
+class Child:
+    """One supervised process: ``name`` in the log lines, ``main`` its body (returns its exit
+    code), ``fatal_codes`` the exits that mean restarting cannot help (they stop every
+    child), ``reports_exits`` whether its non-zero exits go to the supervisor's ``on_exit``,
+    ``auxiliary`` whether it only serves the others (the sampler): once no other child is
+    left (burst workers done), it is stopped too."""
+
+    name: str
+    main: Callable[[], int]
+    fatal_codes: frozenset[int] = frozenset()
+    reports_exits: bool = True
+    auxiliary: bool = False
+
+
+def workers(procs: int, main: Callable[[], int], fatal_codes: frozenset[int] = frozenset()) -> list[Child]:
+    """``procs`` worker children of one body.
+
+    >>> [child.name for child in workers(2, lambda: 0)]
+    ['worker', 'worker']
+    """
+    return [Child("worker", main, frozenset(fatal_codes))] * procs
 
 
 def restart_delay(previous: float, lived: float, first: float = FIRST_RESTART_DELAY,
@@ -50,13 +77,12 @@ def restart_delay(previous: float, lived: float, first: float = FIRST_RESTART_DE
 
 
 class Supervisor:
-    def __init__(self, procs: int, child_main: Callable[[], int], fatal_codes: set[int] = frozenset(), *,
+    def __init__(self, children: Sequence[Child], *,
                  on_exit: Callable[[int, int], None] = lambda pid, code: None,
                  flagged: Callable[[], set[int]] = set, check_every: float = 10.0,
                  first_delay: float = FIRST_RESTART_DELAY, max_delay: float = MAX_RESTART_DELAY) -> None:
-        self.procs = procs
-        self.child_main = child_main
-        self.fatal_codes = fatal_codes  # a child exiting so was misconfigured: restarting cannot help
+        self.specs = tuple(children)
+        self.procs = len(self.specs)
         self.on_exit = on_exit
         self.flagged = flagged
         self.check_every = check_every
@@ -64,9 +90,10 @@ class Supervisor:
         self.stop = threading.Event()
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (slot, started)
         self.restarts: dict[int, float] = {}  # slot -> when to start it again
-        self.delays = [0.0] * procs
-        self.crashes = [0] * procs  # quick deaths in a row, per slot
+        self.delays = [0.0] * self.procs
+        self.crashes = [0] * self.procs  # quick deaths in a row, per slot
         self.exit_code = 0
+        self._auxiliaries_stopped = False
 
     def request_stop(self, signum: int = signal.SIGTERM, _frame: object = None) -> None:
         self.stop.set()
@@ -92,39 +119,57 @@ class Supervisor:
             if now >= next_check:
                 self._kill_flagged()
                 next_check = now + self.check_every
+            if not self._auxiliaries_stopped and self._main_children_done():
+                self._stop_auxiliaries()
             time.sleep(REAP_EVERY)  # a signal handler may run meanwhile: stops are seen next turn
         return self.exit_code
 
     def _exited(self, pid: int, code: int) -> None:
         slot, started = self.children.pop(pid)
+        spec = self.specs[slot]
         lived = time.monotonic() - started
-        if code != 0:
+        if code != 0 and spec.reports_exits:
             self._report(pid, code)
-        if code == 0 or self.stop.is_set():
+        if code == 0 or self.stop.is_set() or (spec.auxiliary and self._auxiliaries_stopped):
             return
-        if code in self.fatal_codes:
-            log.error("worker child %d %s; stopping the others", pid, exitcodes.describe(code))
+        if code in spec.fatal_codes:
+            log.error("%s child %d %s; stopping the others", spec.name, pid, exitcodes.describe(code))
             self.request_stop()
             self.exit_code = code
             return
         if code in (exitcodes.OPERATOR_STOP, exitcodes.CANCELLED):  # an operator's doing, not a fault
             self.delays[slot], self.crashes[slot] = 0.0, 0
             then = "it parks until switched on" if code == exitcodes.OPERATOR_STOP else "its job was cancelled"
-            log.info("worker child %d %s; restarting it (%s)", pid, exitcodes.describe(code), then)
+            log.info("%s child %d %s; restarting it (%s)", spec.name, pid, exitcodes.describe(code), then)
             self.restarts[slot] = time.monotonic() + self.first_delay
             return
         self.delays[slot] = restart_delay(self.delays[slot], lived, self.first_delay, self.max_delay)
         self.crashes[slot] = self.crashes[slot] + 1 if lived < HEALTHY_AFTER else 1
         in_a_row = f"; {self.crashes[slot]} quick exits in a row" if self.crashes[slot] > 1 else ""
-        log.warning("worker child %d %s after %.1fs%s; restarting in %.1fs",
-                    pid, exitcodes.describe(code), lived, in_a_row, self.delays[slot])
+        log.warning("%s child %d %s after %.1fs%s; restarting in %.1fs",
+                    spec.name, pid, exitcodes.describe(code), lived, in_a_row, self.delays[slot])
         self.restarts[slot] = time.monotonic() + self.delays[slot]
+
+    def _main_children_done(self) -> bool:
+        """No child but auxiliaries runs or waits for its restart."""
+        slots = [slot for slot, _ in self.children.values()] + list(self.restarts)
+        return all(self.specs[slot].auxiliary for slot in slots)
+
+    def _stop_auxiliaries(self) -> None:
+        self._auxiliaries_stopped = True
+        self.restarts = {slot: due for slot, due in self.restarts.items() if not self.specs[slot].auxiliary}
+        for pid, (slot, _) in list(self.children.items()):
+            if self.specs[slot].auxiliary:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
 
     def _report(self, pid: int, code: int) -> None:
         try:
             self.on_exit(pid, code)
         except Exception as exc:  # the record is a courtesy: never let it stop the restarts
-            log.warning("could not record the exit of worker child %d: %s", pid, exc)
+            log.warning("could not record the exit of child %d: %s", pid, exc)
 
     def _kill_flagged(self) -> None:
         try:
@@ -146,16 +191,17 @@ class Supervisor:
         try:
             if self.stop.is_set():  # stopped before this (re)start: nothing would signal it
                 return
+            spec = self.specs[slot]
             pid = os.fork()
-            if pid == 0:  # the child: run one worker, never return into the parent's loop
+            if pid == 0:  # the child: run its body, never return into the parent's loop
                 code = 1
                 try:
                     signal.signal(signal.SIGTERM, signal.SIG_DFL)
                     signal.signal(signal.SIGINT, signal.SIG_DFL)
                     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-                    code = self.child_main()
+                    code = spec.main()
                 except BaseException:
-                    logging.getLogger("rowfleet.worker").exception("worker child crashed")
+                    logging.getLogger(f"rowfleet.{spec.name}").exception("%s child crashed", spec.name)
                 finally:
                     logging.shutdown()
                     os._exit(code)

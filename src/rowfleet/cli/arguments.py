@@ -96,6 +96,18 @@ def allow_module_flag(sub: argparse.ArgumentParser) -> None:
                      help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
 
 
+def sample_path_flag(sub: argparse.ArgumentParser) -> None:
+    """``--sample-path PATH``: more filesystems whose space the host's sampler reports."""
+    setting = SETTING["sample_paths"]
+    sub.add_argument(setting.flag, action="append", default=None, metavar="PATH", dest="sample_paths",
+                     help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
+
+
+def with_sample_paths(config: Config, args: argparse.Namespace) -> Config:
+    """``config`` with the ``--sample-path`` flags given, else the environment's."""
+    return config.replace(sample_paths=tuple(args.sample_paths)) if args.sample_paths else config
+
+
 def trusted(config: Config, args: argparse.Namespace) -> Config:
     """``config`` with the prefixes this command trusts: ``--allow-module`` (else the
     environment's), joined by the ``--app`` modules."""

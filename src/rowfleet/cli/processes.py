@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
+import time
 from typing import Any, Callable
 
 from functools import partial
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, models, names, routing, tasks, waiting
+from rowfleet import exitcodes, models, names, routing, sampler, tasks, waiting
 from rowfleet.cli.arguments import Parser, allow_module_flag, positive_float, positive_int, trusted
+from rowfleet.cli.arguments import sample_path_flag, with_sample_paths
 from rowfleet.cli.arguments import non_negative_int, number
 from rowfleet.cli.output import print_json, report
-from rowfleet.errors import ConfigError, DatabaseUnreachable, RowfleetError
+from rowfleet.errors import ConfigError, Conflict, DatabaseUnreachable, RowfleetError
 from rowfleet.gpu_worker import GpuSettings, model_list
 from rowfleet.orchestrator import Orchestrator
 from rowfleet.sidecar import SidecarSpec
 from rowfleet.store import Store, open_store
-from rowfleet.supervisor import Supervisor
+from rowfleet.supervisor import Child, Supervisor, workers
 from rowfleet.worker import Worker
 
 log = logging.getLogger("rowfleet.orchestrator")
@@ -45,6 +48,10 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--gpu", action="store_true",
                      help="its jobs use a GPU: watch them with the GPU health watchdog (exit 78)")
     sub.add_argument("--burst", action="store_true", help="drain what is due, then exit")
+    sub.add_argument("--no-sampler", action="store_true",
+                     help="with --procs: run no telemetry sampler for this host (by default the supervisor "
+                          "runs one, which stands by while another sampler of the host writes)")
+    sample_path_flag(sub)
     gpu = sub.add_argument_group("GPU workers (with --gpu: claims routed by model)")
     gpu.add_argument("--models", metavar="A,B", default=None,
                      help="the models this worker may load (default: every model the --app modules register)")
@@ -62,6 +69,14 @@ def add_commands(command: Callable[..., Parser]) -> None:
     side.add_argument("--sidecar-health", metavar="URL", help="wait until URL answers 2xx before the job runs")
     side.add_argument("--sidecar-idle", type=positive_float, default=None, metavar="SECONDS",
                       help="stop the sidecar after this long without a job (default: keep it while the worker lives)")
+
+    sub = command("sampler", cmd_sampler, "record this host's telemetry (CPU, memory, disks, network, "
+                  "temperatures, power, GPUs) in the database, for a box without a supervised worker")
+    sub.add_argument("--every", type=positive_float, default=None, metavar="SECONDS",
+                     help="seconds between readings (the --sample-every setting; default 2)")
+    sub.add_argument("--once", action="store_true",
+                     help="take two readings --every apart, write the second, print its readings, exit")
+    sample_path_flag(sub)
 
     sub = command("orchestrator", cmd_orchestrator, "migrate, then reclaim lapsed leases, flag "
                   "silent workers and prune old jobs on a timer")
@@ -102,11 +117,42 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
         with open_store(config) as store:
             return store.flagged_workers(config.host)
 
-    supervisor = Supervisor(args.procs, one_worker, fatal_codes={exitcodes.USAGE}, on_exit=record_exit,
-                            flagged=flagged, check_every=config.heartbeat, first_delay=config.restart_delay,
-                            max_delay=config.restart_delay_max)
+    children = workers(args.procs, one_worker, fatal_codes=frozenset({exitcodes.USAGE}))
+    if not args.no_sampler:
+        children.append(Child("sampler", partial(_sampler_child, with_sample_paths(config, args)),
+                              reports_exits=False, auxiliary=True))
+    supervisor = Supervisor(children, on_exit=record_exit, flagged=flagged, check_every=config.heartbeat,
+                            first_delay=config.restart_delay, max_delay=config.restart_delay_max)
     on_stop_signals(supervisor.request_stop)
     return supervisor.run()
+
+
+def _sampler_child(config: configuration.Config) -> int:
+    stop = threading.Event()
+    on_stop_signals(sampler.stop_handler(stop))
+    return sampler.sample_host(config, stop, holder=sampler.holder_name(config.host, os.getppid()))
+
+
+def cmd_sampler(args: argparse.Namespace, config: configuration.Config) -> int:
+    config = with_sample_paths(config, args)
+    if args.every is not None:
+        config = config.replace(sample_every=args.every)
+    if args.once:
+        with open_store(config) as store:
+            store.require_schema()
+            host = sampler.Sampler(store, config, paths=sampler.disk_paths(config))
+            host.run_once()  # the first reading: the base of the rates
+            time.sleep(config.sample_every)
+            turn = host.run_once()
+            if turn.standby:
+                raise Conflict(f"another sampler of host {config.host!r} is writing its samples; "
+                                    f"this one wrote nothing")
+            store.release_sampler(config.host, host.holder)
+            print_json({"host": config.host, "at": turn.at, "readings": host.last_readings})
+        return exitcodes.OK
+    stop = threading.Event()
+    on_stop_signals(sampler.stop_handler(stop))
+    return sampler.sample_host(config, stop)
 
 
 def _gpu_settings(args: argparse.Namespace) -> GpuSettings | None:

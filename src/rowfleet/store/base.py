@@ -2,8 +2,9 @@
 
 Each part is written once for every dialect against named queries: ``JobStore``
 (``store/jobs.py``), ``RunStore`` (workflow runs and the outbox, ``store/runs.py``),
-``ScheduleStore`` (``store/schedules.py``) and ``FleetStore`` (workers, switches,
-orchestrators, ``store/fleet.py``), each over ``StoreCore`` (``store/core.py``: the
+``ScheduleStore`` (``store/schedules.py``), ``FleetStore`` (workers, switches,
+orchestrators, ``store/fleet.py``) and ``TelemetryStore`` (host samples and job tallies,
+``store/telemetry.py``), each over ``StoreCore`` (``store/core.py``: the
 transaction interface a dialect implements, the schema, and the steps one part asks of
 another). A dialect (``store/sqlite.py``, ``store/postgres.py``) subclasses ``Store``.
 Only what spans every part lives here: pruning the rows of all of them in one sweep.
@@ -18,17 +19,20 @@ from rowfleet.store.fleet import FleetStore
 from rowfleet.store.jobs import JobStore
 from rowfleet.store.runs import RunStore
 from rowfleet.store.schedules import ScheduleStore
+from rowfleet.store.telemetry import TelemetryStore
 
 __all__ = ["Store", "StoreCore", "Tx"]
 
 
-class Store(JobStore, RunStore, ScheduleStore, FleetStore, abc.ABC):
+class Store(JobStore, RunStore, ScheduleStore, FleetStore, TelemetryStore, abc.ABC):
     """One database connection and everything rowfleet does with it. Not thread-safe:
     each thread opens its own."""
 
     def prune(self, retention: float, batch: int = 1000) -> int:
         """Delete finished jobs (and their events), ended runs, old slots and stopped
-        workers' rows older than ``retention``, in batches; how many jobs and runs."""
+        workers' rows older than ``retention``, in batches; how many jobs and runs. Jobs
+        are counted into the tallies first: a pruned job stays in ``/metrics``' counts."""
+        self.fold_tallies(batch)
         total = 0
         while True:
             with self.transaction() as tx:

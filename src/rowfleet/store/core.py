@@ -84,6 +84,20 @@ class StoreCore(abc.ABC):
         (committed at once where the connection autocommits, else left for the caller's commit).
         """
 
+    @contextlib.contextmanager
+    def _one_read(self) -> Iterator[Tx]:
+        """Reader statements inside one read transaction (a snapshot of one moment, taking
+        no write lock), ended whether they succeed or not."""
+        tx = self.reader()
+        tx.run("fleet_rows_begin")
+        try:
+            yield tx
+        except BaseException:
+            with contextlib.suppress(RowfleetError):  # the error to raise is the first one
+                tx.run("fleet_rows_end")
+            raise
+        tx.run("fleet_rows_end")
+
     def _writing(self, conn: Any = None) -> contextlib.AbstractContextManager[Tx]:
         """A write transaction: on the caller's ``conn`` when given, else one of our own."""
         return self.transaction() if conn is None else self.caller_transaction(conn)

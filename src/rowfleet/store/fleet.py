@@ -10,13 +10,12 @@ Also the fleet's rows in one consistent read (``fleet_rows``), from which
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from rowfleet import control, exitcodes, liveness
 from rowfleet.control import ModelControl, Switch
-from rowfleet.errors import ConfigError, RowfleetError
+from rowfleet.errors import ConfigError
 from rowfleet.job import QUEUED, RUNNING, by_name, encode_json
 from rowfleet.store.core import StoreCore, Tx
 
@@ -314,17 +313,3 @@ class FleetStore(StoreCore):
                 stats=[dict(row) for row in tx.all("model_stats", project=project)],
                 claims=[] if since is None else
                 [dict(row) for row in tx.all("model_claims", project=project, since=since, cap=cap)])
-
-    @contextlib.contextmanager
-    def _one_read(self) -> Iterator[Tx]:
-        """Reader statements inside one read transaction (a snapshot of one moment, taking
-        no write lock), ended whether they succeed or not."""
-        tx = self.reader()
-        tx.run("fleet_rows_begin")
-        try:
-            yield tx
-        except BaseException:
-            with contextlib.suppress(RowfleetError):  # the error to raise is the first one
-                tx.run("fleet_rows_end")
-            raise
-        tx.run("fleet_rows_end")

@@ -286,17 +286,18 @@ INSERT INTO job_events (job_id, at, kind, detail) VALUES (%(job_id)s, rowfleet_n
 -- name: events
 SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY id;
 
+-- fragment: prunable
+-- A finished job past the retention period whose finish the tallies have counted, oldest first.
+SELECT id FROM jobs
+WHERE finished_at < rowfleet_now(%(now)s) - %(retention)s AND state IN ('completed', 'failed', 'cancelled')
+  AND tallied_at IS NOT DISTINCT FROM finished_at
+ORDER BY finished_at LIMIT %(limit)s
+
 -- name: prune_events
-DELETE FROM job_events
-WHERE job_id IN (SELECT id FROM jobs
-                 WHERE finished_at < rowfleet_now(%(now)s) - %(retention)s AND state IN ('completed', 'failed', 'cancelled')
-                 ORDER BY finished_at LIMIT %(limit)s);
+DELETE FROM job_events WHERE job_id IN ({{prunable}});
 
 -- name: prune_jobs
-DELETE FROM jobs
-WHERE id IN (SELECT id FROM jobs
-             WHERE finished_at < rowfleet_now(%(now)s) - %(retention)s AND state IN ('completed', 'failed', 'cancelled')
-             ORDER BY finished_at LIMIT %(limit)s);
+DELETE FROM jobs WHERE id IN ({{prunable}});
 
 -- name: finish_and_claim
 -- A busy worker's whole turn in one statement (one round trip, atomic in autocommit): write

@@ -248,17 +248,18 @@ INSERT INTO job_events (job_id, at, kind, detail) VALUES (:job_id, :now, :kind, 
 -- name: events
 SELECT * FROM job_events WHERE job_id = :job_id ORDER BY id;
 
+-- fragment: prunable
+-- A finished job past the retention period whose finish the tallies have counted, oldest first.
+SELECT id FROM jobs
+WHERE finished_at < :now - :retention AND state IN ('completed', 'failed', 'cancelled')
+  AND tallied_at IS finished_at
+ORDER BY finished_at LIMIT :limit
+
 -- name: prune_events
-DELETE FROM job_events
-WHERE job_id IN (SELECT id FROM jobs
-                 WHERE finished_at < :now - :retention AND state IN ('completed', 'failed', 'cancelled')
-                 ORDER BY finished_at LIMIT :limit);
+DELETE FROM job_events WHERE job_id IN ({{prunable}});
 
 -- name: prune_jobs
-DELETE FROM jobs
-WHERE id IN (SELECT id FROM jobs
-             WHERE finished_at < :now - :retention AND state IN ('completed', 'failed', 'cancelled')
-             ORDER BY finished_at LIMIT :limit);
+DELETE FROM jobs WHERE id IN ({{prunable}});
 
 -- name: progress
 UPDATE jobs SET progress = :progress, progress_message = :message, progress_at = :now, updated_at = :now

@@ -1,0 +1,325 @@
+"""The hosts' read model: each host's telemetry at a glance, and one host's series, as
+typed values that every front end renders (``rowfleet hosts``; the panel may render the
+same values).
+
+``hosts(store)`` reads each host's newest detail sample, the fleet's snapshot (for the
+jobs running on each host, and the database's clock), and per host the last hour's rows
+for its GPUs' throttle seconds: the detail rows, and the minute rows of the part of the
+hour that the detail rows no longer cover. ``host_series(store, host, since_seconds)``
+reads one host's rows of a window, from the detail tier when the window fits what that
+tier keeps (``Config.sample_detail_keep``), else from the minute tier.
+
+Everything between the reads and the values is pure and takes ``now``: a sample's
+readings may have been written by anyone's plain SQL, so a reading that is not what it
+should be (no number, no list of names) reads as unknown, never as an exception. The
+reading names are those of ``rowfleet.telemetry.sample``, whose ``throttle_seconds``,
+``gpu_indexes`` and ``slowdowns`` say what the rows mean; a sample's silence is judged
+by ``rowfleet.liveness`` against the sampler's own interval.
+
+Imports the pure rules, ``rowfleet.snapshot`` and the store's telemetry part (its row
+type and tier names); takes the store as an argument, and imports nothing of a driver,
+the command line or the panel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from rowfleet import control, liveness, names
+from rowfleet.errors import NotFound
+from rowfleet.names import is_finite_number
+from rowfleet.job import iso
+from rowfleet.snapshot import Worker, snapshot
+from rowfleet.store.telemetry import DETAIL, MINUTE, HostSample
+from rowfleet.telemetry.sample import gpu_indexes, slowdowns, throttle_seconds
+
+if TYPE_CHECKING:
+    from rowfleet.store import Store
+
+THROTTLE_WINDOW = 3600.0  # seconds back that a GPU's throttle seconds are added up over
+MINUTE_SPAN = 60.0        # a minute row covers [at, at + 60)
+# The cadence a sample is judged by when it says no interval (a sampler's first row, or a
+# row from plain SQL): stale after liveness.MISSED_BEATS of these, 30 s.
+UNKNOWN_INTERVAL = 10.0
+# A worker in one of these states holds its current job; a silent, stopped or ended one
+# no longer shows what runs.
+LIVE_STATES = (control.SERVING, control.DRAINING, control.PARKED)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuView:
+    """One GPU of a host's newest sample: utilisation (%), VRAM used and total (MiB),
+    temperature (°C), power draw and limit (W), SM clock (MHz), the clock-event reasons
+    slowing it now, and the seconds it was held back per reason over the last hour.
+    A reading not known (or not a number) is None."""
+
+    index: int
+    name: str | None
+    util: float | None
+    vram_used_mib: float | None
+    vram_total_mib: float | None
+    temp: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    sm_mhz: float | None
+    slowdowns: tuple[str, ...] = ()
+    throttle_seconds: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def throttled(self) -> float:
+        """Seconds held back over the last hour, every reason added up.
+
+        >>> GpuView(0, None, None, None, None, None, None, None, None, (), {"sw_power_cap": 2.5, "hw_slowdown": 1.0}).throttled()
+        3.5
+        """
+        return round(sum(self.throttle_seconds.values()), 3)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["slowdowns"], data["throttle_seconds"] = list(self.slowdowns), dict(self.throttle_seconds)
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class HostJob:
+    """A job running on a host: its id, queue and project, the worker's pid, and the model
+    warm on that worker (None for a worker without one)."""
+
+    job_id: int
+    queue: str
+    project: str
+    pid: int
+    model: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostView:
+    """A host at a glance, from its newest detail sample (taken at ``at``, ``age`` seconds
+    before the view's moment): CPU busy %, 1-minute load, RAM used and total (bytes), the
+    hottest sensor (°C), its GPUs, and the jobs its workers are running. ``stale``: the
+    sample is older than ``liveness.MISSED_BEATS`` times its interval (30 s when it says
+    none); ``error``: its readings did not decode (every reading is then unknown);
+    ``gpu_error``: why the sampler could not read the GPUs, as the sample says."""
+
+    host: str
+    at: float
+    age: float
+    stale: bool
+    cpu_busy: float | None
+    load1: float | None
+    ram_used: float | None
+    ram_total: float | None
+    hottest: float | None
+    gpus: tuple[GpuView, ...] = ()
+    jobs: tuple[HostJob, ...] = ()
+    error: str | None = None
+    gpu_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``at`` as ISO-8601, ``age`` in seconds."""
+        data = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        data["at"] = iso(self.at)
+        data["gpus"], data["jobs"] = [gpu.to_dict() for gpu in self.gpus], [job.to_dict() for job in self.jobs]
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSeries:
+    """One host's rows of ``tier`` from ``since`` to ``until`` (epoch seconds), oldest
+    first, each ``{"at": epoch seconds, "readings": {...}}`` (and ``"error"`` when its
+    readings did not decode)."""
+
+    host: str
+    tier: str
+    since: float
+    until: float
+    rows: tuple[Mapping[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "tier": self.tier, "since": self.since, "until": self.until,
+                "rows": [dict(row) for row in self.rows]}
+
+
+# --- the reads ----------------------------------------------------------------------------
+
+
+def hosts(store: "Store", now: float | None = None) -> list[HostView]:
+    """Every host that has a detail sample, by host, at ``now`` (default: the database's
+    clock, as the snapshot reads it)."""
+    latest = store.latest_host_samples()
+    fleet = snapshot(store)
+    now = fleet.at if now is None else now
+    since = now - THROTTLE_WINDOW
+    views = []
+    for sample in latest:
+        detail = store.host_samples(sample.host, DETAIL, since)
+        gap = minutes_until(detail, since)
+        minute = [] if gap is None else store.host_samples(sample.host, MINUTE, since, gap)
+        views.append(host_view(sample, throttle_seconds(hour_rows(detail, minute)), fleet.workers, now))
+    return views
+
+
+def host_series(store: "Store", host: str, since_seconds: float, tier: str | None = None,
+                now: float | None = None) -> HostSeries:
+    """``host``'s rows of the last ``since_seconds`` up to ``now`` (default: the database's
+    clock), from ``tier`` (default: ``series_tier``). A host with no row in either tier is
+    ``NotFound``; a known host with none in the window is an empty series."""
+    since_seconds = names.check_seconds("since_seconds", since_seconds)
+    now = store.clock() if now is None else now
+    tier = series_tier(since_seconds, store.config.sample_detail_keep) if tier is None else tier
+    since = now - since_seconds
+    samples = store.host_samples(host, tier, since)
+    if not samples and not _sampled(store, host):
+        raise NotFound(f"no samples of host {host!r}: `rowfleet hosts` lists the hosts that have sampled")
+    return series_of(host, tier, since, now, samples)
+
+
+def _sampled(store: "Store", host: str) -> bool:
+    return any(sample.host == host for sample in store.latest_host_samples()) or \
+        any(row["host"] == host for row in store.sampled_hosts(MINUTE))
+
+
+# --- pure: rows to views --------------------------------------------------------------------
+
+
+def host_view(sample: HostSample, throttle: Mapping[str, Mapping[str, float]], workers: Iterable[Worker],
+              now: float) -> HostView:
+    """The view of a host's newest sample at ``now``, with its GPUs' throttle seconds
+    (``telemetry.sample.throttle_seconds`` of the last hour's rows) and the jobs that
+    ``workers`` on the host are running.
+
+    >>> view = host_view(HostSample("box", "detail", 100.0, {"cpu.busy": 37.5, "load.1": "x", "interval": 2.0,
+    ...                                                      "gpu.0.util": 87, "gpu.0.reasons": ["sw_power_cap"]}),
+    ...                  {"0": {"sw_power_cap": 12.0}}, [], now=103.0)
+    >>> view.cpu_busy, view.load1, view.age, view.stale, view.gpus[0].util, view.gpus[0].slowdowns, view.gpus[0].throttled()
+    (37.5, None, 3.0, False, 87, ('sw_power_cap',), 12.0)
+    >>> host_view(HostSample("box", "detail", 100.0, {}, "readings are not valid JSON"), {}, [], now=200.0).stale
+    True
+    """
+    readings = sample.readings if sample.error is None else {}
+    gpu_error = readings.get("gpu.error")
+    return HostView(
+        host=sample.host, at=sample.at, age=round(now - sample.at, 3), stale=is_stale(sample.at, readings, now),
+        cpu_busy=reading(readings, "cpu.busy"), load1=reading(readings, "load.1"),
+        ram_used=reading(readings, "mem.used"), ram_total=reading(readings, "mem.total"),
+        hottest=reading(readings, "temp.hottest"), gpus=gpu_views(readings, throttle),
+        jobs=running_jobs(workers, sample.host), error=sample.error,
+        gpu_error=gpu_error if isinstance(gpu_error, str) else None)
+
+
+def gpu_views(readings: Mapping[str, Any], throttle: Mapping[str, Mapping[str, float]]) -> tuple[GpuView, ...]:
+    """The GPUs a sample has readings of, by index; an index that is no whole number
+    (plain SQL) is left out, and so is a throttle figure that is no positive number.
+
+    >>> [(g.index, g.name, g.temp, g.throttle_seconds) for g in gpu_views(
+    ...     {"gpu.1.temp": 61, "gpu.0.name": "H100", "gpu.x.util": 5, "gpu.0.temp": "hot"}, {"1": {"hw_slowdown": 4.0}})]
+    [(0, 'H100', None, {}), (1, None, 61, {'hw_slowdown': 4.0})]
+    """
+    views = []
+    for index in gpu_indexes(readings):
+        if not (index.isascii() and index.isdigit()):
+            continue
+
+        def get(name: str) -> float | None:
+            return reading(readings, f"gpu.{index}.{name}")
+
+        name = readings.get(f"gpu.{index}.name")
+        reasons = readings.get(f"gpu.{index}.reasons")
+        held = throttle.get(index)
+        views.append(GpuView(
+            index=int(index), name=name if isinstance(name, str) else None, util=get("util"),
+            vram_used_mib=get("vram_used_mib"), vram_total_mib=get("vram_total_mib"), temp=get("temp"),
+            power_w=get("power_w"), power_limit_w=get("power_limit_w"), sm_mhz=get("sm_mhz"),
+            slowdowns=tuple(slowdowns([r for r in reasons if isinstance(r, str)] if isinstance(reasons, list) else None)),
+            throttle_seconds={reason: float(seconds) for reason, seconds in held.items()
+                              if is_finite_number(seconds) and seconds > 0} if isinstance(held, Mapping) else {}))
+    return tuple(views)
+
+
+def running_jobs(workers: Iterable[Worker], host: str) -> tuple[HostJob, ...]:
+    """The jobs that live workers on ``host`` hold, by job id: a silent, stopped or ended
+    worker's last job is not shown as running."""
+    jobs = [HostJob(job_id=w.current_job, queue=w.queue, project=w.project, pid=w.pid,
+                    model=w.gpu.warm_model if w.gpu is not None else None)
+            for w in workers if w.host == host and w.current_job is not None and w.actual in LIVE_STATES]
+    return tuple(sorted(jobs, key=lambda job: job.job_id))
+
+
+def is_stale(at: float, readings: Mapping[str, Any], now: float) -> bool:
+    """Whether a sample taken at ``at`` is older, at ``now``, than its sampler's cadence
+    allows: ``liveness.MISSED_BEATS`` times its ``interval``, 30 s when it says none.
+
+    >>> is_stale(100.0, {"interval": 2.0}, 105.0), is_stale(100.0, {"interval": 2.0}, 107.0)
+    (False, True)
+    >>> is_stale(100.0, {"interval": "2"}, 125.0), is_stale(100.0, {}, 131.0)
+    (False, True)
+    """
+    interval = reading(readings, "interval")
+    return liveness.silent(at, interval if interval is not None and interval > 0 else UNKNOWN_INTERVAL, now)
+
+
+def reading(readings: Mapping[str, Any], name: str) -> float | None:
+    """A numeric reading, or None when it is missing or no finite number (plain SQL).
+
+    >>> reading({"cpu.busy": 5}, "cpu.busy"), reading({"cpu.busy": True}, "cpu.busy"), reading({}, "load.1")
+    (5, None, None)
+    """
+    value = readings.get(name)
+    return value if is_finite_number(value) else None
+
+
+def minutes_until(detail: Sequence[HostSample], since: float) -> float | None:
+    """Where the minute rows must fill the window from ``since``: up to the first detail
+    row when the detail rows leave at least a minute of it uncovered (up to any time when
+    there are none); None when they cover it.
+
+    >>> minutes_until([], 0.0), minutes_until([HostSample("b", "detail", 30.0, {})], 0.0)
+    (inf, None)
+    >>> minutes_until([HostSample("b", "detail", 600.0, {})], 0.0)
+    600.0
+    """
+    if not detail:
+        return math.inf
+    first = detail[0].at
+    return first if first - since >= MINUTE_SPAN else None
+
+
+def hour_rows(detail: Sequence[HostSample], minute: Sequence[HostSample]) -> list[Mapping[str, Any]]:
+    """The readings to add a window's counters up over: every detail row, and the minute
+    rows that end before the first detail row (so that no second counts twice); an
+    integer too large for a float (plain SQL) is left out.
+
+    >>> rows = hour_rows([HostSample("b", "detail", 200.0, {"n": "d"})],
+    ...                  [HostSample("b", "minute", 60.0, {"n": "m1"}), HostSample("b", "minute", 180.0, {"n": "m2"})])
+    >>> [row["n"] for row in rows]
+    ['m1', 'd']
+    """
+    first = detail[0].at if detail else math.inf
+    rows = [row for row in minute if row.at + MINUTE_SPAN <= first] + list(detail)
+    return [row.readings for row in rows]
+
+
+def series_tier(since_seconds: float, detail_keep: float) -> str:
+    """The tier a window of ``since_seconds`` reads: detail when it fits what the detail
+    tier keeps, else minute.
+
+    >>> series_tier(3600.0, 3600.0), series_tier(3601.0, 3600.0)
+    ('detail', 'minute')
+    """
+    return DETAIL if since_seconds <= detail_keep else MINUTE
+
+
+def series_of(host: str, tier: str, since: float, until: float, samples: Iterable[HostSample]) -> HostSeries:
+    """A host's series from its rows.
+
+    >>> series_of("b", "detail", 0.0, 10.0, [HostSample("b", "detail", 5.0, {"cpu.busy": 1}),
+    ...                                      HostSample("b", "detail", 6.0, {}, "readings are not JSON text")]).rows
+    ({'at': 5.0, 'readings': {'cpu.busy': 1}}, {'at': 6.0, 'readings': {}, 'error': 'readings are not JSON text'})
+    """
+    rows = tuple({"at": s.at, "readings": s.readings, **({} if s.error is None else {"error": s.error})}
+                 for s in samples)
+    return HostSeries(host=host, tier=tier, since=since, until=until, rows=rows)

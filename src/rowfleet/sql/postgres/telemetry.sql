@@ -1,0 +1,94 @@
+-- rowfleet's queries for PostgreSQL: telemetry: each host's samples and the lease of its one
+-- sampler, and the tallies of finished jobs that /metrics counts from.
+
+-- name: acquire_sampler
+-- Taken when free (no row), lapsed, or already the caller's; refused (no row) while another
+-- sampler of the host holds it.
+INSERT INTO host_samplers (host, holder, acquired_at, expires_at) VALUES (%(host)s, %(holder)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s) + %(ttl)s)
+ON CONFLICT (host) DO UPDATE
+SET acquired_at = CASE WHEN host_samplers.holder = excluded.holder THEN host_samplers.acquired_at
+                       ELSE excluded.acquired_at END,
+    holder = excluded.holder, expires_at = excluded.expires_at
+WHERE host_samplers.expires_at <= rowfleet_now(%(now)s) OR host_samplers.holder = excluded.holder
+RETURNING *;
+
+-- name: renew_sampler
+UPDATE host_samplers SET expires_at = rowfleet_now(%(now)s) + %(ttl)s
+WHERE host = %(host)s AND holder = %(holder)s AND expires_at > rowfleet_now(%(now)s)
+RETURNING *;
+
+-- name: release_sampler
+UPDATE host_samplers SET expires_at = rowfleet_now(%(now)s) WHERE host = %(host)s AND holder = %(holder)s AND expires_at > rowfleet_now(%(now)s);
+
+-- name: host_sampler
+SELECT * FROM host_samplers WHERE host = %(host)s;
+
+-- name: record_host_sample
+INSERT INTO host_samples (host, tier, at, readings) VALUES (%(host)s, 'detail', rowfleet_now(%(now)s), %(readings)s)
+RETURNING at;
+
+-- name: record_host_minute
+-- A minute already folded (by this sampler before a restart, or another) stays as it was.
+INSERT INTO host_samples (host, tier, at, readings) VALUES (%(host)s, 'minute', %(at)s, %(readings)s)
+ON CONFLICT (host, tier, at) DO NOTHING;
+
+-- name: host_samples
+-- One host's rows of one tier from %(since)s up to (not including) %(until)s, oldest first.
+SELECT host, tier, at, readings FROM host_samples
+WHERE host = %(host)s AND tier = %(tier)s AND at >= %(since)s AND at < %(until)s
+ORDER BY at;
+
+-- name: host_sample_times
+SELECT at FROM host_samples WHERE host = %(host)s AND tier = %(tier)s AND at >= %(since)s ORDER BY at;
+
+-- name: latest_host_samples
+-- Each host's newest detail row: one seek per host along the primary key.
+SELECT s.host, s.tier, s.at, s.readings
+FROM (SELECT host, max(at) AS at FROM host_samples WHERE tier = 'detail' GROUP BY host) AS newest
+JOIN host_samples AS s ON s.host = newest.host AND s.tier = 'detail' AND s.at = newest.at
+ORDER BY s.host;
+
+-- name: sampled_hosts
+-- Every host with rows of a tier since %(since)s, and its rows' span.
+SELECT host, min(at) AS first_at, max(at) AS last_at, count(*) AS n FROM host_samples
+WHERE tier = %(tier)s AND at >= %(since)s GROUP BY host ORDER BY host;
+
+-- name: prune_host_samples
+DELETE FROM host_samples WHERE tier = %(tier)s AND at < rowfleet_now(%(now)s) - %(keep)s;
+
+-- The tallies of finished jobs.
+
+-- fragment: untallied
+-- A finished job whose finish job_tallies has not counted (jobs_untallied holds only these).
+finished_at IS NOT NULL AND tallied_at IS DISTINCT FROM finished_at
+
+-- fragment: tallied_columns
+project, queue, task, required_model, state, started_at, finished_at, warm_claim
+
+-- name: tally_finished
+-- Marks up to :limit finished jobs as counted and returns them, for their counts to be added
+-- in the same transaction. Rows another fold has locked are left to it; one it marked
+-- meanwhile fails the second condition.
+UPDATE jobs SET tallied_at = finished_at
+WHERE id IN (SELECT id FROM jobs WHERE {{untallied}} ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+  AND {{untallied}}
+RETURNING {{tallied_columns}};
+
+-- name: add_tally
+INSERT INTO job_tallies (project, queue, task, model, state, le, jobs, warm, run_seconds)
+VALUES (%(project)s, %(queue)s, %(task)s, %(model)s, %(state)s, %(le)s, %(jobs)s, %(warm)s, %(run_seconds)s)
+ON CONFLICT (project, queue, task, model, state, le) DO UPDATE
+SET jobs = job_tallies.jobs + excluded.jobs, warm = job_tallies.warm + excluded.warm,
+    run_seconds = job_tallies.run_seconds + excluded.run_seconds;
+
+-- name: job_tallies
+SELECT * FROM job_tallies ORDER BY project, queue, task, model, state, le;
+
+-- name: untallied_jobs
+SELECT {{tallied_columns}} FROM jobs WHERE {{untallied}} ORDER BY id LIMIT %(limit)s;
+
+-- name: oldest_queued
+-- A (project, queue)'s oldest queued job (the lowest id: ids go up as jobs are enqueued),
+-- one seek along jobs_state; its enqueue and due times.
+SELECT created_at, run_at FROM jobs
+WHERE id = (SELECT id FROM jobs WHERE project = %(project)s AND state = 'queued' AND queue = %(queue)s ORDER BY id LIMIT 1);
