@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import dag, gpu, harness, postgres, sqlite, status
+from . import dag, gpu, harness, postgres, sqlite, status, telemetry
 from .harness import Bench, Lab, Row, progress
 
 import rowfleet
@@ -51,6 +51,7 @@ SECTIONS: dict[str, Section] = {
     "status": Section(status.run, status.LEGEND),
     "dag": Section(dag.run, dag.LEGEND),
     "gpu": Section(gpu.run, gpu.LEGEND),
+    "sampler": Section(telemetry.sampler, telemetry.LEGEND),
     "postgres": Section(postgres.run, postgres.LEGEND),
 }
 
