@@ -62,8 +62,10 @@ ROW_TYPES = (
 # Tables with no row dataclass: their rows are handed on as plain dicts (``dict(row)``:
 # workers, dispatch_events, schedule_slots) or read a column or two by name where they are
 # used (run_nodes, schedules, orchestrators), so there are no fields to tie to them.
+# Telemetry's tables too: a sample's readings are decoded where they are read
+# (store.telemetry.sample_of), the samplers' leases and the tallies are read as dicts.
 DICT_TABLES = frozenset({"workers", "run_nodes", "dispatch_events", "schedules", "schedule_slots", "orchestrators",
-                         "model_stats"})
+                         "model_stats", "host_samples", "host_samplers", "job_tallies"})
 BOOKKEEPING = frozenset({"schema_migrations"})  # the migrations' own record
 
 FLOW = dag.parse_workflow({"name": "rows", "nodes": [{"id": "fetch", "task": "rows:fetch"},

@@ -128,7 +128,7 @@ _INTEGER_COLUMNS = frozenset({"id", "priority", "run_next", "attempts", "max_att
                               "node_item", "node_generation", "watchdog_retries", "delayed", "vram_mb",
                               "warm_claim"})
 _TIME_COLUMNS = ("run_at", "lease_expires_at", "created_at", "updated_at", "started_at", "finished_at",
-                 "progress_at", "cancel_requested_at", "unplaceable_at")
+                 "progress_at", "cancel_requested_at", "unplaceable_at", "tallied_at")
 _NUMBER_COLUMNS = frozenset(_TIME_COLUMNS + ("timeout", "progress"))
 
 
@@ -270,6 +270,7 @@ class Job:
     unplaceable_at: float | None = None
     warm_claim: bool = False  # its last claim was by a worker that already held its model
     host: str | None = None  # the host it last ran on (kept when it is requeued or ends)
+    tallied_at: float | None = None  # the finish /metrics' tallies counted (its finished_at then)
     # Not a column: what in the row could not be decoded (each such column is kept as
     # stored, as text), e.g. "column args is not valid JSON (...)"; None for a sound row.
     unreadable: str | None = None
