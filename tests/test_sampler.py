@@ -81,6 +81,7 @@ class SamplerTurnTest(TempDirTestCase):
         self.store = self.open_store()
         self.sampler = Sampler(self.store, self.config(host="box", nvidia_smi=FAKE_NVIDIA_SMI), root=self.root,
                                paths=(self.dir,), monotonic=self.clock)
+        self.addCleanup(self.sampler.close)  # its nvidia-smi stream
 
     def test_two_turns_write_the_fixtures_readings_with_rates_over_the_interval(self):
         first = self.sampler.run_once()
@@ -140,6 +141,7 @@ class SamplerTurnTest(TempDirTestCase):
         self.patch_environ(FAKE_NVIDIA_SMI="hang", FAKE_NVIDIA_SMI_SLEEP="60")
         hung = Sampler(self.store, self.config(host="hung", nvidia_smi=FAKE_NVIDIA_SMI), root=self.root,
                        monotonic=self.clock)
+        self.addCleanup(hung.close)
         hung._gpu_states = lambda: gpu_readings.sample_gpu_states(hung._command, timeout=0.5)
         hung._performance = lambda: gpu_readings.sample_performance(hung._command, timeout=0.5)
         started = time.monotonic()

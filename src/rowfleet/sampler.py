@@ -8,10 +8,11 @@ the first stops or dies and its lease lapses (``lease_ttl``).
 
 Each turn (``run_once``) reads the host (``telemetry.sample.read_host``), turns the read
 and the previous one into a row's readings (rates and counter deltas over the interval)
-and writes the detail row. nvidia-smi is asked for the GPUs' state every turn but for its
-clock-event counters (``-q -d PERFORMANCE``, slower) every ``PERFORMANCE_EVERY`` seconds:
-the counters are cumulative, so asking less often loses no throttle second. A host without
-nvidia-smi is asked again only every ``ABSENT_GPU_RECHECK`` seconds. Once a minute has
+and writes the detail row. The GPUs' state comes from one nvidia-smi left running in loop
+mode (``telemetry.gpu_stream``: starting nvidia-smi each turn would cost more than all the
+rest); its clock-event counters (``-q -d PERFORMANCE``) are asked for every
+``PERFORMANCE_EVERY`` seconds: they are cumulative, so asking less often loses no throttle
+second. A host without nvidia-smi is asked again only every ``ABSENT_GPU_RECHECK`` seconds. Once a minute has
 passed, its detail rows are folded into one minute row (``fold_minute``), written once
 whoever folds it; a sampler that starts folds the minutes of the last hour it finds
 unfolded, so a restart leaves no hole in the minute tier. Pruning both tiers is the
@@ -38,6 +39,7 @@ from rowfleet.errors import DatabaseBroken, RowfleetError
 from rowfleet.store import Store, open_store, sqlite_path
 from rowfleet.store.telemetry import DETAIL, MINUTE
 from rowfleet.telemetry import gpu, gpu_readings
+from rowfleet.telemetry.gpu_stream import GpuStateStream
 from rowfleet.telemetry.sample import HostReads, fold_minute, read_host, readings_of
 
 log = logging.getLogger("rowfleet.sampler")
@@ -116,6 +118,7 @@ class Sampler:
         self._read = read
         self._monotonic = monotonic
         self._command = gpu.command_argv(config.nvidia_smi)
+        self._stream = GpuStateStream(self._command, self.every)
         self.previous: HostReads | None = None
         self.last_readings: dict[str, Any] = {}
         self.performance_before: gpu_readings.GpuPerformanceSample | None = None
@@ -167,7 +170,7 @@ class Sampler:
         return reads
 
     def _gpu_states(self) -> gpu_readings.GpuStateSample:
-        states = gpu_readings.sample_gpu_states(self._command)
+        states = self._stream.latest()
         self._last_state_timed_out = states.unknown is not None and states.unknown.kind == gpu.TIMEOUT
         return states
 
@@ -215,11 +218,17 @@ class Sampler:
                         last_error = started
                 stop.wait(max(0.0, self.every - (self._monotonic() - started)))
         finally:
-            if self.holding:
-                try:
-                    self.store.release_sampler(self.host, self.holder)
-                except (RowfleetError, Interrupted):
-                    pass  # it lapses by itself
+            self.close()
+
+    def close(self) -> None:
+        """Stop the nvidia-smi stream and let the host's lease go (it lapses anyway)."""
+        self._stream.close()
+        if self.holding:
+            self.holding = False
+            try:
+                self.store.release_sampler(self.host, self.holder)
+            except (RowfleetError, Interrupted):
+                pass  # it lapses by itself
 
 
 class Interrupted(BaseException):

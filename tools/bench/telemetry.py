@@ -4,7 +4,7 @@
 idle ``rowfleet worker`` run side by side on one SQLite file for the same wall time, and
 their CPU (their own and their children's, from ``/proc/PID/stat``) is compared; then
 once more with the fake nvidia-smi (a Python script answering from captured output, so
-the GPU path is paid for: two process starts a turn). Then the storage: the rows that
+the GPU path is paid for: the stream left running, and a query of the counters every 30 s). Then the storage: the rows that
 sampler wrote are copied into fresh databases, as many as one host writes in an hour of
 detail rows and in a day of minute rows (folded from them), and the file's growth per
 row gives each tier's rows and bytes per host per day, and what each keeps by default.
@@ -78,11 +78,17 @@ def _side_by_side(path: str, seconds: float, nvidia_smi: str) -> tuple[float, fl
 
 
 def _cpu(pid: int) -> float:
-    """Seconds of CPU ``pid`` and its waited-for children (nvidia-smi) used."""
-    with open(f"/proc/{pid}/stat") as file:
-        fields = file.read().rsplit(")", 1)[1].split()
+    """Seconds of CPU ``pid`` used, with its children's: the exited ones it waited for (each
+    one-shot nvidia-smi) and the live ones (the nvidia-smi left running in loop mode)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/task/{pid}/children") as file:
+            children = [int(child) for child in file.read().split()]
+    except FileNotFoundError:
+        return 0.0  # exited meanwhile: its parent's cutime holds it
     utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
-    return (utime + stime + cutime + cstime) / CLOCK_TICKS
+    return (utime + stime + cutime + cstime) / CLOCK_TICKS + sum(_cpu(child) for child in children)
 
 
 def _wait_for_rows(path: str, n: int, timeout: float = 60.0) -> None:

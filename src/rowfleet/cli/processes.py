@@ -138,21 +138,28 @@ def cmd_sampler(args: argparse.Namespace, config: configuration.Config) -> int:
     if args.every is not None:
         config = config.replace(sample_every=args.every)
     if args.once:
-        with open_store(config) as store:
-            store.require_schema()
-            host = sampler.Sampler(store, config, paths=sampler.disk_paths(config))
-            host.run_once()  # the first reading: the base of the rates
-            time.sleep(config.sample_every)
-            turn = host.run_once()
-            if turn.standby:
-                raise Conflict(f"another sampler of host {config.host!r} is writing its samples; "
-                                    f"this one wrote nothing")
-            store.release_sampler(config.host, host.holder)
-            print_json({"host": config.host, "at": turn.at, "readings": host.last_readings})
-        return exitcodes.OK
+        return _sample_once(config)
     stop = threading.Event()
     on_stop_signals(sampler.stop_handler(stop))
     return sampler.sample_host(config, stop)
+
+
+def _sample_once(config: configuration.Config) -> int:
+    """Two readings ``sample_every`` apart (the first is the base of the rates); the second
+    written and printed."""
+    with open_store(config) as store:
+        store.require_schema()
+        host = sampler.Sampler(store, config, paths=sampler.disk_paths(config))
+        try:
+            host.run_once()
+            time.sleep(config.sample_every)
+            turn = host.run_once()
+        finally:
+            host.close()
+        if turn.standby:
+            raise Conflict(f"another sampler of host {config.host!r} is writing its samples; this one wrote nothing")
+        print_json({"host": config.host, "at": turn.at, "readings": host.last_readings})
+    return exitcodes.OK
 
 
 def _gpu_settings(args: argparse.Namespace) -> GpuSettings | None:

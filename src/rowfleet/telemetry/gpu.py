@@ -473,6 +473,9 @@ def run_nvidia_smi(argv: Sequence[str], timeout: float) -> tuple[int, str, str] 
     except subprocess.TimeoutExpired:
         _abandon(child)
         return classify_gpu_failure(None, program=program, timeout=timeout)
+    except BaseException:  # a stop signal's exception: the child, in its own group, must not outlive us
+        _abandon(child)
+        raise
     return child.returncode, stdout, stderr
 
 
