@@ -56,6 +56,7 @@ SAMPLES = {
     config.AT_LEAST_ONE: ("4", 4),
     config.AT_LEAST_ZERO: ("0", 0),
     config.MODULES: ("app, lib.tasks", ("app", "lib.tasks")),
+    config.PATHS: ("/data, /models", ("/data", "/models")),
 }
 TEXT_SAMPLES = {"db": ("other.db", "other.db"), "project": ("alpha", "alpha"), "host": ("box-1", "box-1"),
                 "synchronous": ("normal", "NORMAL"), "nvidia_smi": ("/opt/smi", "/opt/smi"),
@@ -70,7 +71,8 @@ def sample(setting: config.Setting) -> tuple[str, object]:
 FIELDS = ("db", "project", "host", "lease", "renew", "heartbeat", "poll", "interval", "backoff_base", "backoff_max",
           "retention", "synchronous", "busy_timeout", "budget", "stall_window", "stall_samples", "stall_spacing",
           "idle_gpu", "memory_delta_mb", "gpu_first_window", "gpu_window", "gpu_sample", "watchdog_retries",
-          "nvidia_smi", "restart_delay", "restart_delay_max", "cancel_grace", "allow_modules")
+          "nvidia_smi", "restart_delay", "restart_delay_max", "cancel_grace", "sample_every",
+          "sample_detail_keep", "sample_minute_keep", "sample_paths", "allow_modules")
 
 
 class DeclarationTest(unittest.TestCase):
