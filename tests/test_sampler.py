@@ -28,6 +28,7 @@ from rowfleet.sampler import Sampler, minute_of
 from rowfleet.store import telemetry as store_telemetry
 from rowfleet.store.telemetry import DETAIL, MINUTE
 from rowfleet.telemetry import cpu, gpu_readings, sample
+from rowfleet.telemetry.sample import fold_minute
 
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, child_env, wait_until
@@ -122,6 +123,14 @@ class SamplerTurnTest(TempDirTestCase):
         throttled = [name for name in latest if ".throttle_s." in name]
         self.assertTrue(throttled, latest)
         self.assertTrue(all(latest[name] == 0 for name in throttled), latest)
+        # The counters themselves, as last read, for /metrics to give as counters.
+        counters = gpu_readings.sample_performance(FAKE_NVIDIA_SMI).gpus[0]
+        self.assertEqual(latest["gpu.0.throttle_total_s.sw_power_cap"], counters.sw_power_cap_us / 1e6)
+        for row in self.store.host_samples("box", DETAIL):
+            self.assertIn("gpu.0.throttle_total_s.hw_thermal_slowdown", row.readings)
+        minute = fold_minute([row.readings for row in self.store.host_samples("box", DETAIL)])
+        self.assertEqual(minute["gpu.0.throttle_total_s.sw_power_cap"], counters.sw_power_cap_us / 1e6,
+                         "a minute keeps a counter's last value")
 
     def test_a_host_without_nvidia_smi_writes_no_gpu_error_and_asks_again_later(self):
         missing = Sampler(self.store, self.config(host="cpu-box", nvidia_smi=os.path.join(self.dir, "absent")),

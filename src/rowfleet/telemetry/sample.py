@@ -15,6 +15,7 @@ a family, then an instance where there are several, then the reading::
     gpu.<index>.util|mem_util|vram_used_mib|vram_total_mib|temp|mem_temp|power_w|
         power_limit_w|sm_mhz|mem_mhz|max_sm_mhz|pstate|fan|mig|name|reasons
     gpu.<index>.throttle_s.<reason>                        (seconds held back in the interval)
+    gpu.<index>.throttle_total_s.<reason>                  (the driver's counter: seconds since boot)
     gpu.error  interval  samples
 
 Rates, shares and counter deltas cover ``interval``, the seconds since the sampler's
@@ -42,6 +43,8 @@ from rowfleet.telemetry import cpu, disk_net, gpu_readings, host_memory, sensors
 # whose minute value is the mean.
 DELTA_SUFFIXES = (".throttle_events", ".rx_errors", ".tx_errors", ".rx_dropped", ".tx_dropped")
 DELTA_INFIXES = (".throttle_s.",)
+# Counters' running totals (as of their last read): a minute's is the last of its rows'.
+TOTAL_INFIXES = (".throttle_total_s.",)
 # Gauges whose minute row also keeps the highest (":max") or lowest (":min") value, since a
 # spike or a dip inside the minute is what an operator looks for. "*" is one name segment.
 PEAKS = ("cpu.busy", "temp.hottest", "mem.used", "load.1", "gpu.*.util", "gpu.*.temp", "gpu.*.power_w",
@@ -217,7 +220,15 @@ def _gpus(out: dict[str, Any], states: gpu_readings.GpuStateSample | None,
             out[f"gpu.{index}.mig"] = int(state.mig_enabled)
         if state.event_reasons is not None:
             out[f"gpu.{index}.reasons"] = list(state.event_reasons)
-    if performance is None or performance_before is None:
+    fresh = performance is not None and performance.unknown is None
+    newest = performance if fresh else performance_before
+    if newest is not None:  # the counters as last read: Prometheus takes them as counters
+        for position, counters in enumerate(newest.gpus):
+            index = states.states[position].index if position < len(states.states) else position
+            for reason in gpu_readings.COUNTER_REASONS:
+                total = getattr(counters, f"{reason}_us")
+                _put(out, f"gpu.{index}.throttle_total_s.{reason}", None if total is None else total / 1e6, 6)
+    if not fresh or performance_before is None:
         return
     for position, (then, now) in enumerate(zip(performance_before.gpus, performance.gpus)):
         index = states.states[position].index if position < len(states.states) else position
@@ -262,6 +273,9 @@ def _fold_numbers(out: dict[str, Any], name: str, numbers: list[float]) -> None:
     if is_delta(name) or name in ("interval", "samples"):
         total = sum(numbers)
         out[name] = round(total, 3) if isinstance(total, float) else total
+        return
+    if any(infix in name for infix in TOTAL_INFIXES):
+        out[name] = numbers[-1]
         return
     out[name] = round(sum(numbers) / len(numbers), 2)
     if _matches(name, PEAKS):
