@@ -58,6 +58,25 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+_skips_announced: set[str] = set()
+
+
+def require_tool(test: unittest.TestCase, name: str, env_var: str) -> str:
+    """The path of the command ``name``, or skip ``test`` loudly when it is not installed
+    (one ``*** ... SKIPPED ***`` line on the real stderr per tool, which the runner does
+    not swallow); under ``env_var=1`` its absence fails the test instead."""
+    found = shutil.which(name)
+    if found is not None:
+        return found
+    reason = f"{name} is not installed (not found on PATH)"
+    if os.environ.get(env_var) == "1":
+        test.fail(f"{name} required by {env_var}=1 but unavailable: {reason}")
+    if name not in _skips_announced:
+        _skips_announced.add(name)
+        print(f"*** {name} tests SKIPPED: {reason} ***", file=sys.__stderr__ or sys.stderr, flush=True)
+    test.skipTest(reason)
+
+
 def read_fixture(*parts: str) -> str:
     """A fixture file's text (UTF-8), by its path parts."""
     with open(os.path.join(*parts), encoding="utf-8") as file:

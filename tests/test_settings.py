@@ -60,7 +60,7 @@ SAMPLES = {
 }
 TEXT_SAMPLES = {"db": ("other.db", "other.db"), "project": ("alpha", "alpha"), "host": ("box-1", "box-1"),
                 "synchronous": ("normal", "NORMAL"), "nvidia_smi": ("/opt/smi", "/opt/smi"),
-                "log_level": ("DEBUG", "DEBUG")}
+                "log_level": ("DEBUG", "DEBUG"), "metrics_token": ("s3cret", "s3cret")}
 
 
 def sample(setting: config.Setting) -> tuple[str, object]:
@@ -72,7 +72,8 @@ FIELDS = ("db", "project", "host", "lease", "renew", "heartbeat", "poll", "inter
           "retention", "synchronous", "busy_timeout", "budget", "stall_window", "stall_samples", "stall_spacing",
           "idle_gpu", "memory_delta_mb", "gpu_first_window", "gpu_window", "gpu_sample", "watchdog_retries",
           "nvidia_smi", "restart_delay", "restart_delay_max", "cancel_grace", "sample_every",
-          "sample_detail_keep", "sample_minute_keep", "sample_paths", "allow_modules")
+          "sample_detail_keep", "sample_minute_keep", "sample_paths", "metrics_token",
+          "allow_modules")
 
 
 class DeclarationTest(unittest.TestCase):
@@ -155,14 +156,18 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(self.parse("--log-level", "DEBUG", "status").log_level, "DEBUG")
 
     def test_help_shows_every_flag_with_its_default(self):
-        for command, scopes in (([], (config.GLOBAL,)), (["worker"], (config.GLOBAL, config.COMMAND, config.OWN))):
+        # A setting of its own scope shows on the command that reads it.
+        own = {"allow_modules": "worker", "sample_paths": "worker", "metrics_token": "metrics"}
+        self.assertEqual(set(own), {s.name for s in config.SETTINGS if s.scope == config.OWN})
+        for command, scopes in (([], (config.GLOBAL,)), (["worker"], (config.GLOBAL, config.COMMAND)),
+                                (["metrics"], (config.COMMAND,))):
             stdout = io.StringIO()
             with contextlib.redirect_stdout(stdout), self.assertRaises(SystemExit) as exit:
                 cli.main([*command, "--help"])
             self.assertEqual(exit.exception.code, 0)
             shown = " ".join(stdout.getvalue().split())
             for setting in config.SETTINGS:
-                if setting.scope in scopes:
+                if setting.scope in scopes or command and own.get(setting.name) == command[0]:
                     with self.subTest(command=command, flag=setting.flag):
                         self.assertIn(f"{setting.flag} ", shown)
                         self.assertIn(f"default {setting.default_text()})", shown)

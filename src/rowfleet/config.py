@@ -295,6 +295,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sample_paths", (), PATHS, "also report the disk space of the filesystem holding this path",
             "paths whose disk space the sampler reports", check=_paths, flag="--sample-path", scope=OWN,
             shown="the SQLite database's folder"),
+    # Read by `rowfleet metrics` only: a flag would show the secret in the process list.
+    Setting("metrics_token", "", TEXT, "require 'Authorization: Bearer TOKEN' on every /metrics request",
+            "the bearer token `rowfleet metrics` requires", check=partial(names.check_text, empty=True),
+            flag="--token", scope=OWN, shown="none"),
     Setting("allow_modules", (), MODULES, "also run module:function tasks of this module and its submodules, "
             "besides the --app modules", "module prefixes a worker runs `module:function` tasks of",
             check=_module_prefixes, flag="--allow-module", scope=OWN, shown="only the `--app` modules"),

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import dag, gpu, harness, postgres, sqlite, status, telemetry
+from . import dag, gpu, harness, metrics, postgres, sqlite, status, telemetry
 from .harness import Bench, Lab, Row, progress
 
 import rowfleet
@@ -49,6 +49,7 @@ SECTIONS: dict[str, Section] = {
     "wake": Section(sqlite.wake, sqlite.LEGEND),
     "claim": Section(sqlite.claim, sqlite.LEGEND),
     "status": Section(status.run, status.LEGEND),
+    "metrics": Section(metrics.scrape, metrics.LEGEND),
     "dag": Section(dag.run, dag.LEGEND),
     "gpu": Section(gpu.run, gpu.LEGEND),
     "sampler": Section(telemetry.sampler, telemetry.LEGEND),

@@ -28,9 +28,11 @@ from rowfleet.sampler import MINUTE_SECONDS  # noqa: E402  (the harness set sys.
 from rowfleet.store.telemetry import encode_readings  # noqa: E402
 from rowfleet.telemetry.sample import fold_minute  # noqa: E402
 
-LEGEND = ("sampler rows: % of one core over the run, the sampler beside an idle worker (baseline); "
-          "storage rows: from the file's growth per row, at the default cadence (2 s) and horizons "
-          "(detail 1 h, minutes 7 days)")
+LEGEND = """\
+  sampler     % of one core over the run: a real `rowfleet sampler` beside an idle worker
+              (the baseline) on one SQLite file, children's CPU counted (nvidia-smi).
+  storage     rows and bytes a host writes a day, from the file's growth per row, at the
+              default cadence (2 s) and horizons (detail 1 hour, minutes 7 days)."""
 EVERY = 2.0
 DAY = 86400.0
 FAKE_NVIDIA_SMI = ROOT / "tests" / "fixtures" / "bin" / "nvidia-smi"

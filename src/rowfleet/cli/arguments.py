@@ -103,6 +103,13 @@ def sample_path_flag(sub: argparse.ArgumentParser) -> None:
                      help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
 
 
+def metrics_token_flag(sub: argparse.ArgumentParser) -> None:
+    """``--token TOKEN``: the bearer token ``rowfleet metrics`` requires."""
+    setting = SETTING["metrics_token"]
+    sub.add_argument(setting.flag, default=None, metavar="TOKEN", dest="token",
+                     help=_help(setting, f"better: {setting.env}, which keeps it out of the process list"))
+
+
 def with_sample_paths(config: Config, args: argparse.Namespace) -> Config:
     """``config`` with the ``--sample-path`` flags given, else the environment's."""
     return config.replace(sample_paths=tuple(args.sample_paths)) if args.sample_paths else config

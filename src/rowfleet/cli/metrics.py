@@ -1,0 +1,51 @@
+"""The ``metrics`` command: serve ``/metrics`` for Prometheus (``rowfleet.exporter``), or
+print one scrape and exit (``--once``).
+
+The bearer token comes from ``--token`` or, better (a flag shows in ``ps``), the
+``metrics_token`` setting (``ROWFLEET_METRICS_TOKEN``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from functools import partial
+from typing import Callable
+
+from rowfleet import config as configuration
+from rowfleet import exitcodes, exporter, names
+from rowfleet.cli.arguments import Parser, metrics_token_flag, number
+from rowfleet.cli.processes import on_stop_signals
+from rowfleet.store import open_store
+
+TOKEN_ENV = configuration.SETTING["metrics_token"].env
+
+port_number = number(int, "a port number", partial(names.check_int, least=0, most=65535))
+
+
+def add_commands(command: Callable[..., Parser]) -> None:
+    sub = command("metrics", cmd_metrics, "serve the fleet's metrics for Prometheus at /metrics, or print them once")
+    sub.add_argument("--bind", default=exporter.DEFAULT_BIND, metavar="ADDRESS",
+                     help=f"the address to listen on (default {exporter.DEFAULT_BIND}: this machine only)")
+    sub.add_argument("--port", type=port_number, default=exporter.DEFAULT_PORT,
+                     help=f"the port to listen on (default {exporter.DEFAULT_PORT}; 0: any free one)")
+    metrics_token_flag(sub)
+    sub.add_argument("--once", action="store_true", help="print one scrape to stdout and exit")
+
+
+def cmd_metrics(args: argparse.Namespace, config: configuration.Config) -> int:
+    if args.once:
+        with open_store(config) as store:
+            store.require_schema()
+            sys.stdout.write(exporter.scrape(store))
+        return exitcodes.OK
+    if args.token is not None:
+        token = exporter.check_token("--token", args.token)
+    else:
+        token = exporter.check_token(TOKEN_ENV, config.metrics_token or None)
+    stop = threading.Event()
+    on_stop_signals(lambda *_: stop.set())
+    exporter.serve(config, args.bind, args.port, stop, token=token,
+                   listening=lambda url: print(f"serving metrics on {url}", flush=True))
+    return exitcodes.OK
