@@ -270,7 +270,9 @@ class Job:
     unplaceable_at: float | None = None
     warm_claim: bool = False  # its last claim was by a worker that already held its model
     host: str | None = None  # the host it last ran on (kept when it is requeued or ends)
-    tallied_at: float | None = None  # the finish /metrics' tallies counted (its finished_at then)
+    # The finish /metrics' tallies counted (its finished_at then): their bookkeeping, not the
+    # job's state, so two reads of a job the orchestrator tallied between are still equal.
+    tallied_at: float | None = dataclasses.field(default=None, compare=False)
     # Not a column: what in the row could not be decoded (each such column is kept as
     # stored, as text), e.g. "column args is not valid JSON (...)"; None for a sound row.
     unreadable: str | None = None

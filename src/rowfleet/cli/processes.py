@@ -130,7 +130,11 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
 def _sampler_child(config: configuration.Config) -> int:
     stop = threading.Event()
     on_stop_signals(sampler.stop_handler(stop))
-    return sampler.sample_host(config, stop, holder=sampler.holder_name(config.host, os.getppid()))
+    try:
+        return sampler.sample_host(config, stop, holder=sampler.holder_name(config.host, os.getppid()))
+    except RowfleetError as exc:  # a database no wait repairs: one line; the workers' own exit stops the box
+        logging.getLogger("rowfleet.sampler").error("host sampling stopped: %s", exc)
+        return exitcodes.USAGE
 
 
 def cmd_sampler(args: argparse.Namespace, config: configuration.Config) -> int:
