@@ -44,6 +44,8 @@ def package_modules() -> set[str]:
 
 
 class BenchSmokeTest(unittest.TestCase):
+    SLOW = True  # runs bench sections: the full suite and CI
+
     def test_a_quick_section_prints_its_table(self):
         result = bench("--quick", "--section", "batch")
         self.assertEqual(result.returncode, 0, result.stderr)

@@ -22,6 +22,8 @@ def clean_env() -> dict[str, str]:
 
 
 class ZipappTest(TempDirTestCase):
+    SLOW = True  # builds the .pyz and runs it: the full suite and CI
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()

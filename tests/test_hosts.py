@@ -330,6 +330,8 @@ class HostsContract:
 
 
 class SQLiteHostsTest(HostsContract, TempDirTestCase):
+    SLOW = True  # command-line processes: the full suite and CI
+
     def plain_sql(self, statement: str, params: tuple) -> None:
         with contextlib.closing(sqlite3.connect(self.db)) as conn, conn:
             conn.execute(statement, params)

@@ -627,6 +627,8 @@ class ServerTest(TempDirTestCase):
 
 
 class CommandTest(TempDirTestCase):
+    SLOW = True  # command-line processes: the full suite and CI
+
     def setUp(self) -> None:
         super().setUp()
         self.store = self.open_store()
