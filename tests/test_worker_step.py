@@ -11,7 +11,10 @@ import doctest
 import threading
 import unittest
 
-from rowfleet import control, keeper, serving
+from types import SimpleNamespace
+
+from rowfleet import control, exitcodes, keeper, serving
+from rowfleet.errors import LeaseLost
 from rowfleet.config import Config
 from rowfleet.control import Switch
 from rowfleet.keeper import Identity, SwitchCell
@@ -137,6 +140,47 @@ class IdentityTest(unittest.TestCase):
         self.assertEqual(identity, Identity("box:42:1700000000250", "alpha", "box", "gpu", 42, lease=60.0, renew=5.0,
                                             heartbeat=3.0, poll=0.5, cancel_grace=7.0, queues=("gpu",)))
         self.assertEqual(identity.holder, "box:42")
+
+
+class KeeperRenewalTest(unittest.TestCase):
+    """A lost lease ends the worker with 77, but not while an operator's cancel of the job is
+    being carried out: then the watchdog has written it cancelled and exits 80 itself (the
+    keeper's renewal in between once won that race and exited 77)."""
+
+    class LostStore:
+        def renew(self, job, lease):
+            raise LeaseLost(job.id, job.lease_token, "it is cancelled")
+
+    def keeper(self) -> tuple[keeper.Keeper, list[int]]:
+        identity = Identity("box:1:1", "", "box", "q", 1, lease=60.0, renew=1.0, heartbeat=1.0, poll=1.0,
+                            cancel_grace=0.5)
+        exits: list[int] = []
+        watchdog = SimpleNamespace(cancel=lambda job, reason, grace: None)
+        return keeper.Keeper(identity, SwitchCell(), lambda: None, watchdog, exit=exits.append,
+                             wake=lambda: None), exits
+
+    def test_a_lost_lease_exits_77(self):
+        guard, exits = self.keeper()
+        guard.hold(JOB)
+        guard._renew(self.LostStore())
+        self.assertEqual(exits, [exitcodes.REASSIGNED])
+
+    def test_a_lost_lease_of_a_job_being_cancelled_is_left_to_the_watchdog(self):
+        guard, exits = self.keeper()
+        guard.hold(JOB)
+        guard._cancel_seen(JOB, "cancelled by an operator")
+        guard._renew(self.LostStore())
+        self.assertEqual(exits, [])
+
+    def test_a_job_finished_meanwhile_exits_nothing(self):
+        guard, exits = self.keeper()
+        guard.hold(JOB)
+        guard.release()
+        guard._renew(SimpleNamespace(renew=lambda job, lease: self.fail("nothing held: no renewal")))
+        self.assertEqual(exits, [])
+
+
+JOB = SimpleNamespace(id=7, lease_token=4)  # all the keeper reads of the job in hand
 
 
 if __name__ == "__main__":

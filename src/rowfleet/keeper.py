@@ -257,7 +257,11 @@ class Keeper(threading.Thread):
         try:
             renewal = store.renew(job, self.identity.lease)
         except LeaseLost as exc:
-            if self.held() is job:  # not merely finished between our read and the renew
+            with self._lock:
+                held, cancelling = self._job is job, self._cancel_reason is not None
+            # Not merely finished between our read and the renew; and not an operator's cancel
+            # being carried out: the watchdog wrote it cancelled and is ending the process (80).
+            if held and not cancelling:
                 log.error("job %d: %s; it was given to another worker: exiting", job.id, exc)
                 self.exit(exitcodes.REASSIGNED)
             return
