@@ -22,7 +22,7 @@ from rowfleet.hosts import GpuView, gpu_views, host_view, hour_rows, is_stale, m
 from rowfleet.job import JobSpec
 from rowfleet.snapshot import worker_of
 from rowfleet.store.telemetry import DETAIL, MINUTE, HostSample
-from rowfleet.telemetry.sample import fold_minute, throttle_seconds
+from rowfleet.telemetry.readings import fold_minute, throttle_seconds
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 from test_lifecycle import Clock

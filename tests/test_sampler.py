@@ -27,8 +27,8 @@ from rowfleet.orchestrator import Orchestrator
 from rowfleet.sampler import Sampler, minute_of
 from rowfleet.store import telemetry as store_telemetry
 from rowfleet.store.telemetry import DETAIL, MINUTE
-from rowfleet.telemetry import cpu, gpu_readings, sample
-from rowfleet.telemetry.sample import fold_minute
+from rowfleet.telemetry import cpu, gpu_readings, readings, sample
+from rowfleet.telemetry.readings import fold_minute
 
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, child_env, wait_until
@@ -42,7 +42,7 @@ FAKE_NVIDIA_SMI = os.path.join(HERE, "fixtures", "bin", "nvidia-smi")
 
 
 def load_tests(loader, tests, pattern):
-    for module in (sampler, sample, tally, store_telemetry):
+    for module in (sampler, sample, readings, tally, store_telemetry):
         tests.addTests(doctest.DocTestSuite(module))
     return tests
 

@@ -11,7 +11,7 @@ each request and closing it after: an open costs under a millisecond on SQLite a
 new connection (about 10 ms) on PostgreSQL, against a scrape every few seconds at most,
 and then no connection outlives its request, crosses threads or outlives a server restart. ``serve(config, bind, port, stop)`` runs it until ``stop`` is set.
 
-It binds 127.0.0.1 unless told otherwise. The metrics name hosts, queues and tasks, so
+It binds where it is told (`rowfleet metrics`: 127.0.0.1 by default). The metrics name hosts, queues and tasks, so
 binding any other address without a token logs one warning saying that anyone who can
 reach the port can read them.
 
@@ -47,8 +47,6 @@ log = logging.getLogger("rowfleet.metrics")
 PATH = "/metrics"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TEXT = "text/plain; charset=utf-8"
-DEFAULT_BIND = "127.0.0.1"
-DEFAULT_PORT = 9464
 ALLOWED = "GET, HEAD"
 REQUEST_TIMEOUT = 30.0  # seconds a connection may take to send its request; a stalled one ends
 TOKEN_MOST = 4096
@@ -259,7 +257,7 @@ class MetricsServer(http.server.ThreadingHTTPServer):
         return f"http://{f'[{host}]' if ':' in host else host}:{port}{PATH}"
 
 
-def make_server(config: configuration.Config, bind: str = DEFAULT_BIND, port: int = DEFAULT_PORT,
+def make_server(config: configuration.Config, bind: str, port: int,
                 token: str | None = None) -> MetricsServer:
     """A server of ``config``'s database on ``bind``:``port`` (0: a free one), listening but
     not yet serving; ``ConfigError`` when it cannot listen there (the port taken, no such

@@ -12,7 +12,7 @@ tier keeps (``Config.sample_detail_keep``), else from the minute tier.
 Everything between the reads and the values is pure and takes ``now``: a sample's
 readings may have been written by anyone's plain SQL, so a reading that is not what it
 should be (no number, no list of names) reads as unknown, never as an exception. The
-reading names are those of ``rowfleet.telemetry.sample``, whose ``throttle_seconds``,
+reading names are those of ``rowfleet.telemetry.readings``, whose ``throttle_seconds``,
 ``gpu_indexes`` and ``slowdowns`` say what the rows mean; a sample's silence is judged
 by ``rowfleet.liveness`` against the sampler's own interval.
 
@@ -33,7 +33,7 @@ from rowfleet.names import is_finite_number
 from rowfleet.job import iso
 from rowfleet.snapshot import Worker, snapshot
 from rowfleet.store.telemetry import DETAIL, MINUTE, HostSample
-from rowfleet.telemetry.sample import gpu_indexes, slowdowns, throttle_seconds
+from rowfleet.telemetry.readings import gpu_indexes, slowdowns, throttle_seconds
 
 if TYPE_CHECKING:
     from rowfleet.store import Store
@@ -189,7 +189,7 @@ def _sampled(store: "Store", host: str) -> bool:
 def host_view(sample: HostSample, throttle: Mapping[str, Mapping[str, float]], workers: Iterable[Worker],
               now: float) -> HostView:
     """The view of a host's newest sample at ``now``, with its GPUs' throttle seconds
-    (``telemetry.sample.throttle_seconds`` of the last hour's rows) and the jobs that
+    (``telemetry.readings.throttle_seconds`` of the last hour's rows) and the jobs that
     ``workers`` on the host are running.
 
     >>> view = host_view(HostSample("box", "detail", 100.0, {"cpu.busy": 37.5, "load.1": "x", "interval": 2.0,

@@ -18,7 +18,7 @@ sample's interval are no counter and are left out; the driver's running totals
 (``gpu.N.throttle_total_s.REASON``) are one, and the last hour's seconds are a gauge when
 the caller has them.
 
-Imports the pure ``rowfleet.tally``, ``rowfleet.control`` and ``rowfleet.telemetry.sample``
+Imports the pure ``rowfleet.tally``, ``rowfleet.control`` and ``rowfleet.telemetry.readings``
 (the names of readings) only. The snapshot and the store's rows come as arguments: their
 types are named in annotations, never imported, since this module sits below them; nothing
 of the store, the command line, the panel or the HTTP server.
@@ -32,7 +32,7 @@ import math
 from typing import Any, Iterable, Iterator, Mapping
 
 from rowfleet import control, tally
-from rowfleet.telemetry import sample as readings_names
+from rowfleet.telemetry import readings as readings_names
 
 PREFIX = "rowfleet_"
 GAUGE, COUNTER, HISTOGRAM = "gauge", "counter", "histogram"

@@ -40,7 +40,8 @@ from rowfleet.store import Store, open_store, sqlite_path
 from rowfleet.store.telemetry import DETAIL, MINUTE
 from rowfleet.telemetry import gpu, gpu_readings
 from rowfleet.telemetry.gpu_stream import GpuStateStream
-from rowfleet.telemetry.sample import HostReads, fold_minute, read_host, readings_of
+from rowfleet.telemetry.readings import fold_minute
+from rowfleet.telemetry.sample import HostReads, read_host, readings_of
 
 log = logging.getLogger("rowfleet.sampler")
 

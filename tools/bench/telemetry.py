@@ -26,7 +26,7 @@ from .harness import ROOT, SRC, Bench, Row, progress
 
 from rowfleet.sampler import MINUTE_SECONDS  # noqa: E402  (the harness set sys.path)
 from rowfleet.store.telemetry import encode_readings  # noqa: E402
-from rowfleet.telemetry.sample import fold_minute  # noqa: E402
+from rowfleet.telemetry.readings import fold_minute  # noqa: E402
 
 LEGEND = """\
   sampler     % of one core over the run: a real `rowfleet sampler` beside an idle worker

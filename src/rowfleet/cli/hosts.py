@@ -1,7 +1,7 @@
 """The hosts command: every host's newest telemetry at a glance (``rowfleet hosts``), and
 one host's series over a window (``rowfleet hosts HOST --since 1h``), rendering the
 hosts' read model (``rowfleet.hosts``). Formats only: what a reading means is decided
-there and in ``rowfleet.telemetry.sample``; imports no driver and writes no SQL."""
+there and in ``rowfleet.telemetry.readings``; imports no driver and writes no SQL."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from rowfleet.hosts import GpuView, HostSeries, HostView, host_series, hosts, re
 from rowfleet.job import iso
 from rowfleet.store import open_store
 from rowfleet.store.telemetry import TIERS
-from rowfleet.telemetry.sample import gpu_indexes
+from rowfleet.telemetry.readings import gpu_indexes
 
 DEFAULT_SINCE = "1h"
 GIB = 2 ** 30

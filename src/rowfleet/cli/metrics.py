@@ -14,27 +14,34 @@ from functools import partial
 from typing import Callable
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, exporter, names
+from rowfleet import exitcodes, names
 from rowfleet.cli.arguments import Parser, metrics_token_flag, number
 from rowfleet.cli.processes import on_stop_signals
 from rowfleet.store import open_store
 
 TOKEN_ENV = configuration.SETTING["metrics_token"].env
 
+# This machine only, unless told otherwise; 9464 is no other exporter's default port.
+DEFAULT_BIND = "127.0.0.1"
+DEFAULT_PORT = 9464
+
 port_number = number(int, "a port number", partial(names.check_int, least=0, most=65535))
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
     sub = command("metrics", cmd_metrics, "serve the fleet's metrics for Prometheus at /metrics, or print them once")
-    sub.add_argument("--bind", default=exporter.DEFAULT_BIND, metavar="ADDRESS",
-                     help=f"the address to listen on (default {exporter.DEFAULT_BIND}: this machine only)")
-    sub.add_argument("--port", type=port_number, default=exporter.DEFAULT_PORT,
-                     help=f"the port to listen on (default {exporter.DEFAULT_PORT}; 0: any free one)")
+    sub.add_argument("--bind", default=DEFAULT_BIND, metavar="ADDRESS",
+                     help=f"the address to listen on (default {DEFAULT_BIND}: this machine only)")
+    sub.add_argument("--port", type=port_number, default=DEFAULT_PORT,
+                     help=f"the port to listen on (default {DEFAULT_PORT}; 0: any free one)")
     metrics_token_flag(sub)
     sub.add_argument("--once", action="store_true", help="print one scrape to stdout and exit")
 
 
 def cmd_metrics(args: argparse.Namespace, config: configuration.Config) -> int:
+    # Here, not at the top: the HTTP server's modules would slow every other command's start.
+    from rowfleet import exporter
+
     if args.once:
         with open_store(config) as store:
             store.require_schema()

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from functools import partial
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, models, names, routing, sampler, tasks, waiting
+from rowfleet import exitcodes, models, names, routing, tasks, waiting
 from rowfleet.cli.arguments import Parser, allow_module_flag, positive_float, positive_int, trusted
 from rowfleet.cli.arguments import sample_path_flag, with_sample_paths
 from rowfleet.cli.arguments import non_negative_int, number
@@ -128,6 +128,8 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
 
 
 def _sampler_child(config: configuration.Config) -> int:
+    from rowfleet import sampler  # here: its parsers would slow every other command's start
+
     stop = threading.Event()
     on_stop_signals(sampler.stop_handler(stop))
     try:
@@ -138,6 +140,8 @@ def _sampler_child(config: configuration.Config) -> int:
 
 
 def cmd_sampler(args: argparse.Namespace, config: configuration.Config) -> int:
+    from rowfleet import sampler  # here: its parsers would slow every other command's start
+
     config = with_sample_paths(config, args)
     if args.every is not None:
         config = config.replace(sample_every=args.every)
@@ -151,6 +155,8 @@ def cmd_sampler(args: argparse.Namespace, config: configuration.Config) -> int:
 def _sample_once(config: configuration.Config) -> int:
     """Two readings ``sample_every`` apart (the first is the base of the rates); the second
     written and printed."""
+    from rowfleet import sampler
+
     with open_store(config) as store:
         store.require_schema()
         host = sampler.Sampler(store, config, paths=sampler.disk_paths(config))

@@ -5,7 +5,7 @@
 -- hour, "at" the moment it was taken (the database's clock on PostgreSQL); tier 'minute': a
 -- whole minute's readings folded into one (means, sums of counter deltas, peaks), "at" the
 -- minute's start, kept about a week. readings: a JSON object of named readings (see
--- rowfleet.telemetry.sample), written by the host's sampler or by anyone's plain SQL.
+-- rowfleet.telemetry.readings), written by the host's sampler or by anyone's plain SQL.
 CREATE TABLE host_samples (
     host     text NOT NULL,
     tier     text NOT NULL CHECK (tier IN ('detail', 'minute')),
