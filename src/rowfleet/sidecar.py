@@ -28,8 +28,6 @@ import shlex
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from typing import Callable, Iterable
 
 from rowfleet.errors import ConfigError, RowfleetError
@@ -265,6 +263,11 @@ class Sidecar:
 
 
 def _healthy(url: str) -> bool:
+    # Imported here: urllib.request brings http.client, ssl and email, which would slow the
+    # start of every command (a worker imports this module) for a check few workers make.
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=2.0) as response:
             return 200 <= response.status < 300
