@@ -315,7 +315,7 @@ class HostsTest(unittest.TestCase):
                    "gpu.0.throttle_s.sw_power_cap": 1.5, "gpu.0.name": "H100", "gpu.0.reasons": ["gpu_idle"],
                    "gpu.0.throttle_total_s.": 1, "gpu..throttle_total_s.x": 1, "gpu.0.x.throttle_total_s.y": 1,
                    "gpu.0.throttle_total_s.hw_slowdown": "lots", "gpu..util": 5, "net..rx_bps": 5, "disk..used": 1, "temp.": 3, "samples": 1, "interval": 2.0,
-                   "mystery": 4}
+                   "mystery": 4, "load.5": 10 ** 400}  # JSON from plain SQL may hold an integer no float holds
         parsed = exposed(fleet(), rows(samples=[host(garbage)]))
         self.assertEqual([name for name, _ in parsed.samples if "_host_" in name or "_gpu_" in name],
                          ["rowfleet_host_sample_age_seconds"])

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Any, Iterable, Iterator, Mapping
 
 from rowfleet import control, tally
+from rowfleet.names import is_finite_number
 from rowfleet.telemetry import readings as readings_names
 
 PREFIX = "rowfleet_"
@@ -375,5 +375,4 @@ def _scaled(value: float, scale: float) -> float:
     return round(scaled, 6) if isinstance(scaled, float) else scaled
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+_finite = is_finite_number  # one rule for a number read from a row
