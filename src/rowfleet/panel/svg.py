@@ -1,0 +1,142 @@
+"""The panel's charts as inline SVG, drawn by small pure functions (no library, no script).
+
+Owns ``segments`` (a series cut where samples are missing, so that no line is ever drawn
+across a gap), ``sparkline`` (a queue's last hour in a table cell) and ``time_chart`` (one
+host's readings on the Flight Deck's shared time axis, with a hover title on every point
+and ticks where jobs started and ended). Every label and title is escaped with
+``html.escape``; numbers are written by one formatter, so no value ever reaches the SVG as
+markup. Pure: takes the points and the window, returns text. Imports only the leaf
+``rowfleet.names``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from typing import Iterable, Sequence
+
+from rowfleet.names import is_finite_number
+
+Point = tuple[float, float]  # (time in epoch seconds, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One line of a chart: its label (shown in the titles), its points, and its CSS class."""
+
+    label: str
+    points: Sequence[Point]
+    css: str = "line"
+    unit: str = ""
+
+
+def segments(points: Iterable[Point], gap: float) -> list[list[Point]]:
+    """``points`` in time order, cut into runs wherever two neighbours are more than ``gap``
+    seconds apart; a point that is no finite number is a gap too.
+
+    >>> segments([(0, 1), (2, 2), (4, 3), (20, 4), (22, float("nan")), (24, 5)], gap=5)
+    [[(0, 1), (2, 2), (4, 3)], [(20, 4)], [(24, 5)]]
+    >>> segments([], gap=5)
+    []
+    """
+    runs: list[list[Point]] = []
+    previous: float | None = None
+    for at, value in sorted(points, key=lambda point: point[0]):
+        if not (_finite(at) and _finite(value)):
+            previous = None
+            continue
+        if previous is None or at - previous > gap:
+            runs.append([])
+        runs[-1].append((at, value))
+        previous = at
+    return runs
+
+
+def sparkline(points: Sequence[Point], start: float, end: float, *, gap: float, width: int = 120,
+              height: int = 24, label: str = "") -> str:
+    """A small chart of ``points`` over ``[start, end]``, scaled to its own maximum.
+
+    >>> svg = sparkline([(0, 0), (30, 5), (60, 10)], 0, 60, gap=40, width=60, height=10, label="done <1h>")
+    >>> svg.startswith('<svg class="spark" viewBox="0 0 60 10"') and "done &lt;1h&gt;" in svg
+    True
+    >>> '<polyline points="0,10 30,5 60,0"' in svg
+    True
+    """
+    top = max((value for _, value in points if _finite(value)), default=0.0)
+    lines = _lines([Series(label, points)], start, end, 0.0, top or 1.0, width, height, gap)
+    return (f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+            f'aria-label="{_text(label)}">{lines}</svg>')
+
+
+def time_chart(series: Sequence[Series], start: float, end: float, *, gap: float, low: float = 0.0,
+               high: float | None = None, width: int = 600, height: int = 80,
+               ticks: Sequence[tuple[float, str]] = ()) -> str:
+    """``series`` on one time axis ``[start, end]`` (shared by every chart of a page, so
+    hosts line up), values from ``low`` to ``high`` (default: the largest value), each
+    point with a ``<title>`` for hover, and a tick at each ``(time, title)`` of ``ticks``.
+
+    >>> chart = time_chart([Series("gpu0 util", [(10, 50.0), (20, 100.0)], unit="%")], 0, 20, gap=15,
+    ...                    high=100, width=20, height=10, ticks=[(10, "job 7 started")])
+    >>> '<polyline points="10,5 20,0"' in chart, "gpu0 util 100 %" in chart, "job 7 started" in chart
+    (True, True, True)
+    """
+    values = [value for one in series for _, value in one.points if _finite(value)]
+    top = high if high is not None else max(values, default=low + 1.0)
+    if not top > low:
+        top = low + 1.0
+    marks = "".join(
+        f'<line class="tick" x1="{_number(x)}" y1="0" x2="{_number(x)}" y2="{height}">'
+        f'<title>{_text(title)}</title></line>'
+        for at, title in ticks if _finite(at) and start <= at <= end
+        for x in (_x(at, start, end, width),))
+    lines = _lines(series, start, end, low, top, width, height, gap, titled=True)
+    return (f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+            f'preserveAspectRatio="none" role="img">{marks}{lines}</svg>')
+
+
+def _lines(series: Sequence[Series], start: float, end: float, low: float, high: float, width: int,
+           height: int, gap: float, titled: bool = False) -> str:
+    drawn = []
+    for one in series:
+        for run in segments(one.points, gap):
+            visible = [(at, value) for at, value in run if start <= at <= end]
+            if not visible:
+                continue
+            xy = [(_x(at, start, end, width), _y(value, low, high, height)) for at, value in visible]
+            if len(xy) == 1:  # a lone sample between gaps: a dot, not a line to nowhere
+                x, y = xy[0]
+                drawn.append(f'<circle class="{_text(one.css)}" cx="{_number(x)}" cy="{_number(y)}" r="1.5"/>')
+            else:
+                coordinates = " ".join(f"{_number(x)},{_number(y)}" for x, y in xy)
+                drawn.append(f'<polyline points="{coordinates}" class="{_text(one.css)}" fill="none"/>')
+            if titled:
+                drawn.extend(f'<circle class="hover" cx="{_number(x)}" cy="{_number(y)}" r="3">'
+                             f'<title>{_text(f"{one.label} {_number(value)} {one.unit}".strip())}</title></circle>'
+                             for (x, y), (_, value) in zip(xy, visible))
+    return "".join(drawn)
+
+
+def _x(at: float, start: float, end: float, width: int) -> float:
+    return 0.0 if end <= start else (at - start) / (end - start) * width
+
+
+def _y(value: float, low: float, high: float, height: int) -> float:
+    share = (min(max(value, low), high) - low) / (high - low)  # out of range: drawn at the edge
+    return height - share * height
+
+
+def _number(value: float) -> str:
+    """A coordinate or value as SVG takes it: at most two decimals, no exponent.
+
+    >>> _number(3.0), _number(2.456), _number(-0.001)
+    ('3', '2.46', '0')
+    """
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def _text(value: str) -> str:
+    return html.escape(str(value), quote=True)
+
+
+_finite = is_finite_number  # a reading from a row may be anything: only numbers are drawn
