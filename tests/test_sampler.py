@@ -271,7 +271,14 @@ class SamplerContract:
 
 
 class SQLiteSamplerTest(SamplerContract, TempDirTestCase):
-    pass
+    def test_rows_whose_time_is_no_number_do_not_stop_the_fold(self):
+        # SQLite keeps text in a REAL column: plain SQL may leave a row the fold must step over.
+        now = self.store.clock()
+        self.insert_rows("box", DETAIL, [minute_of(now) - 60 + 1])
+        self.plain_sql("INSERT INTO host_samples (host, tier, at, readings) VALUES (?, ?, ?, ?)",
+                       ("box", MINUTE, "soon", "{}"), ("box", DETAIL, "later", "{}"))
+        self.assertEqual(self.a_sampler(holder="box:1")._fold_minutes(now), 1)
+        self.assertEqual(self.store.sample_times("box", MINUTE, since=0), [minute_of(now) - 60])
 
 
 class PostgresSamplerTest(SamplerContract, PostgresDatabaseCase, TempDirTestCase):

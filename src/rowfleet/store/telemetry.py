@@ -131,8 +131,8 @@ class TelemetryStore(StoreCore):
     def sample_times(self, host: str, tier: str, since: float) -> list[float]:
         """When ``host``'s rows of ``tier`` since ``since`` were taken, oldest first."""
         _check_tier(tier)
-        return [float(row["at"]) for row in self.reader().all("host_sample_times", host=host, tier=tier,
-                                                              since=float(since))]
+        rows = self.reader().all("host_sample_times", host=host, tier=tier, since=float(since))
+        return [float(row["at"]) for row in rows if is_finite_number(row["at"])]  # plain SQL may write text
 
     def latest_host_samples(self) -> list[HostSample]:
         """Each host's newest detail row, by host."""
