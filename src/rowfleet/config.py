@@ -197,17 +197,26 @@ def _check_command(what: str, value: Any) -> str:
     return names.check_text(what, value)
 
 
+def _items(what: str, value: Any, kind: str) -> tuple[str, ...]:
+    """A list setting's items: a comma list or an iterable, stripped, blanks dropped.
+
+    >>> _items("sample_paths", "/data, ,/scratch", "paths")
+    ('/data', '/scratch')
+    """
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        return tuple(str(item).strip() for item in items if str(item).strip())
+    except TypeError:
+        raise ConfigError(f"{what} must be {kind}, got {names.shown(value)}") from None
+
+
 def _module_prefixes(what: str, value: Any) -> tuple[str, ...]:
     """Module prefixes as a tuple: a comma list or an iterable of dotted module names.
 
     >>> _module_prefixes("allow_modules", "app, lib.tasks"), _module_prefixes("allow_modules", ["app"])
     (('app', 'lib.tasks'), ('app',))
     """
-    items = value.split(",") if isinstance(value, str) else value
-    try:
-        prefixes = tuple(str(item).strip() for item in items if str(item).strip())
-    except TypeError:
-        raise ConfigError(f"{what} must be module names, got {names.shown(value)}") from None
+    prefixes = _items(what, value, "module names")
     for prefix in prefixes:
         if not all(part.isidentifier() for part in prefix.split(".")):
             raise ConfigError(f"{what}: {names.shown(prefix)} is not a module name (like pkg or pkg.sub)")
@@ -220,11 +229,7 @@ def _paths(what: str, value: Any) -> tuple[str, ...]:
     >>> _paths("sample_paths", "/data, /scratch"), _paths("sample_paths", ["/models"])
     (('/data', '/scratch'), ('/models',))
     """
-    items = value.split(",") if isinstance(value, str) else value
-    try:
-        paths = tuple(str(item).strip() for item in items if str(item).strip())
-    except TypeError:
-        raise ConfigError(f"{what} must be paths, got {names.shown(value)}") from None
+    paths = _items(what, value, "paths")
     for path in paths:
         names.check_text(what, path)
     return paths
