@@ -77,6 +77,22 @@ def require_tool(test: unittest.TestCase, name: str, env_var: str) -> str:
     test.skipTest(reason)
 
 
+def serve_in_background(test: unittest.TestCase, server: Any) -> Any:
+    """Run an ``http.server`` server on a thread until ``test`` ends (then shut down, joined
+    and closed); the server."""
+    import threading
+
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-server")
+    thread.start()
+
+    def stop() -> None:
+        server.shutdown()
+        thread.join()
+        server.server_close()
+    test.addCleanup(stop)
+    return server
+
+
 def read_fixture(*parts: str) -> str:
     """A fixture file's text (UTF-8), by its path parts."""
     with open(os.path.join(*parts), encoding="utf-8") as file:

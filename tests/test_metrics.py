@@ -30,7 +30,7 @@ from rowfleet.job import COMPLETED, FAILED, JobSpec, Outcome
 from rowfleet.snapshot import Count, Services, Snapshot, worker_of
 from rowfleet.store.telemetry import HostSample, MetricsRows
 from pg_harness import PostgresDatabaseCase
-from support import DEADLINE, TempDirTestCase, child_env, require_tool, wait_until
+from support import DEADLINE, TempDirTestCase, child_env, require_tool, serve_in_background, wait_until
 from test_snapshot import worker_row
 
 PROMETHEUS_ENV = "ROWFLEET_REQUIRE_PROMETHEUS"
@@ -487,15 +487,7 @@ class ServerTest(TempDirTestCase):
         server = exporter.make_server(self.config().replace(db=db or self.db), "127.0.0.1", 0, token)
         if opener is not None:
             server.opener = opener
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-metrics")
-        thread.start()
-
-        def stop() -> None:
-            server.shutdown()
-            thread.join()
-            server.server_close()
-        self.addCleanup(stop)
-        return server
+        return serve_in_background(self, server)
 
     def request(self, server: exporter.MetricsServer, method: str = "GET", path: str = "/metrics",
                 headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:

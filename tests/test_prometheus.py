@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import subprocess
-import threading
 import unittest
 import urllib.parse
 import urllib.request
@@ -21,7 +20,7 @@ import urllib.request
 from rowfleet import exporter
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, JobSpec, Outcome
-from support import DEADLINE, TempDirTestCase, require_tool, wait_until
+from support import DEADLINE, TempDirTestCase, require_tool, serve_in_background, wait_until
 
 SLOW = True  # a server to start: the full suite runs it, --quick leaves it out
 
@@ -55,16 +54,7 @@ class PrometheusScrapeTest(TempDirTestCase):
         self.store = self.open_store()
 
     def serve(self) -> exporter.MetricsServer:
-        server = exporter.make_server(self.config(), "127.0.0.1", 0, token=TOKEN)
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="test-metrics")
-        thread.start()
-
-        def stop() -> None:
-            server.shutdown()
-            thread.join()
-            server.server_close()
-        self.addCleanup(stop)
-        return server
+        return serve_in_background(self, exporter.make_server(self.config(), "127.0.0.1", 0, token=TOKEN))
 
     def start_prometheus(self, target: str) -> tuple[subprocess.Popen, str]:
         config = os.path.join(self.dir, "prometheus.yml")
