@@ -23,7 +23,7 @@ import threading
 import unittest
 from typing import Any
 
-from rowfleet import exporter, metrics
+from rowfleet import exporter, metrics, webserver
 from rowfleet.claim import Claim
 from rowfleet.errors import ConfigError, StoreUnavailable
 from rowfleet.job import COMPLETED, FAILED, JobSpec, Outcome
@@ -38,7 +38,7 @@ NOW = 1000.0
 
 
 def load_tests(loader, tests, pattern):
-    for module in (metrics, exporter):
+    for module in (metrics, exporter, webserver):
         tests.addTests(doctest.DocTestSuite(module))
     return tests
 
@@ -581,7 +581,7 @@ class ServerTest(TempDirTestCase):
             with self.subTest(call=call), self.assertLogs("rowfleet.metrics", "WARNING") as logged:
                 status, headers, body = exporter.metrics_response(
                     FailingStore(self.store, call, StoreUnavailable("the server\nwent away")))
-                self.assertEqual((status, dict(headers)["Content-Type"]), (503, exporter.TEXT))
+                self.assertEqual((status, dict(headers)["Content-Type"]), (503, webserver.TEXT))
                 self.assertOneLine(body)
                 self.assertEqual(logged.output, ["WARNING:rowfleet.metrics:metrics scrape failed: the server went away"])
         status, headers, body = exporter.metrics_response(self.store)

@@ -40,7 +40,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
 def cmd_metrics(args: argparse.Namespace, config: configuration.Config) -> int:
     # Here, not at the top: the HTTP server's modules would slow every other command's start.
-    from rowfleet import exporter
+    from rowfleet import exporter, webserver
 
     if args.once:
         with open_store(config) as store:
@@ -48,9 +48,9 @@ def cmd_metrics(args: argparse.Namespace, config: configuration.Config) -> int:
             sys.stdout.write(exporter.scrape(store))
         return exitcodes.OK
     if args.token is not None:
-        token = exporter.check_token("--token", args.token)
+        token = webserver.check_token("--token", args.token)
     else:
-        token = exporter.check_token(TOKEN_ENV, config.metrics_token or None)
+        token = webserver.check_token(TOKEN_ENV, config.metrics_token or None)
     stop = threading.Event()
     on_stop_signals(lambda *_: stop.set())
     exporter.serve(config, args.bind, args.port, stop, token=token,
