@@ -85,7 +85,7 @@ def time_chart(series: Sequence[Series], start: float, end: float, *, gap: float
     if not top > low:
         top = low + 1.0
     marks = "".join(
-        f'<line class="tick" x1="{_number(x)}" y1="0" x2="{_number(x)}" y2="{height}">'
+        f'<line class="tick" x1="{coordinate(x)}" y1="0" x2="{coordinate(x)}" y2="{height}">'
         f'<title>{_text(title)}</title></line>'
         for at, title in ticks if _finite(at) and start <= at <= end
         for x in (_x(at, start, end, width),))
@@ -105,13 +105,13 @@ def _lines(series: Sequence[Series], start: float, end: float, low: float, high:
             xy = [(_x(at, start, end, width), _y(value, low, high, height)) for at, value in visible]
             if len(xy) == 1:  # a lone sample between gaps: a dot, not a line to nowhere
                 x, y = xy[0]
-                drawn.append(f'<circle class="{_text(one.css)}" cx="{_number(x)}" cy="{_number(y)}" r="1.5"/>')
+                drawn.append(f'<circle class="{_text(one.css)}" cx="{coordinate(x)}" cy="{coordinate(y)}" r="1.5"/>')
             else:
-                coordinates = " ".join(f"{_number(x)},{_number(y)}" for x, y in xy)
+                coordinates = " ".join(f"{coordinate(x)},{coordinate(y)}" for x, y in xy)
                 drawn.append(f'<polyline points="{coordinates}" class="{_text(one.css)}" fill="none"/>')
             if titled:
-                drawn.extend(f'<circle class="hover" cx="{_number(x)}" cy="{_number(y)}" r="3">'
-                             f'<title>{_text(f"{one.label} {_number(value)} {one.unit}".strip())}</title></circle>'
+                drawn.extend(f'<circle class="hover" cx="{coordinate(x)}" cy="{coordinate(y)}" r="3">'
+                             f'<title>{_text(f"{one.label} {coordinate(value)} {one.unit}".strip())}</title></circle>'
                              for (x, y), (_, value) in zip(xy, visible))
     return "".join(drawn)
 
@@ -125,10 +125,10 @@ def _y(value: float, low: float, high: float, height: int) -> float:
     return height - share * height
 
 
-def _number(value: float) -> str:
+def coordinate(value: float) -> str:
     """A coordinate or value as SVG takes it: at most two decimals, no exponent.
 
-    >>> _number(3.0), _number(2.456), _number(-0.001)
+    >>> coordinate(3.0), coordinate(2.456), coordinate(-0.001)
     ('3', '2.46', '0')
     """
     text = f"{value:.2f}".rstrip("0").rstrip(".")
