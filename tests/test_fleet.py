@@ -44,6 +44,20 @@ class SwitchContract:
         self.assertEqual(self.store.switch_in_force("beta", "other-box", "q").policy, "hard")
         self.assertEqual(self.store.switch_in_force("", "box", "q").changed_by, "panic", "hard beats drain")
 
+    def test_every_switch_carries_its_reason_and_is_logged_in_its_transaction(self):
+        self.store.set_switch("", "box", "q", control.OFF, control.HARD, "ops", reason="fan <noisy>")
+        self.store.set_switch("", "box", control.ANY, control.ON, changed_by="ops")
+        self.store.set_switch("", "other", "q", control.OFF, changed_by="ci")
+        self.assertEqual(self.store.switch_in_force("", "box", "q").reason, "fan <noisy>")
+        log = self.store.switch_log()
+        self.assertEqual([(s.host, s.queue, s.desired, s.reason) for s in log],
+                         [("other", "q", "off", ""), ("box", "*", "on", ""), ("box", "q", "off", "fan <noisy>")])
+        self.assertEqual([s.host for s in self.store.switch_log(host="box")], ["box", "box"])
+        self.assertEqual(len(self.store.switch_log(limit=1)), 1)
+        with self.assertRaises(ConfigError):
+            self.store.set_switch("", "box", "q", control.OFF, reason="x" * 501)
+        self.assertEqual(len(self.store.switch_log()), 3, "a refused switch logs nothing")
+
     def test_projects_keep_separate_switches(self):
         self.store.set_switch("alpha", "box", "q", control.OFF)
         self.assertIsNotNone(self.store.switch_in_force("alpha", "box", "q"))

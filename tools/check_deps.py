@@ -58,7 +58,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("services", ("rowfleet.tasks", "rowfleet.watchdog", "rowfleet.worker", "rowfleet.supervisor",
                   "rowfleet.orchestrator", "rowfleet.scheduler", "rowfleet.snapshot", "rowfleet.waiting",
                   "rowfleet.reconnect", "rowfleet.keeper", "rowfleet.models", "rowfleet.sidecar",
-                  "rowfleet.gpu_worker", "rowfleet.sampler", "rowfleet.hosts", "rowfleet.exporter")),
+                  "rowfleet.gpu_worker", "rowfleet.sampler", "rowfleet.hosts", "rowfleet.exporter",
+                  "rowfleet.webserver", "rowfleet.diagnosis")),
     ("surface", ("rowfleet.api", "rowfleet.cli", "rowfleet.panel", "rowfleet.__main__", "rowfleet")),
 )
 

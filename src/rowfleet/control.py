@@ -46,6 +46,7 @@ class Switch:
     policy: str = DRAIN
     changed_by: str = ""
     changed_at: float = 0.0
+    reason: str = ""  # why its writer switched it, free text
 
     @classmethod
     def from_row(cls, row: Any) -> "Switch":
@@ -56,7 +57,8 @@ class Switch:
         "queue gpu of host box in project ''"
         """
         stored = by_name(row, "worker_controls", _SWITCH_COLUMNS)
-        return cls(**{name: stored[name] for name in _SWITCH_COLUMNS})
+        # reason came with schema 15; plain SQL may store NULL in it.
+        return cls(**{name: stored[name] for name in _SWITCH_COLUMNS}, reason=str(stored.get("reason") or ""))
 
     def applies_to(self, project: str, host: str, queue: str) -> bool:
         """
@@ -83,7 +85,7 @@ class Switch:
         return dataclasses.asdict(self)
 
 
-_SWITCH_COLUMNS = frozenset(field.name for field in dataclasses.fields(Switch))
+_SWITCH_COLUMNS = frozenset(field.name for field in dataclasses.fields(Switch)) - {"reason"}
 
 
 def in_force(switches: Iterable[Switch], project: str, host: str, queue: str) -> Switch | None:

@@ -36,6 +36,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
                      help="off: drain (finish the job in hand, then park; default) or hard (hand the job "
                           "back and exit 79)")
     sub.add_argument("--by", help="who asks, recorded on the switch (default: this user)")
+    sub.add_argument("--reason", default="", help="why, recorded on the switch and in its log (free text)")
     sub.add_argument("--json", action="store_true")
 
     sub = command("model-control", cmd_model_control, "pin, forbid, unload or preload a model on a box, or list "
@@ -66,7 +67,8 @@ def cmd_control(args: argparse.Namespace, config: configuration.Config) -> int:
     project = control.ANY if args.all_projects else config.project
     with open_store(config) as store:
         store.require_schema()
-        switch = store.set_switch(project, host, queue, args.desired, args.policy, args.by or _user())
+        switch = store.set_switch(project, host, queue, args.desired, args.policy, args.by or _user(),
+                                  reason=args.reason)
         # Off wins: turning one row on does not free workers that a wider off row holds.
         still_held = [held for held in store.switches() if held.desired == control.OFF and held != switch
                       and held.applies_to(switch.project, switch.host, switch.queue)] \

@@ -4,7 +4,7 @@ Each part is written once for every dialect against named queries: ``JobStore``
 (``store/jobs.py``), ``RunStore`` (workflow runs and the outbox, ``store/runs.py``),
 ``ScheduleStore`` (``store/schedules.py``), ``FleetStore`` (workers, switches,
 orchestrators, ``store/fleet.py``) and ``TelemetryStore`` (host samples and job tallies,
-``store/telemetry.py``), each over ``StoreCore`` (``store/core.py``: the
+``store/telemetry.py``) and ``BrowseStore`` (the panel's bounded reads, ``store/browse.py``), each over ``StoreCore`` (``store/core.py``: the
 transaction interface a dialect implements, the schema, and the steps one part asks of
 another). A dialect (``store/sqlite.py``, ``store/postgres.py``) subclasses ``Store``.
 Only what spans every part lives here: pruning the rows of all of them in one sweep.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 
+from rowfleet.store.browse import BrowseStore
 from rowfleet.store.core import StoreCore, Tx
 from rowfleet.store.fleet import FleetStore
 from rowfleet.store.jobs import JobStore
@@ -24,7 +25,7 @@ from rowfleet.store.telemetry import TelemetryStore
 __all__ = ["Store", "StoreCore", "Tx"]
 
 
-class Store(JobStore, RunStore, ScheduleStore, FleetStore, TelemetryStore, abc.ABC):
+class Store(JobStore, RunStore, ScheduleStore, FleetStore, TelemetryStore, BrowseStore, abc.ABC):
     """One database connection and everything rowfleet does with it. Not thread-safe:
     each thread opens its own."""
 
@@ -44,6 +45,7 @@ class Store(JobStore, RunStore, ScheduleStore, FleetStore, TelemetryStore, abc.A
                 tx.run("prune_run_nodes", retention=retention, limit=batch)
                 deleted += tx.run("prune_runs", retention=retention, limit=batch)
                 tx.run("prune_schedule_slots", retention=retention, limit=batch)
+                tx.run("prune_switch_log", retention=retention)
             total += deleted
             if deleted < batch:
                 return total

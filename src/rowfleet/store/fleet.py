@@ -19,6 +19,8 @@ from rowfleet.errors import ConfigError
 from rowfleet.job import QUEUED, RUNNING, by_name, encode_json
 from rowfleet.store.core import StoreCore, Tx
 
+REASON_MOST = 500  # characters of a switch's reason
+
 
 @dataclasses.dataclass(frozen=True)
 class FleetRows:
@@ -149,8 +151,9 @@ class FleetStore(StoreCore):
     # --- operators' switches -----------------------------------------------------------
 
     def set_switch(self, project: str, host: str, queue: str, desired: str, policy: str = control.DRAIN,
-                   changed_by: str = "") -> Switch:
-        """Write the switch of the workers of (project, host, queue); ``*`` matches all."""
+                   changed_by: str = "", reason: str = "") -> Switch:
+        """Write the switch of the workers of (project, host, queue); ``*`` matches all. The
+        switch log (``switch_log``) gets the same row in the same transaction."""
         if desired not in (control.ON, control.OFF):
             raise ConfigError(f"a switch is {control.ON!r} or {control.OFF!r}, got {desired!r}")
         if policy not in control.POLICIES:
@@ -158,9 +161,18 @@ class FleetStore(StoreCore):
         for what, value in (("project", project), ("host", host), ("queue", queue)):
             if not isinstance(value, str) or (what != "project" and not value):
                 raise ConfigError(f"a switch's {what} must be a non-empty string (or '*' for all), got {value!r}")
+        if not isinstance(reason, str) or len(reason) > REASON_MOST:
+            raise ConfigError(f"a switch's reason is text of at most {REASON_MOST} characters")
         with self.transaction() as tx:
-            return Switch.from_row(tx.one("set_switch", project=project, host=host, queue=queue, desired=desired,
-                                          policy=policy, changed_by=changed_by))
+            switch = Switch.from_row(tx.one("set_switch", project=project, host=host, queue=queue, desired=desired,
+                                            policy=policy, changed_by=changed_by, reason=reason))
+            tx.run("log_switch", **dataclasses.asdict(switch))
+            return switch
+
+    def switch_log(self, host: str | None = None, limit: int = 50) -> list[Switch]:
+        """The newest switches written through rowfleet, newest first: of ``host`` (and
+        every-host rows) or of all hosts."""
+        return [Switch.from_row(row) for row in self.reader().all("switch_log", host=host, limit=limit)]
 
     def switch_in_force(self, project: str, host: str, queue: str) -> Switch | None:
         """The off switch holding the workers of (project, host, queue), or None: they serve."""

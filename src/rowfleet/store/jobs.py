@@ -431,6 +431,16 @@ class JobStore(StoreCore):
         many) and ``oldest_wait`` (seconds the oldest has waited, by the database's clock)."""
         return [dict(row) for row in self.reader().all("model_backlog", project=project, queue=queue)]
 
+    def jobs_ahead(self, job: Job, cap: int = 10_000) -> tuple[int, bool]:
+        """How many due queued jobs of ``job``'s (project, queue) a claim takes before it, in
+        claim order (run-next, priority, due order, id), counted up to ``cap``: ``(n, capped)``,
+        where capped means more than ``n``. Read with the job's sort values as given (one that
+        plain SQL left undecoded is bound as stored: it compares, it never raises)."""
+        run_next = int(job.run_next) if isinstance(job.run_next, bool) else job.run_next
+        row = self.reader().one("jobs_ahead", project=job.project, queue=job.queue, run_next=run_next,
+                                priority=job.priority, run_at=job.run_at, id=job.id, cap=cap)
+        return min(row["n"], cap), row["n"] > cap
+
 
 def _enqueue_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"project": spec.project, "queue": spec.queue, "task": spec.task, "args": spec.args_json(),

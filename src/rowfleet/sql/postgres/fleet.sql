@@ -44,10 +44,10 @@ RETURNING *;
 DELETE FROM workers WHERE last_seen < rowfleet_now(%(now)s) - %(retention)s AND (stopped_at IS NOT NULL OR flagged_dead_at IS NOT NULL);
 
 -- name: set_switch
-INSERT INTO worker_controls (project, host, queue, desired, policy, changed_by, changed_at)
-VALUES (%(project)s, %(host)s, %(queue)s, %(desired)s, %(policy)s, %(changed_by)s, rowfleet_now(%(now)s))
+INSERT INTO worker_controls (project, host, queue, desired, policy, reason, changed_by, changed_at)
+VALUES (%(project)s, %(host)s, %(queue)s, %(desired)s, %(policy)s, %(reason)s, %(changed_by)s, rowfleet_now(%(now)s))
 ON CONFLICT (project, host, queue) DO UPDATE
-SET desired = excluded.desired, policy = excluded.policy, changed_by = excluded.changed_by,
+SET desired = excluded.desired, policy = excluded.policy, reason = excluded.reason, changed_by = excluded.changed_by,
     changed_at = excluded.changed_at
 RETURNING *;
 
@@ -263,3 +263,18 @@ SELECT * FROM model_controls WHERE %(host)s::text IS NULL OR host IN (%(host)s, 
 UPDATE model_controls SET done_at = rowfleet_now(%(now)s)
 WHERE host = %(host)s AND model = %(model)s AND action = %(action)s AND done_at IS NULL
   AND changed_at <= %(changed_at)s;
+
+-- name: log_switch
+-- The switch just written, in the same transaction, as the panel's audit list shows it.
+INSERT INTO worker_control_log (project, host, queue, desired, policy, reason, changed_by, changed_at)
+VALUES (%(project)s, %(host)s, %(queue)s, %(desired)s, %(policy)s, %(reason)s, %(changed_by)s, %(changed_at)s);
+
+-- name: switch_log
+-- The newest switches written through rowfleet, of one host (and its box-wide '*' rows) or all.
+SELECT * FROM worker_control_log
+WHERE (%(host)s::text IS NULL OR host IN (%(host)s, '*'))
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: prune_switch_log
+DELETE FROM worker_control_log WHERE changed_at < rowfleet_now(%(now)s) - %(retention)s;

@@ -476,3 +476,90 @@ FROM ((SELECT required_model AS model, warm_claim FROM jobs
          AND started_at >= %(since)s)) AS claimed
 GROUP BY model
 ORDER BY model;
+
+-- name: find_job
+SELECT * FROM jobs WHERE id = %(id)s;
+
+-- name: search_jobs
+-- A page of the panel's job search, newest first: only ids in [floor, before), a window the
+-- caller bounds, so a filter that matches little never walks every kept job in one request.
+SELECT * FROM jobs
+WHERE id < %(before)s AND id >= %(floor)s
+  AND (%(project)s::text IS NULL OR project = %(project)s)
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(host)s::text IS NULL OR host = %(host)s)
+  AND (%(model)s::text IS NULL OR required_model = %(model)s)
+  AND (%(needle)s::text IS NULL OR strpos(args, %(needle)s) > 0)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: jobs_in_state
+-- The jobs of one project in one state that match the panel's filter, for a bulk action:
+-- jobs_state serves (project, state[, queue]), in no order, so the cap bounds the walk.
+SELECT id FROM jobs
+WHERE project = %(project)s AND state = %(state)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(host)s::text IS NULL OR host = %(host)s)
+  AND (%(model)s::text IS NULL OR required_model = %(model)s)
+  AND (%(needle)s::text IS NULL OR strpos(args, %(needle)s) > 0)
+LIMIT %(limit)s;
+
+-- name: newest_job_id
+SELECT max(id) AS id FROM jobs;
+
+-- name: finished_per_minute
+-- Jobs finished since a time, per project, queue, state and minute (jobs_finished serves it).
+SELECT project, queue, state, floor(finished_at / 60)::bigint AS minute, count(*) AS n
+FROM jobs
+WHERE finished_at >= %(since)s
+GROUP BY project, queue, state, floor(finished_at / 60)::bigint;
+
+-- name: jobs_ended_since
+-- Jobs that ran somewhere and finished since a time, newest first, capped: the ticks of the
+-- Flight Deck's time axis.
+SELECT id, project, queue, task, state, host, started_at, finished_at FROM jobs
+WHERE finished_at >= %(since)s AND host IS NOT NULL
+ORDER BY finished_at DESC
+LIMIT %(limit)s;
+
+-- name: jobs_running
+-- Every running job, where it runs and since when: jobs_lease serves it (SQLite's planner
+-- scans the table instead when asked for an order, so the caller sorts).
+SELECT id, project, queue, task, state, host, started_at, finished_at FROM jobs
+WHERE state = 'running' AND lease_expires_at IS NOT NULL;
+
+-- name: jobs_ahead
+-- How many due queued jobs of a job's (project, queue) a claim takes before a job sorting
+-- at (%(run_next)s, %(priority)s, %(run_at)s, %(id)s), in claim order (run-next first,
+-- then priority, due order, id), each part counted up to %(cap)s + 1 so that a deep queue
+-- is never walked whole: one range of jobs_claim per step of that order, and the delayed
+-- jobs that have fallen due (a claim promotes them into its order; the jobs_delayed index).
+SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
+                              WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s
+                                AND run_next > %(run_next)s AND run_at <= rowfleet_now(%(now)s)
+                              LIMIT %(cap)s + 1) AS part)
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs
+                              WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s
+                                AND run_next = %(run_next)s AND priority < %(priority)s AND run_at <= rowfleet_now(%(now)s)
+                              LIMIT %(cap)s + 1) AS part)
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs
+                              WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s
+                                AND run_next = %(run_next)s AND priority = %(priority)s AND run_at < %(run_at)s
+                                AND run_at <= rowfleet_now(%(now)s)
+                              LIMIT %(cap)s + 1) AS part)
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs
+                              WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s
+                                AND run_next = %(run_next)s AND priority = %(priority)s AND run_at = %(run_at)s
+                                AND id < %(id)s AND run_at <= rowfleet_now(%(now)s)
+                              LIMIT %(cap)s + 1) AS part)
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs
+                              WHERE state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s
+                                AND run_at <= rowfleet_now(%(now)s)
+                                AND (run_next > %(run_next)s
+                                     OR (run_next = %(run_next)s AND (priority < %(priority)s
+                                         OR (priority = %(priority)s AND (run_at < %(run_at)s
+                                             OR (run_at = %(run_at)s AND id < %(id)s))))))
+                              LIMIT %(cap)s + 1) AS part) AS n;

@@ -137,3 +137,12 @@ WHERE id IN (SELECT id FROM runs WHERE finished_at < rowfleet_now(%(now)s) - %(r
 -- name: listen_dispatch
 -- Orchestrators wait on this channel; the dispatch_notify trigger sends the project.
 LISTEN rowfleet_dispatch;
+
+-- name: search_runs
+-- A page of runs, newest first, of one project or all.
+SELECT * FROM runs
+WHERE id < %(before)s
+  AND (%(project)s::text IS NULL OR project = %(project)s)
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+ORDER BY id DESC
+LIMIT %(limit)s;

@@ -39,10 +39,10 @@ RETURNING *;
 DELETE FROM workers WHERE last_seen < :now - :retention AND (stopped_at IS NOT NULL OR flagged_dead_at IS NOT NULL);
 
 -- name: set_switch
-INSERT INTO worker_controls (project, host, queue, desired, policy, changed_by, changed_at)
-VALUES (:project, :host, :queue, :desired, :policy, :changed_by, :now)
+INSERT INTO worker_controls (project, host, queue, desired, policy, reason, changed_by, changed_at)
+VALUES (:project, :host, :queue, :desired, :policy, :reason, :changed_by, :now)
 ON CONFLICT (project, host, queue) DO UPDATE
-SET desired = excluded.desired, policy = excluded.policy, changed_by = excluded.changed_by,
+SET desired = excluded.desired, policy = excluded.policy, reason = excluded.reason, changed_by = excluded.changed_by,
     changed_at = excluded.changed_at
 RETURNING *;
 
@@ -248,3 +248,18 @@ SELECT * FROM model_controls WHERE :host IS NULL OR host IN (:host, '*') ORDER B
 -- A worker carried out a request: it is done, unless written again since (changed_at).
 UPDATE model_controls SET done_at = :now
 WHERE host = :host AND model = :model AND action = :action AND done_at IS NULL AND changed_at <= :changed_at;
+
+-- name: log_switch
+-- The switch just written, in the same transaction, as the panel's audit list shows it.
+INSERT INTO worker_control_log (project, host, queue, desired, policy, reason, changed_by, changed_at)
+VALUES (:project, :host, :queue, :desired, :policy, :reason, :changed_by, :changed_at);
+
+-- name: switch_log
+-- The newest switches written through rowfleet, of one host (and its box-wide '*' rows) or all.
+SELECT * FROM worker_control_log
+WHERE (:host IS NULL OR host IN (:host, '*'))
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: prune_switch_log
+DELETE FROM worker_control_log WHERE changed_at < :now - :retention;

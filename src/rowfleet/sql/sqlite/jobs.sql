@@ -379,3 +379,90 @@ FROM (SELECT * FROM (SELECT required_model AS model, warm_claim FROM jobs INDEXE
       WHERE project = :project AND state = 'running' AND required_model IS NOT NULL AND started_at >= :since)
 GROUP BY model
 ORDER BY model;
+
+-- name: find_job
+SELECT * FROM jobs WHERE id = :id;
+
+-- name: search_jobs
+-- A page of the panel's job search, newest first: only ids in [floor, before), a window the
+-- caller bounds, so a filter that matches little never walks every kept job in one request.
+SELECT * FROM jobs
+WHERE id < :before AND id >= :floor
+  AND (:project IS NULL OR project = :project)
+  AND (:state IS NULL OR state = :state)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:host IS NULL OR host = :host)
+  AND (:model IS NULL OR required_model = :model)
+  AND (:needle IS NULL OR instr(args, :needle) > 0)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: jobs_in_state
+-- The jobs of one project in one state that match the panel's filter, for a bulk action:
+-- jobs_state serves (project, state[, queue]), in no order, so the cap bounds the walk.
+SELECT id FROM jobs
+WHERE project = :project AND state = :state
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:host IS NULL OR host = :host)
+  AND (:model IS NULL OR required_model = :model)
+  AND (:needle IS NULL OR instr(args, :needle) > 0)
+LIMIT :limit;
+
+-- name: newest_job_id
+SELECT max(id) AS id FROM jobs;
+
+-- name: finished_per_minute
+-- Jobs finished since a time, per project, queue, state and minute (jobs_finished serves it).
+SELECT project, queue, state, CAST(finished_at / 60 AS INTEGER) AS minute, count(*) AS n
+FROM jobs
+WHERE finished_at >= :since
+GROUP BY project, queue, state, CAST(finished_at / 60 AS INTEGER);
+
+-- name: jobs_ended_since
+-- Jobs that ran somewhere and finished since a time, newest first, capped: the ticks of the
+-- Flight Deck's time axis.
+SELECT id, project, queue, task, state, host, started_at, finished_at FROM jobs
+WHERE finished_at >= :since AND host IS NOT NULL
+ORDER BY finished_at DESC
+LIMIT :limit;
+
+-- name: jobs_running
+-- Every running job, where it runs and since when: jobs_lease serves it (SQLite's planner
+-- scans the table instead when asked for an order, so the caller sorts).
+SELECT id, project, queue, task, state, host, started_at, finished_at FROM jobs
+WHERE state = 'running' AND lease_expires_at IS NOT NULL;
+
+-- name: jobs_ahead
+-- How many due queued jobs of a job's (project, queue) a claim takes before a job sorting
+-- at (:run_next, :priority, :run_at, :id), in claim order (run-next first, then priority,
+-- due order, id), each part counted up to :cap + 1 so that a deep queue is never walked
+-- whole: one range of jobs_claim per step of that order, and the delayed jobs that have
+-- fallen due (a claim promotes them into its order; the jobs_delayed index).
+SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
+                              WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                                AND run_next > :run_next AND run_at <= :now
+                              LIMIT :cap + 1))
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs
+                              WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                                AND run_next = :run_next AND priority < :priority AND run_at <= :now
+                              LIMIT :cap + 1))
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs
+                              WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                                AND run_next = :run_next AND priority = :priority AND run_at < :run_at
+                                AND run_at <= :now
+                              LIMIT :cap + 1))
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs
+                              WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
+                                AND run_next = :run_next AND priority = :priority AND run_at = :run_at
+                                AND id < :id AND run_at <= :now
+                              LIMIT :cap + 1))
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs
+                              WHERE state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue
+                                AND run_at <= :now
+                                AND (run_next > :run_next
+                                     OR (run_next = :run_next AND (priority < :priority
+                                         OR (priority = :priority AND (run_at < :run_at
+                                             OR (run_at = :run_at AND id < :id))))))
+                              LIMIT :cap + 1)) AS n;

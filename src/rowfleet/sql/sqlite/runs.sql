@@ -127,3 +127,12 @@ WHERE run_id IN (SELECT id FROM runs WHERE finished_at < :now - :retention ORDER
 DELETE FROM runs
 WHERE id IN (SELECT id FROM runs WHERE finished_at < :now - :retention ORDER BY finished_at LIMIT :limit)
   AND NOT EXISTS (SELECT 1 FROM run_nodes WHERE run_nodes.run_id = runs.id);
+
+-- name: search_runs
+-- A page of runs, newest first, of one project or all.
+SELECT * FROM runs
+WHERE id < :before
+  AND (:project IS NULL OR project = :project)
+  AND (:state IS NULL OR state = :state)
+ORDER BY id DESC
+LIMIT :limit;
