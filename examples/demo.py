@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -520,10 +521,37 @@ def show_status(killed: int, crashed: int) -> None:
         f"show as SILENT")
 
 
+def open_panel(keep: bool) -> None:
+    step(11, "The panel: every page of this database in a browser")
+    panel = spawn("panel", "--port", "0", log="panel.log")
+    url = wait_for(lambda: _panel_url("panel.log"), "the panel to listen")
+    with urllib.request.urlopen(url + "api/", timeout=DEADLINE) as response:
+        overview = json.load(response)
+    queues = [queue["queue"] for project in overview["projects"] for queue in project["queues"]]
+    expect(queues, f"the panel's overview shows no queue: {overview}")
+    say(f"the panel answers at {url} (queues {', '.join(sorted(queues))}); start it on your own database with "
+        f"`rowfleet --db FILE panel`")
+    if keep:
+        print(f"\n   The panel stays up at {url} until you press Ctrl-C.", flush=True)
+        try:
+            panel.wait()
+        except KeyboardInterrupt:
+            pass
+    if panel.poll() is None:
+        stop(panel, signal.SIGTERM)
+
+
+def _panel_url(log: str) -> str | None:
+    for line in Path(log).read_text().splitlines():
+        if line.startswith("panel at "):
+            return line.removeprefix("panel at ").strip()
+    return None
+
+
 # --- the tour ----------------------------------------------------------------------------
 
 
-def tour() -> None:
+def tour(keep_panel: bool = False) -> None:
     emails = enqueue_emails()
     run_emails(emails)
     retry_then_revive()
@@ -534,6 +562,7 @@ def tour() -> None:
     skip_publishing(orchestrator)
     park_and_resume()
     show_status(killed, crashed)
+    open_panel(keep_panel)
 
 
 def stop_children() -> None:
@@ -544,7 +573,12 @@ def stop_children() -> None:
             process.wait(timeout=DEADLINE)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--panel"]):
+        print("usage: python make.py demo [--panel]  (--panel: keep the panel up at the end until Ctrl-C)",
+              file=sys.stderr)
+        return 2
     for name in [name for name in os.environ if name.startswith("ROWFLEET_")]:
         del os.environ[name]  # the demo shows the defaults, whatever your shell sets
     folder = tempfile.mkdtemp(prefix="rowfleet-demo-")
@@ -554,7 +588,7 @@ def main() -> int:
         with contextlib.chdir(folder):
             rowfleet.configure(db=DB)  # for the demo's own checks; step 6 shows it as a user would
             try:
-                tour()
+                tour(keep_panel=args == ["--panel"])
             finally:
                 stop_children()
     except DemoFailed as exc:

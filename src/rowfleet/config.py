@@ -304,6 +304,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("metrics_token", "", TEXT, "require 'Authorization: Bearer TOKEN' on every /metrics request",
             "the bearer token `rowfleet metrics` requires", check=partial(names.check_text, empty=True),
             flag="--token", scope=OWN, shown="none"),
+    # Read by `rowfleet panel` only, for the same reason.
+    Setting("panel_token", "", TEXT, "require this token to sign in to the panel (needed to bind beyond 127.0.0.1)",
+            "the token `rowfleet panel` requires", check=partial(names.check_text, empty=True),
+            flag="--token", scope=OWN, shown="none"),
     Setting("allow_modules", (), MODULES, "also run module:function tasks of this module and its submodules, "
             "besides the --app modules", "module prefixes a worker runs `module:function` tasks of",
             check=_module_prefixes, flag="--allow-module", scope=OWN, shown="only the `--app` modules"),

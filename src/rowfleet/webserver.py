@@ -116,6 +116,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     timeout = REQUEST_TIMEOUT
     log = logging.getLogger("rowfleet.http")
+    # A request line too broken to name a version still gets a status line in its answer
+    # (http.server would answer it as HTTP/0.9: the body alone).
+    default_request_version = "HTTP/1.0"
 
     def version_string(self) -> str:
         return self.server_version  # not the Python version too

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import rowfleet
 from rowfleet import config as configuration
 from rowfleet import exitcodes
-from rowfleet.cli import fleet, hosts, jobs, metrics, models, processes, schedules, workflows
+from rowfleet.cli import fleet, hosts, jobs, metrics, models, panel, processes, schedules, workflows
 from rowfleet.cli.arguments import (Parser, UsageError, add_global_flags, add_setting_flags, config_overrides,
                                     positive_int)
 from rowfleet.cli.output import report
@@ -28,7 +28,7 @@ from rowfleet.errors import ConfigError, RowfleetError
 
 __all__ = ["Parser", "UsageError", "build_parser", "main", "positive_int", "report"]
 
-COMMAND_FAMILIES = (jobs, processes, workflows, fleet, schedules, models, hosts, metrics)
+COMMAND_FAMILIES = (jobs, processes, workflows, fleet, schedules, models, hosts, metrics, panel)
 
 
 def build_parser() -> Parser:

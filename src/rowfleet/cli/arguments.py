@@ -103,9 +103,10 @@ def sample_path_flag(sub: argparse.ArgumentParser) -> None:
                      help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
 
 
-def metrics_token_flag(sub: argparse.ArgumentParser) -> None:
-    """``--token TOKEN``: the bearer token ``rowfleet metrics`` requires."""
-    setting = SETTING["metrics_token"]
+def metrics_token_flag(sub: argparse.ArgumentParser, name: str = "metrics_token") -> None:
+    """``--token TOKEN``: the token ``rowfleet metrics`` (or, with ``panel_token``, the
+    panel) requires."""
+    setting = SETTING[name]
     sub.add_argument(setting.flag, default=None, metavar="TOKEN", dest="token",
                      help=_help(setting, f"better: {setting.env}, which keeps it out of the process list"))
 

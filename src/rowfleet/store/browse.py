@@ -18,6 +18,7 @@ from rowfleet.errors import NotFound
 from rowfleet.job import Job
 from rowfleet.store.core import StoreCore
 from rowfleet.store.runs import Run
+from rowfleet.store.telemetry import oldest_queued
 
 SEARCH_WINDOW = 100_000  # ids one page of a search walks at most
 
@@ -131,6 +132,17 @@ class BrowseStore(StoreCore):
     def jobs_running(self) -> list[EndedJob]:
         """Every running job, with its host and start."""
         return sorted((EndedJob.from_row(row) for row in self.reader().all("jobs_running")), key=lambda job: job.id)
+
+    def oldest_queued(self, queues: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        """Per (project, queue) with queued jobs, its oldest one's ``created_at`` and ``run_at``."""
+        return oldest_queued(self.reader(), queues)
+
+    def find_run(self, run_id: int) -> Run:
+        """The run ``run_id`` of whichever project holds it, with its nodes, or ``NotFound``."""
+        row = self.reader().one("run_project", id=run_id)
+        if row is None:
+            raise NotFound(f"no run {run_id}")
+        return self.get_run(run_id, row["project"])
 
     def search_runs(self, project: str | None, state: str | None = None, before: int | None = None,
                     limit: int = 50) -> list[Run]:

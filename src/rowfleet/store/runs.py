@@ -45,9 +45,10 @@ class RunNode:
     jobs: tuple[int, ...]
     prompt: str | None
     unapplied: str | None = None
+    depends_on: tuple[str, ...] = ()  # the nodes it waits on, from the run's definition
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"jobs": list(self.jobs)}
+        return dataclasses.asdict(self) | {"jobs": list(self.jobs), "depends_on": list(self.depends_on)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +149,7 @@ class RunStore(StoreCore):
             attempts = max((job["attempts"] for job in current), default=0)
             nodes.append(RunNode(node.id, node.kind, node.task, state, attempts, decode_json(stored["result"]),
                                  stored["error"], stored["items"], tuple(job["id"] for job in current), node.prompt,
-                                 unapplied))
+                                 unapplied, node.depends_on))
         return dataclasses.replace(Run.from_row(row), nodes=tuple(nodes))
 
     # --- the walk ----------------------------------------------------------------------

@@ -174,14 +174,21 @@ class TelemetryStore(StoreCore):
         with self._one_read() as tx:
             tallies = [dict(row) for row in tx.all("job_tallies")]
             untallied = [dict(row) for row in tx.all("untallied_jobs", limit=cap + 1)]
-            oldest = {}
-            for project, queue in queues:
-                row = tx.one("oldest_queued", project=project, queue=queue)
-                if row is not None:
-                    oldest[project, queue] = dict(row)
+            oldest = oldest_queued(tx, queues)
             samples = [sample_of(row) for row in tx.all("latest_host_samples")]
         return MetricsRows(tallies=tallies, untallied=untallied[:cap], capped=len(untallied) > cap,
                          oldest_queued=oldest, samples=samples)
+
+
+def oldest_queued(tx: Any, queues: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (project, queue) of ``queues`` that has queued jobs, its oldest one's
+    ``created_at`` and ``run_at``: one index seek each."""
+    oldest = {}
+    for project, queue in queues:
+        row = tx.one("oldest_queued", project=project, queue=queue)
+        if row is not None:
+            oldest[project, queue] = dict(row)
+    return oldest
 
 
 def _check_tier(tier: str) -> None:

@@ -146,3 +146,6 @@ WHERE id < %(before)s
   AND (%(state)s::text IS NULL OR state = %(state)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: run_project
+SELECT project FROM runs WHERE id = %(id)s;

@@ -136,3 +136,6 @@ WHERE id < :before
   AND (:state IS NULL OR state = :state)
 ORDER BY id DESC
 LIMIT :limit;
+
+-- name: run_project
+SELECT project FROM runs WHERE id = :id;

@@ -1,0 +1,53 @@
+"""The ``panel`` command: serve the operator panel (``rowfleet.panel``) until stopped.
+
+It binds 127.0.0.1 by default. Any other address needs a token, from ``--token`` or,
+better (a flag shows in ``ps``), the ``panel_token`` setting (``ROWFLEET_PANEL_TOKEN``);
+without one it refuses to start. ``--read-only`` serves every page and no change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from functools import partial
+from typing import Callable
+
+from rowfleet import config as configuration
+from rowfleet import exitcodes, names
+from rowfleet.cli.arguments import Parser, metrics_token_flag, number
+from rowfleet.cli.processes import on_stop_signals
+
+TOKEN_ENV = configuration.SETTING["panel_token"].env
+
+DEFAULT_BIND = "127.0.0.1"  # this machine only, unless told otherwise
+DEFAULT_PORT = 8465
+
+port_number = number(int, "a port number", partial(names.check_int, least=0, most=65535))
+
+
+def add_commands(command: Callable[..., Parser]) -> None:
+    sub = command("panel", cmd_panel, "serve the operator panel (the Flight Deck) in a browser")
+    sub.add_argument("--bind", default=DEFAULT_BIND, metavar="ADDRESS",
+                     help=f"the address to listen on (default {DEFAULT_BIND}: this machine only; any other "
+                          f"needs a token)")
+    sub.add_argument("--port", type=port_number, default=DEFAULT_PORT,
+                     help=f"the port to listen on (default {DEFAULT_PORT}; 0: any free one)")
+    metrics_token_flag(sub, "panel_token")
+    sub.add_argument("--read-only", action="store_true", help="show everything, change nothing")
+
+
+def cmd_panel(args: argparse.Namespace, config: configuration.Config) -> int:
+    # Here, not at the top: the HTTP server's modules would slow every other command's start.
+    from rowfleet import webserver
+    from rowfleet.panel import server
+
+    if args.token is not None:
+        token = webserver.check_token("--token", args.token)
+    else:
+        token = webserver.check_token(TOKEN_ENV, config.panel_token or None)
+    stop = threading.Event()
+    on_stop_signals(lambda *_: stop.set())
+    server.serve(config, args.bind, args.port, stop, token=token, read_only=args.read_only,
+                 listening=lambda url: print(f"panel at {url}" + (" (read-only)" if args.read_only else ""),
+                                             flush=True))
+    return exitcodes.OK

@@ -1,0 +1,98 @@
+"""Workers (``/workers``): per host and queue, what its switch wants against what its
+workers do, their current job and model, when each was last seen; the switches ON,
+OFF-drain and OFF-hard per (host, queue) and per box (every queue of the host), each with
+a reason; and the log of who switched what when.
+
+A switch from the panel is the same ``worker_controls`` row the command line writes
+(``Store.set_switch``, logged in the same transaction), recorded as by ``panel`` or the
+name the operator gives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rowfleet import control
+from rowfleet.panel.app import HttpError, Redirect, Request, View
+from rowfleet.panel.html import (Markup, attrs, esc, join, link, state_badge, table, tag, url, when)
+from rowfleet.snapshot import snapshot
+
+LOG_SHOWN = 50
+CHOICES = {"on": (control.ON, control.DRAIN), "off-drain": (control.OFF, control.DRAIN),
+           "off-hard": (control.OFF, control.HARD)}
+
+
+def worker_list(req: Request) -> View:
+    fleet = snapshot(req.store)
+    host_filter = req.word("host")
+    workers = [w for w in fleet.workers if host_filter is None or w.host == host_filter]
+    boxes: dict[tuple[str, str], list[Any]] = {}
+    for worker in workers:
+        boxes.setdefault((worker.project, worker.host), []).append(worker)
+    sections = []
+    for (project, host), crew in sorted(boxes.items()):
+        queues = sorted({queue for w in crew for queue in (w.queues or (w.queue,))})
+        rows = [[w.queue if not w.queues else ", ".join(w.queues), w.pid, _wanted(w), state_badge(w.actual),
+                 link(f"/jobs/{w.current_job}", w.current_job) if w.current_job else "-",
+                 w.gpu.warm_model if w.gpu else None, when(w.last_seen, fleet.at), w.exit_code] for w in crew]
+        switches = [] if req.read_only else \
+            [_switch_form(req, project, host, queue, f"queue {queue}") for queue in queues] + \
+            [_switch_form(req, project, host, control.ANY, "the whole box")]
+        sections.append(join(
+            tag("h2", join(link(url("/deck", host=host), host), f" · project {project!r}" if project else "")),
+            table(["queue", "pid", "wanted", "doing", "job", "model", "last seen", "exit"], rows),
+            tag("div", join(*switches), class_="switches")))
+    if not sections:
+        sections.append(tag("p", "No worker has been seen in the last 10 minutes.", class_="empty"))
+    log = req.store.switch_log(host=host_filter, limit=LOG_SHOWN)
+    log_rows = [[when(s.changed_at, fleet.at), s.project or "''", s.host, s.queue, _switch_text(s), s.reason or "-",
+                 s.changed_by or "-"] for s in log]
+    standing = [[s.project or "''", s.host, s.queue, _switch_text(s), s.reason or "-", s.changed_by or "-",
+                 when(s.changed_at, fleet.at)] for s in fleet.switches]
+    body = join(*sections, tag("h2", "Switches in the database"),
+                table(["project", "host", "queue", "wanted", "reason", "by", "at"], standing,
+                      empty="no switch: every worker serves"),
+                tag("h2", "Who switched what when"),
+                table(["at", "project", "host", "queue", "switch", "reason", "by"], log_rows,
+                      empty="no switch written through rowfleet yet"))
+    data = {"workers": [w.to_dict() for w in workers], "switches": [s.to_dict() for s in fleet.switches],
+            "log": [s.to_dict() for s in log]}
+    return View("Workers", data, body, active="/workers")
+
+
+def switch(req: Request) -> Redirect:
+    chosen = req.choice("set", tuple(CHOICES), source="form")
+    if chosen is None:
+        raise HttpError(400, f"set= one of {', '.join(CHOICES)}")
+    desired, policy = CHOICES[chosen]
+    project = req.form.get("project", "")
+    host, queue = req.form.get("host") or "", req.form.get("queue") or ""
+    for what, value in (("host", host), ("queue", queue)):
+        if value != control.ANY:
+            req.word(what, source="form")
+    reason = " ".join((req.form.get("reason") or "").split())
+    by = " ".join((req.form.get("by") or "").split())[:80] or "panel"
+    written = req.store.set_switch(project, host, queue, desired, policy, changed_by=by, reason=reason)
+    scope = "every queue" if queue == control.ANY else f"queue {queue}"
+    return Redirect(url("/workers"), f"{scope} of {host}: {_switch_text(written)}", written.to_dict())
+
+
+def _wanted(worker: Any) -> Markup:
+    held = worker.switch
+    if held is None or held.desired == control.ON:
+        return tag("span", "on", class_="ok")
+    return tag("span", f"off ({held.policy})", class_="warn", title=held.reason or None)
+
+
+def _switch_text(switch: Any) -> str:
+    return "on" if switch.desired == control.ON else f"off ({switch.policy})"
+
+
+def _switch_form(req: Request, project: str, host: str, queue: str, label: str) -> Markup:
+    hidden = "".join(f'<input type="hidden"{attrs(name=key, value=value)}>'
+                     for key, value in (("project", project), ("host", host), ("queue", queue), ("csrf", req.csrf)))
+    buttons = "".join(f'<button type="submit" name="set" value="{value}" class="switch-{value}">{esc(text)}</button>'
+                      for value, text in (("on", "ON"), ("off-drain", "OFF drain"), ("off-hard", "OFF hard")))
+    return Markup(f'<form method="post" action="/workers/switch" class="switch"{attrs(aria_label=f"switch {label} of {host}")}>'
+                  f'{hidden}<span class="scope">{esc(label)}</span>'
+                  f'<label>reason <input type="text" name="reason" maxlength="500" size="14"></label>{buttons}</form>')

@@ -1,0 +1,297 @@
+"""The panel over HTTP against a real server on loopback: every page and its JSON twin on
+both databases over hostile rows, every action writing what the command line writes, the
+token and same-origin rules, read-only mode, and a bounded flood of bad requests after
+which the server still serves."""
+
+from __future__ import annotations
+
+import doctest
+import http.client
+import json
+import socket
+from urllib.parse import urlencode
+
+from rowfleet import dag
+from rowfleet.claim import Claim
+from rowfleet.errors import ConfigError
+from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, JobSpec, Outcome
+from rowfleet.panel import app, html, server
+from rowfleet.panel.pages import jobs as job_pages
+from rowfleet.panel.pages import overview
+from pg_harness import PostgresDatabaseCase
+from support import TempDirTestCase, serve_in_background
+
+HOSTILE_TASK = 'tasks:"><script>alert(1)</script>'
+HOSTILE_ARGS = {"password": "hunter2", "note": "<img src=x onerror=alert(1)>", "rtl": "\u202egnp.exe",
+                "long": "x" * 10_000, "quote": "it's \"quoted\""}
+SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
+
+
+def load_tests(loader, tests, pattern):
+    for module in (app, html, server, job_pages, overview):
+        tests.addTests(doctest.DocTestSuite(module))
+    return tests
+
+
+class PanelClient:
+    """Requests to a panel server, each on a connection of its own."""
+
+    def __init__(self, panel: server.PanelServer) -> None:
+        self.port = panel.server_address[1]
+        self.csrf = panel.csrf
+
+    def request(self, method: str, path: str, body: bytes | str | None = None, headers: dict | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            response = conn.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read().decode("utf-8")
+        finally:
+            conn.close()
+
+    def get(self, path: str, **headers: str):
+        return self.request("GET", path, headers=headers)
+
+    def post(self, path: str, fields: dict, headers: dict | None = SAME_ORIGIN, csrf: bool = True):
+        form = {**fields, **({"csrf": self.csrf} if csrf else {})}
+        return self.request("POST", path, urlencode(form),
+                            {"Content-Type": "application/x-www-form-urlencoded", **(headers or {})})
+
+
+class PanelContract:
+    """Pages and actions, on the database of the class."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.store = self.open_store()
+        self.store.migrate()
+        self.store.enqueue(JobSpec(HOSTILE_TASK, args=HOSTILE_ARGS, queue="gpu"))
+        claimed = self.store.claim(Claim("", "gpu", "box-<b>:1", 60.0))
+        self.store.finish(claimed, Outcome(FAILED, error="boom <script>alert(2)</script>"))
+        self.failed = claimed.id
+        self.queued = self.store.enqueue(JobSpec(HOSTILE_TASK, args=HOSTILE_ARGS, queue="gpu")).id
+        self.other = self.store.enqueue(JobSpec("tasks:plain", args={"i": 1}, queue="gpu")).id
+        self.assertTrue(self.store.acquire_sampler("box-<b>", "box-<b>:test", 60.0))
+        self.store.record_host_sample("box-<b>", "box-<b>:test", 60.0, {"cpu.busy": 12.0, "gpu.0.util": 50.0,
+                                                                       "gpu.0.name": "<script>alert(3)</script>"})
+        flow = dag.parse_workflow({"name": "flow<script>", "nodes": [
+            {"id": "a", "task": "tasks:a"}, {"id": "b", "task": "tasks:b", "depends_on": ["a"]},
+            {"id": "ask", "kind": "input", "prompt": "go <b>on</b>?"}]})
+        self.run_id = self.store.start_run(flow, {"x": 1}, "")
+        self.panel = serve_in_background(self, server.make_server(self.config(), "127.0.0.1", 0))
+        self.client = PanelClient(self.panel)
+
+    def pages(self) -> list[str]:
+        return ["/", "/deck", f"/deck?host=box-<b>", "/jobs", "/jobs?state=failed&queue=gpu", f"/jobs?id={self.failed}",
+                f"/jobs?args={'<img'}", f"/jobs/{self.queued}", f"/jobs/{self.failed}",
+                f"/jobs/{self.failed}?reveal=secrets", f"/jobs/{self.queued}/cancel", f"/jobs/{self.failed}/retry",
+                "/jobs/bulk?action=retry&state=failed", "/runs", "/runs?state=running", f"/runs/{self.run_id}",
+                f"/runs/{self.run_id}?focus=a&hops=1", f"/runs/{self.run_id}/cancel", "/workers", "/schedules",
+                "/models"]
+
+    def test_every_page_and_its_json_twin_answer_with_everything_escaped(self):
+        for path in self.pages():
+            with self.subTest(path=path):
+                status, headers, body = self.client.get(path)
+                self.assertEqual(status, 200, body[:500])
+                self.assertTrue(headers["content-type"].startswith("text/html"))
+                self.assertNotIn("<script>alert", body)
+                self.assertNotIn("<img src=x", body)
+                self.assertNotIn("Traceback", body)
+                status, headers, body = self.client.get("/api" + path)
+                self.assertEqual(status, 200, body[:500])
+                self.assertTrue(headers["content-type"].startswith("application/json"))
+                json.loads(body)
+                self.assertNotIn("<script>", body, "JSON escapes < so no text closes a tag")
+
+    def test_secrets_are_redacted_unless_asked(self):
+        _, _, body = self.client.get(f"/jobs/{self.queued}")
+        self.assertNotIn("hunter2", body)
+        self.assertIn("redacted", body)
+        _, _, body = self.client.get(f"/api/jobs/{self.queued}")
+        self.assertNotIn("hunter2", body)
+        _, _, body = self.client.get(f"/jobs/{self.queued}?reveal=secrets")
+        self.assertIn("hunter2", body)
+
+    def test_why_isnt_it_running_is_said_in_words(self):
+        _, _, body = self.client.get(f"/api/jobs/{self.queued}")
+        why = json.loads(body)["why"]
+        self.assertTrue(why and all(reason["text"] for reason in why), why)
+        self.assertIn("no live worker", " ".join(reason["text"] for reason in why).lower())
+
+    def test_job_actions_write_what_the_command_line_writes(self):
+        status, headers, _ = self.client.post(f"/jobs/{self.failed}/retry", {})
+        self.assertEqual(status, 303)
+        self.assertTrue(headers["location"].startswith(f"/jobs/{self.failed}?note="))
+        self.assertEqual(self.store.find_job(self.failed).state, QUEUED)
+        self.client.post(f"/jobs/{self.other}/run-next", {})
+        self.assertTrue(self.store.find_job(self.other).run_next)
+        self.client.post(f"/jobs/{self.queued}/cancel", {})
+        self.assertEqual(self.store.find_job(self.queued).state, CANCELLED)
+        status, _, body = self.client.post(f"/jobs/{self.queued}/run-next", {})
+        self.assertEqual(status, 409, "an action the state no longer allows is a conflict")
+        self.assertEqual(self.client.post(f"/jobs/{self.queued}/explode", {})[0], 404)
+
+    def test_bulk_actions_show_the_count_and_apply_to_what_matches(self):
+        _, _, body = self.client.get("/api/jobs/bulk?action=cancel&state=queued&queue=gpu")
+        self.assertEqual(json.loads(body)["matching"], 2)
+        self.assertEqual(self.client.get("/jobs/bulk?action=cancel&state=failed")[0], 400, "cancel takes queued jobs")
+        status, _, _ = self.client.post("/jobs/bulk", {"action": "cancel", "state": "queued", "queue": "gpu"})
+        self.assertEqual(status, 303)
+        self.assertEqual({self.store.find_job(i).state for i in (self.queued, self.other)}, {CANCELLED})
+        self.assertEqual(self.store.find_job(self.failed).state, FAILED, "a job outside the filter is untouched")
+
+    def test_run_actions_and_an_input_answer(self):
+        status, _, body = self.client.post(f"/runs/{self.run_id}/answer", {"node": "ask", "value": '{"go": true}'})
+        self.assertEqual(status, 303, body[:300])
+        self.assertEqual(self.store.find_run(self.run_id).node("ask").state, COMPLETED)
+        self.assertEqual(self.client.post(f"/runs/{self.run_id}/answer", {"node": "ask", "value": "{bad"})[0], 400)
+        self.client.post(f"/runs/{self.run_id}/cancel", {})
+        self.assertEqual(self.store.find_run(self.run_id).state, CANCELLED)
+        self.client.post(f"/runs/{self.run_id}/restart", {})
+        self.assertEqual(self.store.find_run(self.run_id).state, dag.RUNNING)
+
+    def test_a_switch_from_the_panel_is_the_row_the_command_line_writes(self):
+        status, headers, _ = self.client.post("/workers/switch", {"project": "", "host": "box", "queue": "gpu",
+                                                                  "set": "off-hard", "reason": "fan <loud>"})
+        self.assertEqual(status, 303)
+        held = self.store.switch_in_force("", "box", "gpu")
+        self.assertEqual((held.desired, held.policy, held.reason, held.changed_by), ("off", "hard", "fan <loud>", "panel"))
+        self.client.post("/workers/switch", {"project": "", "host": "box", "queue": "*", "set": "on"})
+        self.assertEqual([(s.queue, s.desired) for s in self.store.switch_log()], [("*", "on"), ("gpu", "off")])
+        _, _, body = self.client.get("/workers")
+        self.assertIn("fan &lt;loud&gt;", body)
+        for bad in ({"host": "box", "queue": "gpu", "set": "sideways"}, {"host": "", "queue": "gpu", "set": "on"},
+                    {"host": "box", "queue": "", "set": "on"}):
+            with self.subTest(bad=bad):
+                self.assertEqual(self.client.post("/workers/switch", bad)[0], 400)
+        self.assertEqual(len(self.store.switch_log()), 2, "a refused switch writes nothing")
+
+
+class SQLitePanelTest(PanelContract, TempDirTestCase):
+    pass
+
+
+class PostgresPanelTest(PanelContract, PostgresDatabaseCase, TempDirTestCase):
+    pass
+
+
+class PanelSecurityTest(TempDirTestCase):
+    """Who may ask what: same-origin, CSRF, the token, read-only, and bad requests."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.store = self.open_store()
+        self.store.migrate()
+        self.job = self.store.enqueue(JobSpec("tasks:x", queue="q")).id
+
+    def serve(self, **options):
+        panel = serve_in_background(self, server.make_server(self.config(), "127.0.0.1", 0, **options))
+        return panel, PanelClient(panel)
+
+    def test_every_answer_carries_the_security_headers(self):
+        _, client = self.serve()
+        for path in ("/", "/nope", "/static/panel.css", "/api/jobs"):
+            _, headers, _ = client.get(path)
+            policy = headers["content-security-policy"]
+            self.assertIn("script-src 'self'", policy)
+            self.assertIn("frame-ancestors 'none'", policy)
+            self.assertNotIn("unsafe-inline", policy)
+            self.assertEqual(headers["x-content-type-options"], "nosniff")
+            self.assertEqual(headers["referrer-policy"], "no-referrer")
+
+    def test_a_mutation_from_another_origin_or_without_the_form_token_is_refused(self):
+        _, client = self.serve()
+        cases = [({"Sec-Fetch-Site": "cross-site"}, True), ({"Sec-Fetch-Site": "same-site"}, True),
+                 ({"Origin": "http://evil.example"}, True), ({}, True), (SAME_ORIGIN, False)]
+        for headers, with_csrf in cases:
+            with self.subTest(headers=headers, csrf=with_csrf):
+                status, _, body = client.post(f"/jobs/{self.job}/cancel", {}, headers=headers, csrf=with_csrf)
+                self.assertEqual(status, 403, body[:300])
+        self.assertEqual(self.store.find_job(self.job).state, QUEUED)
+        host = f"127.0.0.1:{client.port}"
+        status, _, _ = client.post(f"/jobs/{self.job}/cancel", {}, headers={"Origin": f"http://{host}", "Host": host})
+        self.assertEqual(status, 303, "an old browser's Origin naming this host is same-origin")
+
+    def test_with_a_token_every_page_needs_it_and_the_login_sets_a_cookie(self):
+        panel, client = self.serve(token="s3cret-token")
+        status, headers, _ = client.get("/")
+        self.assertEqual((status, headers["location"]), (303, "/login"))
+        self.assertEqual(client.get("/api/jobs")[0], 403)
+        self.assertEqual(client.get("/metrics")[0], 403)
+        self.assertEqual(client.get("/login")[0], 200)
+        self.assertEqual(client.get("/static/panel.js")[0], 200)
+        self.assertEqual(client.get("/api/jobs", Authorization="Bearer s3cret-token")[0], 200)
+        self.assertEqual(client.get("/api/jobs", Authorization="Bearer wrong")[0], 403)
+        status, _, _ = client.post("/login", {"token": "wrong"}, csrf=False)
+        self.assertEqual(status, 403)
+        status, headers, _ = client.post("/login", {"token": "s3cret-token"}, csrf=False)
+        self.assertEqual(status, 303)
+        cookie = headers["set-cookie"]
+        self.assertIn("HttpOnly", cookie)
+        self.assertIn("SameSite=Strict", cookie)
+        self.assertNotIn("s3cret-token", cookie, "the cookie holds an HMAC of the token, not the token")
+        session = cookie.split(";")[0]
+        self.assertEqual(client.get("/", Cookie=session)[0], 200)
+        # A mutation needs the session too, besides same-origin and the form token.
+        self.assertEqual(client.post(f"/jobs/{self.job}/cancel", {})[0], 403)
+        self.assertEqual(self.store.find_job(self.job).state, QUEUED)
+        status, _, _ = client.post(f"/jobs/{self.job}/cancel", {}, headers={**SAME_ORIGIN, "Cookie": session})
+        self.assertEqual(status, 303)
+        self.assertEqual(self.store.find_job(self.job).state, CANCELLED)
+
+    def test_binding_beyond_loopback_needs_a_token(self):
+        with self.assertRaisesRegex(ConfigError, "needs a token"):
+            server.make_server(self.config(), "0.0.0.0", 0)
+        result = self.cli("panel", "--bind", "0.0.0.0", "--port", "0", check=False)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+        self.assertIn("token", result.stderr)
+
+    def test_read_only_offers_no_change_and_takes_none(self):
+        _, client = self.serve(read_only=True)
+        _, _, body = client.get(f"/jobs/{self.job}")
+        self.assertNotIn("Cancel…", body)
+        _, _, body = client.get("/workers")
+        self.assertNotIn('method="post"', body)
+        self.assertEqual(client.post(f"/jobs/{self.job}/cancel", {})[0], 403)
+        self.assertEqual(client.post("/workers/switch", {"host": "box", "queue": "q", "set": "off-hard"})[0], 403)
+        self.assertEqual(self.store.find_job(self.job).state, QUEUED)
+        self.assertEqual(self.store.switches(), [])
+
+    def test_a_flood_of_bad_requests_gets_4xx_pages_and_the_server_keeps_serving(self):
+        _, client = self.serve()
+        bad = [("GET", "/nope", None, {}, 404), ("GET", "/jobs/abc", None, {}, 404),
+               ("GET", "/jobs/0", None, {}, 404), ("GET", "/jobs/" + "9" * 30, None, {}, 404),
+               ("GET", "/jobs/" + "9" * 15, None, {}, 404), ("GET", "/jobs?state=bogus", None, {}, 400),
+               ("GET", "/jobs?before=-1", None, {}, 400), ("GET", "/jobs?before=1e9", None, {}, 400),
+               ("GET", "/jobs?queue=" + "q" * 300, None, {}, 400), ("GET", "/jobs?" + "a=1&" * 100, None, {}, 400),
+               ("GET", "/jobs?task=%ff%fe", None, {}, 400), ("GET", "/" + "x" * 5000, None, {}, 414),
+               ("GET", "/runs/1/explode", None, {}, 404), ("GET", "/jobs/1/answer", None, {}, 404),
+               ("PUT", "/jobs", None, {}, 405), ("DELETE", f"/jobs/{self.job}", None, {}, 405),
+               ("PATCH", "/", None, {}, 405), ("POST", "/", "", SAME_ORIGIN, 405),
+               ("POST", "/workers/switch", "x" * (70 * 1024),
+                {**SAME_ORIGIN, "Content-Type": "application/x-www-form-urlencoded"}, 413),
+               ("POST", "/workers/switch", '{"a": 1}', {**SAME_ORIGIN, "Content-Type": "application/json"}, 415),
+               ("POST", "/workers/switch", b"csrf=\xff", {**SAME_ORIGIN, "Content-Type":
+                                                          "application/x-www-form-urlencoded"}, 400),
+               ("GET", "/api/nope", None, {}, 404), ("GET", "/api/jobs?state=bogus", None, {}, 400)]
+        for _ in range(3):
+            for method, path, body, headers, expected in bad:
+                with self.subTest(method=method, path=path[:60]):
+                    status, _, text = client.request(method, path, body, headers)
+                    self.assertEqual(status, expected, text[:300])
+                    self.assertNotIn("Traceback", text)
+        for raw in (b"GARBAGE\r\n\r\n", b"GET /" + b"x" * 70000 + b" HTTP/1.1\r\n\r\n", b"\x00\x01\x02\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", client.port), timeout=10) as sock:
+                sock.sendall(raw)
+                answer = sock.recv(65536)
+            self.assertRegex(answer, rb"^HTTP/1\.[01] 4\d\d ", raw[:20])
+            self.assertNotIn(b"Traceback", answer)
+        # A POST without a length: 411, not a hang.
+        with socket.create_connection(("127.0.0.1", client.port), timeout=10) as sock:
+            sock.sendall(b"POST /workers/switch HTTP/1.1\r\nHost: x\r\nSec-Fetch-Site: same-origin\r\n\r\n")
+            self.assertIn(b" 411 ", sock.recv(65536))
+        self.assertEqual(client.get("/")[0], 200, "still serving")
+        self.assertEqual(self.store.find_job(self.job).state, QUEUED)
+        self.assertEqual(self.store.switches(), [])
