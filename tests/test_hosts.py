@@ -18,7 +18,7 @@ from rowfleet import hosts, names
 from rowfleet.claim import Claim
 from rowfleet.cli import hosts as hosts_cli
 from rowfleet.errors import NotFound
-from rowfleet.hosts import GpuView, gpu_views, host_view, hour_rows, is_stale, minutes_until
+from rowfleet.hosts import GpuView, gpu_views, host_view, hour_rows, is_stale
 from rowfleet.job import JobSpec
 from rowfleet.snapshot import worker_of
 from rowfleet.store.telemetry import DETAIL, MINUTE, HostSample
@@ -150,15 +150,6 @@ class HostViewTest(unittest.TestCase):
 
 
 class HourRowsTest(unittest.TestCase):
-    def test_where_minute_rows_fill_the_hour(self):
-        cases = [  # (detail row times, window start) -> up to when minute rows are read
-            ([], 0.0, math.inf), ([30.0, 32.0], 0.0, None), ([59.9], 0.0, None), ([60.0], 0.0, 60.0),
-            ([3000.0, 3002.0], 0.0, 3000.0),
-        ]
-        for times, since, until in cases:
-            with self.subTest(times=times):
-                self.assertEqual(minutes_until([sample({}, at) for at in times], since), until)
-
     def test_no_second_counts_twice(self):
         detail = [sample({"n": "d1"}, 300.0), sample({"n": "d2"}, 302.0)]
         minute = [HostSample("box1", MINUTE, at, {"n": f"m{at:.0f}"}) for at in (120.0, 180.0, 240.0, 270.0)]
@@ -229,17 +220,21 @@ class HostsContract:
         self.clock.advance(10)
         self.assertEqual([v.stale for v in hosts.hosts(self.store)], [True, True])
 
-    def test_minute_rows_fill_the_hour_the_detail_rows_no_longer_cover(self):
+    def test_folded_minutes_count_and_the_detail_rows_fill_the_minutes_not_folded_yet(self):
         start = self.clock.now
         throttle = {"gpu.0.util": 50, "gpu.0.throttle_s.hw_slowdown": 10.0}
         self.store.record_host_minute("box1", start - 3700.0, throttle)  # older than the hour
-        self.store.record_host_minute("box1", start - 600.0, throttle)   # before the detail rows
-        self.store.record_host_minute("box1", start - 60.0, throttle)    # ends as the first detail row is taken
-        self.store.record_host_minute("box1", start - 30.0, throttle)    # overlaps them: the detail rows count
-        self.write({**throttle, "gpu.0.throttle_s.hw_slowdown": 1.0})
+        self.store.record_host_minute("box1", start - 600.0, throttle)
+        self.store.record_host_minute("box1", start - 60.0, throttle)
+        self.write({**throttle, "gpu.0.throttle_s.hw_slowdown": 1.0})  # in the minute not folded yet
         self.write({**throttle, "gpu.0.throttle_s.hw_slowdown": 1.0})
         view, = hosts.hosts(self.store)
         self.assertEqual(view.gpus[0].throttle_seconds, {"hw_slowdown": 22.0})
+        # Once that minute is folded, its row counts and its detail rows are not read again:
+        # the sampler folded it from them (here it says 10 s, so the total shows which counted).
+        self.store.record_host_minute("box1", start - 0.5, throttle)
+        view, = hosts.hosts(self.store)
+        self.assertEqual(view.gpus[0].throttle_seconds, {"hw_slowdown": 30.0})
         # An hour on, the detail rows are out of the window: the minute rows left in it count.
         self.store.record_host_minute("box1", start + 1800.0, throttle)
         view, = hosts.hosts(self.store, now=start + 3650.0)

@@ -333,6 +333,10 @@ class PagesContract:
             self.assertIn(tick, box_card["ticks"])
         self.assertEqual([t for t in page.cards[0]["ticks"] if t.startswith("job")], [], "not on another host")
 
+        # Every host at once: a point a minute. One host: every sample, and the 30 s without.
+        self.assertEqual((box["interval"], box["gap"]), (60.0, 180.0))
+        view, page = self.render(deck.flight_deck, "/deck", host="box")
+        box_card, box = page.cards[0], view.data["hosts"][0]
         self.assertEqual((box["interval"], box["gap"]), (2.0, 6.0))
         start, end = jobs["gap"]
         for chart in box["charts"]:
@@ -387,7 +391,8 @@ class PagesContract:
         self.assertEqual((nightly["project"], nightly["declared"], nightly["next_fire"], nightly["last_slot"]),
                          ("", False, None, iso(now - 3600.0)))
         self.assertEqual([(r["job_id"], r["fired_by"]) for r in nightly["recent"]], [(second, RTL), (first, SCRIPT)])
-        self.assertEqual([(s["project"], s["name"]) for s in view.data["schedules"]], [("", "nightly"), ("beta", "hourly")])
+        self.assertEqual([(s["project"], s["name"]) for s in view.data["schedules"]],
+                         [("", "nightly"), ("beta", "hourly")])
         text = "".join(page.text)
         self.assertIn(schedules.NO_DECLARATION, text)
         self.assertIn(SCRIPT, text)

@@ -78,9 +78,16 @@ class ChartTest(unittest.TestCase):
                 xml.dom.minidom.parseString(chart)
         xml.dom.minidom.parseString(sparkline([], 0, 60, gap=5))
 
-    def test_hover_titles_name_the_series_value_and_unit(self):
-        chart = time_chart([Series("gpu0 temp", [(0, 61.25), (1, 62.0)], unit="°C")], 0, 1, gap=5)
-        self.assertEqual(re.findall(r"<title>([^<]*)</title>", chart), ["gpu0 temp 61.25 °C", "gpu0 temp 62 °C"])
+    def test_hover_titles_give_the_time_and_every_line_value_and_unit(self):
+        chart = time_chart([Series("gpu0 temp", [(0, 61.25), (100, 62.0)], unit="°C"),
+                            Series("gpu1 temp", [(100, 70.0)], unit="°C")], 0, 100, gap=500, width=100)
+        self.assertEqual(re.findall(r"<title>([^<]*)</title>", chart),
+                         ["00:00:00 UTC · gpu0 temp 61.25 °C", "00:01:40 UTC · gpu0 temp 62 °C; gpu1 temp 70 °C"])
+
+    def test_hover_targets_are_one_per_column_however_many_points(self):
+        points = [(float(t), 1.0) for t in range(3600)]
+        chart = time_chart([Series("cpu", points), Series("gpu", points)], 0, 3600, gap=5, width=600)
+        self.assertEqual(len(re.findall(r'<rect class="hover"', chart)), 60)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ same values).
 
 ``hosts(store)`` reads each host's newest detail sample, the fleet's snapshot (for the
 jobs running on each host, and the database's clock), and per host the last hour's rows
-for its GPUs' throttle seconds: the detail rows, and the minute rows of the part of the
-hour that the detail rows no longer cover. ``host_series(store, host, since_seconds)``
+for its GPUs' throttle seconds: its minute rows, and the detail rows of the minutes not
+folded into them yet (``recent_rows``; a folded minute's row is what its detail rows add up
+to, read at a thirtieth of the cost). ``host_series(store, host, since_seconds)``
 reads one host's rows of a window, from the detail tier when the window fits what that
 tier keeps (``Config.sample_detail_keep``), else from the minute tier.
 
@@ -150,17 +151,33 @@ class HostSeries:
 def hosts(store: "Store", now: float | None = None) -> list[HostView]:
     """Every host that has a detail sample, by host, at ``now`` (default: the database's
     clock, as the snapshot reads it)."""
+    return [view for view, _, _ in hosts_with_rows(store, now)]
+
+
+def hosts_with_rows(store: "Store", now: float | None = None) -> list[tuple[HostView, list[HostSample],
+                                                                             list[HostSample]]]:
+    """``hosts``, each with the rows of the last hour it was read from (``recent_rows``),
+    for a front end that draws them too and need not read them twice."""
     latest = store.latest_host_samples()
     fleet = snapshot(store)
     now = fleet.at if now is None else now
     since = now - THROTTLE_WINDOW
-    views = []
+    found = []
     for sample in latest:
-        detail = store.host_samples(sample.host, DETAIL, since)
-        gap = minutes_until(detail, since)
-        minute = [] if gap is None else store.host_samples(sample.host, MINUTE, since, gap)
-        views.append(host_view(sample, throttle_seconds(hour_rows(detail, minute)), fleet.workers, now))
-    return views
+        minute, detail = recent_rows(store, sample.host, since)
+        found.append((host_view(sample, throttle_seconds(hour_rows(detail, minute)), fleet.workers, now),
+                      minute, detail))
+    return found
+
+
+def recent_rows(store: "Store", host: str, since: float) -> tuple[list[HostSample], list[HostSample]]:
+    """``host``'s rows since ``since`` at the least cost: its minute rows, and only the
+    detail rows after the newest of them (the minutes not folded yet). A minute is folded
+    once every sample of it is in, so the two together cover the window; a detail row is
+    some thirty times the work of a minute row, and an hour holds 1,800 of them."""
+    minute = store.host_samples(host, MINUTE, since)
+    folded_until = minute[-1].at + MINUTE_SPAN if minute else since
+    return minute, store.host_samples(host, DETAIL, max(since, folded_until))
 
 
 def host_series(store: "Store", host: str, since_seconds: float, tier: str | None = None,
@@ -270,22 +287,6 @@ def reading(readings: Mapping[str, Any], name: str) -> float | None:
     """
     value = readings.get(name)
     return value if is_finite_number(value) else None
-
-
-def minutes_until(detail: Sequence[HostSample], since: float) -> float | None:
-    """Where the minute rows must fill the window from ``since``: up to the first detail
-    row when the detail rows leave at least a minute of it uncovered (up to any time when
-    there are none); None when they cover it.
-
-    >>> minutes_until([], 0.0), minutes_until([HostSample("b", "detail", 30.0, {})], 0.0)
-    (inf, None)
-    >>> minutes_until([HostSample("b", "detail", 600.0, {})], 0.0)
-    600.0
-    """
-    if not detail:
-        return math.inf
-    first = detail[0].at
-    return first if first - since >= MINUTE_SPAN else None
 
 
 def hour_rows(detail: Sequence[HostSample], minute: Sequence[HostSample]) -> list[Mapping[str, Any]]:

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import dag, gpu, harness, metrics, postgres, sqlite, status, telemetry
+from . import dag, gpu, harness, metrics, panel, postgres, sqlite, status, telemetry
 from .harness import Bench, Lab, Row, progress
 
 import rowfleet
@@ -50,6 +50,7 @@ SECTIONS: dict[str, Section] = {
     "claim": Section(sqlite.claim, sqlite.LEGEND),
     "status": Section(status.run, status.LEGEND),
     "metrics": Section(metrics.scrape, metrics.LEGEND),
+    "panel": Section(panel.run, panel.LEGEND),
     "dag": Section(dag.run, dag.LEGEND),
     "gpu": Section(gpu.run, gpu.LEGEND),
     "sampler": Section(telemetry.sampler, telemetry.LEGEND),

@@ -13,6 +13,7 @@ Pure: imports only the standard library and ``rowfleet.job`` (for ``iso``).
 from __future__ import annotations
 
 import html
+import json
 import time
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import urlencode
@@ -50,6 +51,20 @@ def clipped(text: Any, most: int = TEXT_MOST) -> str:
     """
     text = str(text)
     return text if len(text) <= most else f"{text[:most]}… ({len(text):,} characters)"
+
+
+def pretty(value: Any) -> str:
+    """A JSON value as a page shows it: indented, non-ASCII text as it is.
+
+    >>> print(pretty({"name": "Zoë", "n": [1]}))
+    {
+      "name": "Zoë",
+      "n": [
+        1
+      ]
+    }
+    """
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
 def join(*parts: Any) -> Markup:
@@ -183,6 +198,7 @@ def page(title: str, body: Markup, *, active: str = "", now: float | None = None
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<meta name="color-scheme" content="light dark">'
         f"<title>{esc(title)} · rowfleet</title>"
+        '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
         '<link rel="stylesheet" href="/static/panel.css"><script src="/static/panel.js" defer></script>'
         '</head><body><header><a class="brand" href="/">rowfleet</a>'
         f'<nav aria-label="pages">{nav}</nav>{picker}{logout}</header>'

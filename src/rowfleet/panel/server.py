@@ -51,7 +51,9 @@ BODY_MOST = 64 * 1024   # bytes of a form
 FIELDS_MOST = 64        # parameters of a query or a form
 COOKIE = "rowfleet_panel"
 STATIC = {"/static/panel.css": ("panel.css", "text/css; charset=utf-8"),
-          "/static/panel.js": ("panel.js", "text/javascript; charset=utf-8")}
+          "/static/panel.js": ("panel.js", "text/javascript; charset=utf-8"),
+          "/static/favicon.svg": ("favicon.svg", "image/svg+xml"),
+          "/favicon.ico": ("favicon.svg", "image/svg+xml")}  # asked for by browsers that ignore the link
 POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
           "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 SECURITY_HEADERS = [("Content-Security-Policy", POLICY), ("X-Content-Type-Options", "nosniff"),

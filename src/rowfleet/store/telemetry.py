@@ -10,6 +10,7 @@ exception (``decode_readings``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from typing import Any, Iterable, Mapping
@@ -24,6 +25,7 @@ MINUTE = "minute"
 TIERS = (DETAIL, MINUTE)
 FOLD_BATCH = 5000          # finished jobs tallied per transaction
 UNTALLIED_READ_CAP = 200_000  # a scrape reads at most this many jobs not yet tallied
+READINGS_KEPT = 8192  # decoded rows kept for the next read: 20 hosts' last hour, a point a minute, many times over
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +58,10 @@ class MetricsRows:
 
 
 def decode_readings(text: Any) -> tuple[dict[str, Any], str | None]:
-    """A stored readings column as a dict, and why not when it is none.
+    """A stored readings column as a dict, and why not when it is none. The same text
+    decodes to the same dict, kept for the next read (``READINGS_KEPT`` of them): a panel
+    refreshing every few seconds reads the same hour of rows each time, and decoding them
+    is most of its work. So the dict is shared: read it, never change it.
 
     >>> decode_readings('{"cpu.busy": 5}'), decode_readings('[1]')[1], decode_readings(None)[1]
     (({'cpu.busy': 5}, None), 'readings are not a JSON object', 'readings are not JSON text')
@@ -65,6 +70,11 @@ def decode_readings(text: Any) -> tuple[dict[str, Any], str | None]:
         text = bytes(text).decode("utf-8", "replace")
     if not isinstance(text, str):
         return {}, "readings are not JSON text"
+    return _decoded(text)
+
+
+@functools.lru_cache(maxsize=READINGS_KEPT)
+def _decoded(text: str) -> tuple[dict[str, Any], str | None]:
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):

@@ -31,12 +31,14 @@ from rowfleet.hosts import HostView
 from rowfleet.names import is_finite_number
 from rowfleet.panel import svg
 from rowfleet.panel.app import HttpError, Request, View
-from rowfleet.panel.html import Markup, clipped, definitions, esc, join, link, table, tag, url, when
+from rowfleet.panel.html import Markup, clipped, definitions, join, link, table, tag, url, when
 from rowfleet.panel.svg import Point, Series
 from rowfleet.store.browse import EndedJob
-from rowfleet.telemetry.readings import gpu_indexes
+from rowfleet.store.telemetry import HostSample
+from rowfleet.telemetry.readings import fold_minute, gpu_indexes
 
 WINDOW = 3600.0         # seconds of the shared time axis
+MINUTE = 60.0           # seconds a point of the every-host deck stands for
 HOT_CELSIUS = 85.0      # a sensor or a GPU this hot puts its host near the top
 DEAD_AFTER = 300.0      # seconds without a sample after which a host is silent, whatever its cadence
 GAP_INTERVALS = 3       # samples missed in a row before a line is cut
@@ -53,6 +55,7 @@ THROTTLING, HOT, SILENT, FINE = "throttling", "hot", "silent", "fine"
 CONDITIONS = (THROTTLING, HOT, SILENT, FINE)  # worst first
 PALETTE = 8  # line classes s0 .. s7, reused in turn
 
+COMBINED = {"sum": sum, "mean": lambda values: sum(values) / len(values), "max": max, "min": min}
 AGGREGATES = {"mean": lambda values: sum(value / len(values) for value in values),  # no overflow to inf
               "max": max, "min": min}
 
@@ -128,9 +131,10 @@ def downsample(points: Iterable[Point], start: float, end: float, *, most: int, 
     are more, the window is cut into ``most`` buckets and each bucket's points become one
     (at their mean time, with the ``how`` of their values: ``mean``, ``max`` or ``min``).
     Gaps are kept: where two neighbours are more than ``gap`` seconds apart, or a value
-    that is no finite number lies between them (``svg.segments``), a ``(time, nan)`` point
-    goes between, which no chart line crosses; a gap inside one bucket is narrower than the
-    chart can show, and the bucket spans it. Draw the result with ``drawn_gap``.
+    that is no finite number lies between them (where ``svg.segments`` cuts), a
+    ``(time, nan)`` point goes between, which no chart line crosses; a gap inside one
+    bucket is narrower than the chart can show, and the bucket spans it. Draw the result
+    with ``drawn_gap``.
 
     >>> downsample([(0, 1.0), (1, 3.0), (2, 5.0), (3, 7.0)], 0, 4, most=2, gap=5)
     [(0.5, 2.0), (2.5, 6.0)]
@@ -146,8 +150,8 @@ def downsample(points: Iterable[Point], start: float, end: float, *, most: int, 
     if most < 1 or not end > start:
         return []
     # In time order; a value that is no number stays, as a gap.
-    ordered = sorted((float(at), float(value) if _finite(value) else math.nan)
-                     for at, value in points if _finite(at) and start <= at <= end)
+    ordered = sorted(((float(at), float(value) if _finite(value) else math.nan)
+                      for at, value in points if _finite(at) and start <= at <= end), key=lambda point: point[0])
     return _downsampled(ordered, start, end, most, gap, how)
 
 
@@ -178,7 +182,9 @@ def _downsampled(ordered: list[Point], start: float, end: float, most: int, gap:
             continue
         if previous is not None and at - previous > gap:
             pending = True
-        index = min(int((at - start) // width), most - 1)
+        index = int((at - start) // width)
+        if index >= most:
+            index = most - 1  # ``end`` itself
         if index != current:
             if times:
                 _bucket(out, times, values, gap_before, aggregate)
@@ -224,6 +230,7 @@ class Line:
     readings: tuple[str, ...]
     css: str
     how: str = "mean"
+    combine: str = "sum"  # how a row's several readings make one value: sum, mean, max or min
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,9 +253,12 @@ class Chart:
                                                           for at, value in one.points]} for one in self.series]}
 
 
-def host_charts(rows: Sequence[Mapping[str, Any]], start: float, end: float, gap: float) -> list[Chart]:
+def host_charts(rows: Sequence[Mapping[str, Any]], start: float, end: float, gap: float,
+                gpus_apart: bool = True) -> list[Chart]:
     """A host's charts from its ``rows`` (``HostSeries.rows``) over ``[start, end]``, where
-    neighbours more than ``gap`` seconds apart are a gap. Each line is downsampled so that
+    neighbours more than ``gap`` seconds apart are a gap. With ``gpus_apart`` a line per
+    GPU; without (every host at once) its GPUs together: their mean and least utilisation,
+    the hottest, their power and VRAM added up, the slowest clock. Each line is downsampled so that
     a chart holds about ``POINTS_PER_CHART`` points (``LEAST_POINTS`` a line at least); a
     chart without a line is left out. A scale's top is the largest value, or the chart's
     own when higher (100 % and 100 °C, so hosts side by side compare).
@@ -261,8 +271,11 @@ def host_charts(rows: Sequence[Mapping[str, Any]], start: float, end: float, gap
     >>> charts[0].series[1].points
     [(0.0, 90.0), (2.0, 90.0), (4.0, 90.0)]
     """
-    present = set().union(*[row["readings"].keys() for row in rows])
-    gpus = [index for index in gpu_indexes(present) if index.isascii() and index.isdigit()]
+    timed = sorted(((float(row["at"]), row["readings"]) for row in rows
+                    if _finite(row["at"]) and start <= row["at"] <= end),
+                   key=lambda row: row[0])  # the store's rows are in order already: linear
+    present = set().union(*[readings.keys() for _, readings in timed])
+    gpus = [index for index in gpu_indexes(dict.fromkeys(present)) if index.isascii() and index.isdigit()]
     nets = sorted({name[len("net."):-len(".rx_bps")] for name in present
                    if name.startswith("net.") and name.endswith(".rx_bps") and len(name) > len("net..rx_bps")})
     reasons = sorted({name.partition(".throttle_s.")[2] for name in present
@@ -275,29 +288,49 @@ def host_charts(rows: Sequence[Mapping[str, Any]], start: float, end: float, gap
     def host(label: str, reading: str, css: str, how: str) -> list[Line]:
         return [Line(label, (reading,), css, how)] if reading in present else []
 
+    if not gpus_apart:
+        def per_gpu(reading: str, how: str, suffix: str = "", css: str = "line",  # noqa: F811 - the GPUs as one
+                    combine: str = "sum", label: str = "GPUs") -> list[Line]:
+            names = tuple(f"gpu.{index}.{reading}" for index in gpus if f"gpu.{index}.{reading}" in present)
+            return [Line(f"{label}{suffix}", names, f"{css} s{0 if css == 'line' else 1}", how, combine)] \
+                if names else []
+
+        def per_gpu_util(how: str) -> list[Line]:
+            return per_gpu("util", how, combine="mean", label="GPUs mean") + \
+                [Line("least busy GPU", line.readings, "line s1", "min", "min")
+                 for line in per_gpu("util", how) if len(line.readings) > 1]
+        utilisation = per_gpu_util("max")
+        temperature = per_gpu("temp", "max", combine="max", label="hottest GPU")
+        clock = per_gpu("sm_mhz", "min", combine="min", label="slowest GPU")
+    else:
+        utilisation = per_gpu("util", "max")
+        temperature = per_gpu("temp", "max")
+        clock = per_gpu("sm_mhz", "min")
+
     asked = [  # title, unit, the least top of its scale, its lines
-        ("Utilisation", "%", 100.0, host("cpu", "cpu.busy", "line cpu", "max") + per_gpu("util", "max")),
+        ("Utilisation", "%", 100.0, host("cpu", "cpu.busy", "line cpu", "max") + utilisation),
         ("Temperature", "°C", TEMPERATURE_SCALE,
-         host("hottest sensor", "temp.hottest", "line hottest", "max") + per_gpu("temp", "max")),
+         host("hottest sensor", "temp.hottest", "line hottest", "max") + temperature),
         ("GPU power", "W", 0.0, _pairs(per_gpu("power_w", "max"),
                                         per_gpu("power_limit_w", "mean", " limit", "line limit"))),
-        ("SM clock", "MHz", 0.0, per_gpu("sm_mhz", "min")),
+        ("SM clock", "MHz", 0.0, clock),
         ("VRAM", "MiB", 0.0, _pairs(per_gpu("vram_used_mib", "max"),
                                      per_gpu("vram_total_mib", "mean", " total", "line limit"))),
         ("Network", "B/s", 0.0, [Line(f"{clipped(net, LABEL_MOST)} {way}", (f"net.{net}.{way}_bps",),
                                       f"line {way} s{n % PALETTE}")
                                  for n, net in enumerate(nets) for way in ("rx", "tx")
                                  if f"net.{net}.{way}_bps" in present]),
-        ("Throttled", "s", 0.0, [Line(clipped(reason, LABEL_MOST),
-                                      tuple(f"gpu.{index}.throttle_s.{reason}" for index in gpus),
-                                      f"line s{n % PALETTE}", "max") for n, reason in enumerate(reasons)]),
+        ("Throttled", "s/sample", 0.0, [Line(clipped(reason, LABEL_MOST),
+                                             tuple(f"gpu.{index}.throttle_s.{reason}" for index in gpus),
+                                             f"line s{n % PALETTE}", "max") for n, reason in enumerate(reasons)]),
     ]
     charts = []
     for title, unit, least_top, lines in asked:
         drawn = lines[:LINES_MOST]
         each = max(LEAST_POINTS, POINTS_PER_CHART // max(len(drawn), 1))
         series = tuple(one for one in (
-            Series(line.label, _downsampled(_points(rows, line.readings, start, end), start, end, each, gap, line.how),
+            Series(line.label, _downsampled(_points(timed, line.readings, line.combine), start, end, each, gap,
+                                            line.how),
                    css=line.css, unit=unit) for line in drawn)
             if any(not math.isnan(value) for _, value in one.points))
         if not series:
@@ -319,27 +352,25 @@ def _pairs(first: list[Line], second: list[Line]) -> list[Line]:
     return paired + list(limit_of.values())
 
 
-def _points(rows: Sequence[Mapping[str, Any]], readings: tuple[str, ...], start: float, end: float) -> list[Point]:
-    """A line's points within ``[start, end]``, as floats in time order: each row's reading
+def _points(timed: Sequence[tuple[float, Mapping[str, Any]]], readings: tuple[str, ...],
+            combine: str = "sum") -> list[Point]:
+    """A line's points from ``timed`` rows (time, readings), as floats: each row's reading
     (the sum of ``readings`` where several are given, of those it has); a row without a
     number for any is no point. Spelled out for speed: it runs for every sample of every
     line of the deck."""
-    ordered = sorted((row for row in rows if _finite(row["at"]) and start <= row["at"] <= end),
-                     key=lambda row: row["at"])  # the store's rows are in order: linear
-    points: list[Point] = []
     if len(readings) == 1:
         name = readings[0]
-        for row in ordered:
-            value = row["readings"].get(name)
-            if value is not None and _finite(value):
-                points.append((float(row["at"]), float(value)))
-        return points
-    for row in ordered:
-        values = [float(value) for value in (row["readings"].get(name) for name in readings)
-                  if value is not None and _finite(value)]
-        total = sum(values)
-        if values and total - total == 0.0:  # floats: a huge sum is inf, no point
-            points.append((float(row["at"]), total))
+        return [(at, float(value)) for at, values in timed for value in (values.get(name),)
+                if value is not None and _finite(value)]
+    points: list[Point] = []
+    for at, values in timed:
+        found = [float(value) for value in (values.get(name) for name in readings)
+                 if value is not None and _finite(value)]
+        if not found:
+            continue
+        total = COMBINED[combine](found)
+        if total - total == 0.0:  # floats: a huge sum is inf, no point
+            points.append((at, total))
     return points
 
 
@@ -365,23 +396,49 @@ def job_ticks(jobs: Iterable[EndedJob], host: str) -> list[tuple[float, str]]:
 # --- the page -------------------------------------------------------------------------------------
 
 
+def minute_rows(minute: Sequence[HostSample], detail: Sequence[HostSample]) -> list[dict[str, Any]]:
+    """A host's hour a point a minute, as the deck shows every host at once: its minute
+    rows, and its detail rows after them folded into minutes as the sampler will fold them
+    (``fold_minute``), each at its minute's start.
+
+    >>> minute = [HostSample("b", "minute", 0.0, {"cpu.busy": 10.0})]
+    >>> detail = [HostSample("b", "detail", t, {"cpu.busy": float(t)}) for t in (60.0, 62.0, 130.0)]
+    >>> [(row["at"], row["readings"]["cpu.busy"]) for row in minute_rows(minute, detail)]
+    [(0.0, 10.0), (60.0, 61.0), (120.0, 130.0)]
+    """
+    rows = [{"at": row.at, "readings": row.readings} for row in minute]
+    newest = minute[-1].at if minute else -math.inf
+    pending: dict[float, list[Mapping[str, Any]]] = {}
+    for row in detail:
+        if is_finite_number(row.at) and row.at >= newest + MINUTE:
+            pending.setdefault(row.at // MINUTE * MINUTE, []).append(row.readings)
+    rows += [{"at": at, "readings": fold_minute(readings)} for at, readings in sorted(pending.items())]
+    return rows
+
+
 def flight_deck(req: Request) -> View:
     """Every host (or ``?host=H`` only), worst first, with its last hour."""
     now, wanted = req.now, req.word("host")
     start, end = now - WINDOW, now
-    views = host_model.hosts(req.store, now)
+    read = host_model.hosts_with_rows(req.store, now)
     if wanted is not None:
-        views = [view for view in views if view.host == wanted]
-        if not views:
+        read = [each for each in read if each[0].host == wanted]
+        if not read:
             raise HttpError(404, f"no sample of host {names.shown(wanted)}: the Flight Deck lists the hosts that "
                                  f"have sampled")
+    views = [view for view, _, _ in read]
     jobs = (req.store.jobs_ended_since(start, limit=TICK_JOBS) + req.store.jobs_running()) if views else []
     cards, data = [], []
+    rows_of = {view.host: (minute, detail) for view, minute, detail in read}
     for view in worst_first(views, now):
-        rows = host_model.host_series(req.store, view.host, WINDOW, now=now).rows
-        interval = sample_interval(rows, req.store.config.sample_every)
+        if wanted is None:  # every host: a point a minute, from the rows its view was read from
+            rows = minute_rows(*rows_of[view.host])
+            interval = MINUTE
+        else:  # one host: every sample
+            rows = host_model.host_series(req.store, view.host, WINDOW, now=now).rows
+            interval = sample_interval(rows, req.store.config.sample_every)
         gap = GAP_INTERVALS * interval
-        charts = host_charts(rows, start, end, gap)
+        charts = host_charts(rows, start, end, gap, gpus_apart=wanted is not None)
         ticks = job_ticks(jobs, view.host)
         state = condition(view, now)
         cards.append(_card(view, state, charts, ticks, start, end, now))
@@ -409,7 +466,8 @@ def _card(view: HostView, state: str, charts: Sequence[Chart], ticks: Sequence[t
     age = join(when(view.at, now), " ", tag("span", "stale", class_="bad stale") if view.stale else "")
     facts = definitions([
         ("sample", age), ("cpu", _value(view.cpu_busy, "%", 0)), ("load", _value(view.load1, "", 2)),
-        ("ram", _pair(_gib(view.ram_used), _gib(view.ram_total), "GiB", 1)), ("hottest", _value(view.hottest, "°C", 0)),
+        ("ram", _pair(_gib(view.ram_used), _gib(view.ram_total), "GiB", 1)),
+        ("hottest", _value(view.hottest, "°C", 0)),
         *([("readings", tag("span", view.error, class_="bad"))] if view.error else []),
         *([("gpus", tag("span", clipped(view.gpu_error, 300), class_="bad"))] if view.gpu_error else [])])
     jobs = (tag("ul", join(*[tag("li", join(link(f"/jobs/{job.job_id}", f"job {job.job_id}"), " ",

@@ -27,8 +27,8 @@ from rowfleet import job as jobs
 from rowfleet.job import Job
 from rowfleet.panel import svg
 from rowfleet.panel.app import HttpError, Redirect, Request, View
-from rowfleet.panel.html import (Markup, clipped, definitions, esc, join, link, post_form, select, state_badge,
-                                 table, tag, text_input, url, when)
+from rowfleet.panel.html import (Markup, clipped, definitions, esc, join, link, post_form, pretty, select,
+                                 state_badge, table, tag, text_input, url, when)
 from rowfleet.snapshot import snapshot
 from rowfleet.store.browse import JobFilter
 from rowfleet.store.telemetry import DETAIL
@@ -36,7 +36,7 @@ from rowfleet.store.telemetry import DETAIL
 PAGE_SIZE = 50
 BULK_CAP = 1000
 SECRET_KEY = re.compile(r"password|passwd|secret|token|key|credential|auth", re.IGNORECASE)
-REDACTED = "••• redacted"
+REDACTED = "[redacted]"
 AROUND = 300.0  # seconds of the host's telemetry shown before and after a run
 
 ACTIONS = {
@@ -99,10 +99,10 @@ def job_detail(req: Request) -> View:
                      ("lease until", when(job.lease_expires_at, req.now)),
                      ("progress", _progress(job)), ("unreadable", job.unreadable)]),
         tag("h2", "Args"),
-        tag("pre", clipped(jobs.encode_json(redacted(job.args)) if not reveal else jobs.encode_json(job.args))),
+        tag("pre", clipped(pretty(job.args if reveal else redacted(job.args)))),
         Markup("") if reveal else link(url(f"/jobs/{job.id}", reveal="secrets"), "show redacted values",
                                        class_="muted"),
-        tag("h2", "Result"), tag("pre", clipped(jobs.encode_json(job.result))),
+        tag("h2", "Result"), tag("pre", clipped(pretty(job.result))),
         _error_block(job),
         tag("h2", "Timeline"), _timeline(job, events),
         _events_table(events, req.now),
@@ -191,7 +191,7 @@ def redacted(value: Any) -> Any:
     """``value`` with the values of secret-looking keys replaced, at any depth.
 
     >>> redacted({"api_key": "k", "n": [{"Password": 1}], "keep": "x"})
-    {'api_key': '••• redacted', 'n': [{'Password': '••• redacted'}], 'keep': 'x'}
+    {'api_key': '[redacted]', 'n': [{'Password': '[redacted]'}], 'keep': 'x'}
     """
     if isinstance(value, dict):
         return {key: REDACTED if SECRET_KEY.search(str(key)) else redacted(inner) for key, inner in value.items()}

@@ -5,8 +5,8 @@ read model (``rowfleet.snapshot.models``, as ``rowfleet models`` does). Every pr
 default; ``?project=P`` one (``?project=`` the default project).
 
 Also owns the project filter the Schedules page shares (``chosen_project``,
-``known_projects``, ``project_links``). Reads through the read model; imports no driver, no SQL, no command
-line and no other page.
+``known_projects``, ``project_links``). Reads through the read model; imports no driver,
+no SQL, no command line and no other page.
 """
 
 from __future__ import annotations

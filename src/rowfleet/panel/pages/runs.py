@@ -12,10 +12,9 @@ import json
 from typing import Any
 
 from rowfleet import dag
-from rowfleet.job import encode_json
 from rowfleet.panel import dag_layout
 from rowfleet.panel.app import HttpError, Redirect, Request, View
-from rowfleet.panel.html import (Markup, clipped, definitions, join, link, post_form, select, state_badge,
+from rowfleet.panel.html import (Markup, clipped, definitions, join, link, post_form, pretty, select, state_badge,
                                  table, tag, text_input, url, when)
 
 PAGE_SIZE = 50
@@ -72,7 +71,7 @@ def run_detail(req: Request) -> View:
         *notes, focus_form, tag("div", picture, class_="dag-wrap scroll"),
         *[_input_form(req, run, node) for node in run.nodes if node.state == dag.AWAITING_INPUT],
         tag("h2", "Nodes"), table(["node", "kind", "state", "attempts", "items", "jobs", "error"], rows),
-        tag("h2", "Args"), tag("pre", clipped(encode_json(run.args))))
+        tag("h2", "Args"), tag("pre", clipped(pretty(run.args))))
     data = run.to_dict() | {"shown": list(shown.nodes), "left_out": shown.left_out}
     return View(f"Run {run.id}", data, body, active="/runs")
 

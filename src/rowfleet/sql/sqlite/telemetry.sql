@@ -42,10 +42,17 @@ ORDER BY at;
 SELECT at FROM host_samples WHERE host = :host AND tier = :tier AND at >= :since ORDER BY at;
 
 -- name: latest_host_samples
--- Each host's newest detail row: one seek per host along the primary key.
+-- Each host's newest detail row: the hosts found by walking the primary key one host at a
+-- time (a seek each, however many rows a host keeps), then one seek per host for its newest.
+WITH RECURSIVE hosts(host) AS (
+    SELECT min(host) FROM host_samples
+    UNION ALL
+    SELECT (SELECT min(host) FROM host_samples WHERE host > hosts.host) FROM hosts WHERE hosts.host IS NOT NULL
+)
 SELECT s.host, s.tier, s.at, s.readings
-FROM (SELECT host, max(at) AS at FROM host_samples WHERE tier = 'detail' GROUP BY host) AS newest
-JOIN host_samples AS s ON s.host = newest.host AND s.tier = 'detail' AND s.at = newest.at
+FROM hosts
+JOIN host_samples AS s ON s.host = hosts.host AND s.tier = 'detail'
+                       AND s.at = (SELECT max(at) FROM host_samples WHERE host = hosts.host AND tier = 'detail')
 ORDER BY s.host;
 
 -- name: sampled_hosts
