@@ -99,6 +99,7 @@ class PageHandler(http.server.BaseHTTPRequestHandler):
 
 
 class BrowserPageTest(unittest.TestCase):
+    SLOW = True  # a real browser: the full suite and CI
     """One Chromium for the class; a fresh page and page server per test."""
 
     @classmethod
@@ -195,6 +196,7 @@ class BrowserPageTest(unittest.TestCase):
 
 
 class BrowserLifecycleTest(unittest.TestCase):
+    SLOW = True
     def test_nothing_outlives_a_browser_even_when_the_test_fails(self) -> None:
         executable = require_chromium(self)
         with self.assertRaises(ZeroDivisionError):

@@ -40,6 +40,7 @@ def hex_colour(text: str) -> tuple[int, int, int]:
 
 
 class PanelInBrowserTest(unittest.TestCase):
+    SLOW = True  # a real browser: the full suite and CI
     @classmethod
     def setUpClass(cls) -> None:
         cls.chromium = require_chromium(cls)
