@@ -154,11 +154,12 @@ def hosts(store: "Store", now: float | None = None) -> list[HostView]:
     return [view for view, _, _ in hosts_with_rows(store, now)]
 
 
-def hosts_with_rows(store: "Store", now: float | None = None) -> list[tuple[HostView, list[HostSample],
-                                                                             list[HostSample]]]:
-    """``hosts``, each with the rows of the last hour it was read from (``recent_rows``),
-    for a front end that draws them too and need not read them twice."""
-    latest = store.latest_host_samples()
+def hosts_with_rows(store: "Store", now: float | None = None, only: str | None = None
+                    ) -> list[tuple[HostView, list[HostSample], list[HostSample]]]:
+    """``hosts`` (or the one named ``only``), each with the rows of the last hour it was
+    read from (``recent_rows``), for a front end that draws them too and need not read
+    them twice."""
+    latest = [sample for sample in store.latest_host_samples() if only is None or sample.host == only]
     fleet = snapshot(store)
     now = fleet.at if now is None else now
     since = now - THROTTLE_WINDOW

@@ -71,7 +71,7 @@ def sparkline(points: Sequence[Point], start: float, end: float, *, gap: float, 
 
 def time_chart(series: Sequence[Series], start: float, end: float, *, gap: float, low: float = 0.0,
                high: float | None = None, width: int = 600, height: int = 80,
-               ticks: Sequence[tuple[float, str]] = ()) -> str:
+               ticks: Sequence[tuple[float, str]] = (), hover_column: float = HOVER_COLUMN) -> str:
     """``series`` on one time axis ``[start, end]`` (shared by every chart of a page, so
     hosts line up), values from ``low`` to ``high`` (default: the largest value), each
     point with a ``<title>`` for hover, and a tick at each ``(time, title)`` of ``ticks``.
@@ -91,7 +91,7 @@ def time_chart(series: Sequence[Series], start: float, end: float, *, gap: float
         for at, title in ticks if _finite(at) and start <= at <= end
         for x in (_x(at, start, end, width),))
     lines = _lines(series, start, end, low, top, width, height, gap)
-    hover = hover_columns(series, start, end, width, height)
+    hover = hover_columns(series, start, end, width, height, hover_column)
     return (f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
             f'preserveAspectRatio="none" role="img">{marks}{lines}{hover}</svg>')
 
@@ -121,7 +121,7 @@ def hover_columns(series: Sequence[Series], start: float, end: float, width: int
     drawn = []
     for cell, values in sorted(cells.items()):
         at = max(when for when, _, _ in values.values())
-        text = f"{clock(at)} · " + "; ".join(f"{label} {coordinate(value)} {unit}".strip()
+        text = f"{clock(at)} · " + "; ".join(f"{label} {value_text(value)} {unit}".strip()
                                              for label, (_, value, unit) in values.items())
         drawn.append(f'<rect class="hover" x="{coordinate(cell * column)}" y="0" width="{coordinate(column)}" '
                      f'height="{height}"><title>{_text(text)}</title></rect>')
@@ -166,10 +166,23 @@ def _y(value: float, low: float, high: float, height: int) -> float:
 
 
 def coordinate(value: float) -> str:
-    """A coordinate or value as SVG takes it: at most two decimals, no exponent.
+    """A coordinate or value as SVG takes it: at most one decimal (a tenth of a unit of a
+    600-wide chart is finer than a screen shows), no exponent.
 
-    >>> coordinate(3.0), coordinate(2.456), coordinate(-0.001)
-    ('3', '2.46', '0')
+    >>> coordinate(3.0), coordinate(2.456), coordinate(-0.001), coordinate(1e20)
+    ('3', '2.5', '0', '100000000000000000000')
+    """
+    text = f"{value:.1f}"
+    if text.endswith(".0"):
+        text = text[:-2]
+    return "0" if text == "-0" else text
+
+
+def value_text(value: float) -> str:
+    """A reading as a title shows it: at most two decimals, no exponent.
+
+    >>> value_text(61.25), value_text(3.0), value_text(-0.001)
+    ('61.25', '3', '0')
     """
     text = f"{value:.2f}".rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text

@@ -49,6 +49,9 @@ TICK_JOBS = 2000        # finished jobs read for the ticks
 LABEL_MOST = 60         # characters of a name (an interface, a reason) in a label
 NAME_MOST = 120         # characters of a host name in a card's heading
 CHART_WIDTH, CHART_HEIGHT = 600, 80
+STRIP_HEIGHT = 16       # the jobs strip under a card's charts
+TICKS_SHOWN = 400       # job starts and ends drawn on one card's strip, the newest
+HOVER_EVERY_HOST = 20.0  # width of a hover column when every host is shown (30 a chart: 2 minutes each)
 TEMPERATURE_SCALE = 100.0  # °C at the top of every temperature chart (hotter is drawn at the edge)
 
 THROTTLING, HOT, SILENT, FINE = "throttling", "hot", "silent", "fine"
@@ -420,7 +423,7 @@ def flight_deck(req: Request) -> View:
     """Every host (or ``?host=H`` only), worst first, with its last hour."""
     now, wanted = req.now, req.word("host")
     start, end = now - WINDOW, now
-    read = host_model.hosts_with_rows(req.store, now)
+    read = host_model.hosts_with_rows(req.store, now, only=wanted)
     if wanted is not None:
         read = [each for each in read if each[0].host == wanted]
         if not read:
@@ -441,7 +444,8 @@ def flight_deck(req: Request) -> View:
         charts = host_charts(rows, start, end, gap, gpus_apart=wanted is not None)
         ticks = job_ticks(jobs, view.host)
         state = condition(view, now)
-        cards.append(_card(view, state, charts, ticks, start, end, now))
+        hover = HOVER_EVERY_HOST if wanted is None else svg.HOVER_COLUMN
+        cards.append(_card(view, state, charts, ticks, start, end, now, hover))
         data.append({"host": view.host, "condition": state, "latest": view.to_dict(), "interval": interval,
                      "gap": gap, "charts": [chart.to_dict() for chart in charts],
                      "ticks": [{"at": at, "title": title} for at, title in ticks]})
@@ -459,7 +463,7 @@ def flight_deck(req: Request) -> View:
 
 
 def _card(view: HostView, state: str, charts: Sequence[Chart], ticks: Sequence[tuple[float, str]], start: float,
-          end: float, now: float) -> Markup:
+          end: float, now: float, hover: float) -> Markup:
     name = clipped(view.host, NAME_MOST)
     heading = tag("h2", join(link(url("/deck", host=view.host), name) if _linkable(view.host) else name, " ",
                              tag("span", state, class_=f"badge condition-{state}")))
@@ -480,18 +484,31 @@ def _card(view: HostView, state: str, charts: Sequence[Chart], ticks: Sequence[t
                    _pair(gpu.power_w, gpu.power_limit_w, "W"), _value(gpu.sm_mhz, "MHz", 0),
                    ", ".join(gpu.slowdowns) or "-", _held(gpu.throttle_seconds)] for gpu in view.gpus],
                  empty="no GPU readings", class_="grid gpus") if view.gpus or view.gpu_error else Markup("")
-    drawn = [_figure(chart, ticks, start, end) for chart in charts]
+    drawn = [_figure(chart, start, end, hover) for chart in charts]
     if not drawn:
         drawn.append(tag("p", "no samples in the last hour", class_="muted"))
+    drawn.append(_job_strip(ticks, start, end))
     return tag("section", join(heading, facts, jobs, gpus, tag("div", join(*drawn), class_="charts")),
                class_=f"host condition-{state}")
 
 
-def _figure(chart: Chart, ticks: Sequence[tuple[float, str]], start: float, end: float) -> Markup:
+def _job_strip(ticks: Sequence[tuple[float, str]], start: float, end: float) -> Markup:
+    """The jobs that started and ended on the host, as ticks on a strip under its charts,
+    on the same axis: the newest ``TICKS_SHOWN`` of them."""
+    shown = ticks[-TICKS_SHOWN:]
+    caption = join(tag("span", "Jobs", class_="chart-title"), " ",
+                   tag("span", f"{len(ticks)} starts and ends" if ticks else "none started or ended", class_="muted"),
+                   tag("span", f" (the newest {len(shown)} drawn)", class_="muted") if len(shown) < len(ticks) else "")
+    drawing = svg.time_chart([], start, end, gap=end - start, high=1.0, width=CHART_WIDTH, height=STRIP_HEIGHT,
+                             ticks=shown)
+    return tag("figure", join(tag("figcaption", caption), Markup(drawing)), class_="deck-chart jobs-strip")
+
+
+def _figure(chart: Chart, start: float, end: float, hover: float) -> Markup:
     drawing = svg.time_chart(chart.series, start, end, gap=chart.gap, high=chart.high, width=CHART_WIDTH,
-                             height=CHART_HEIGHT, ticks=ticks)
+                             height=CHART_HEIGHT, hover_column=hover)
     caption = join(tag("span", chart.title, class_="chart-title"), " ",
-                   tag("span", f"0 to {svg.coordinate(chart.high)} {chart.unit}", class_="muted"),
+                   tag("span", f"0 to {svg.value_text(chart.high)} {chart.unit}", class_="muted"),
                    tag("span", f" ({chart.left_out} more not drawn)", class_="muted") if chart.left_out else "")
     legend = tag("ul", join(*[tag("li", join(tag("span", "", class_=f"key {one.css}"), one.label))
                               for one in chart.series]), class_="legend")
