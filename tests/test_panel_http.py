@@ -8,7 +8,10 @@ from __future__ import annotations
 import doctest
 import http.client
 import json
+import os
+import signal
 import socket
+import urllib.request
 from urllib.parse import urlencode
 
 from rowfleet import dag
@@ -247,6 +250,22 @@ class PanelSecurityTest(TempDirTestCase):
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
         self.assertIn("token", result.stderr)
+
+    def test_the_command_serves_with_its_schedule_files_and_stops_on_sigterm(self):
+        path = os.path.join(self.dir, "schedules.json")
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump([{"name": "nightly", "task": "tasks:x", "every": 900}], handle)
+        panel = self.spawn("panel", "--port", "0", "--schedule", path, "--read-only")
+        line = panel.stdout.readline()
+        self.assertTrue(line.startswith("panel at http://127.0.0.1:"), line)
+        self.assertIn("(read-only)", line)
+        url = line.split()[2]
+        with urllib.request.urlopen(url + "api/schedules", timeout=10) as response:
+            shown = json.load(response)
+        self.assertEqual([(s["name"], bool(s["next_fire"])) for s in shown["schedules"]], [("nightly", True)])
+        panel.send_signal(signal.SIGTERM)
+        self.assertEqual(panel.wait(timeout=30), 0)
+        self.assertNotIn("Traceback", panel.stderr.read())
 
     def test_read_only_offers_no_change_and_takes_none(self):
         _, client = self.serve(read_only=True)

@@ -34,12 +34,20 @@ def add_commands(command: Callable[..., Parser]) -> None:
                      help=f"the port to listen on (default {DEFAULT_PORT}; 0: any free one)")
     metrics_token_flag(sub, "panel_token")
     sub.add_argument("--read-only", action="store_true", help="show everything, change nothing")
+    sub.add_argument("--schedule", action="append", default=[], metavar="FILE",
+                     help="the scheduler's schedule file, so Schedules shows when each fires next (repeatable)")
+    sub.add_argument("--app", action="append", default=[], metavar="MODULE",
+                     help="import this module, so its @rowfleet.periodic schedules show too (repeatable)")
 
 
 def cmd_panel(args: argparse.Namespace, config: configuration.Config) -> int:
     # Here, not at the top: the HTTP server's modules would slow every other command's start.
-    from rowfleet import webserver
+    from rowfleet import tasks, webserver
     from rowfleet.panel import server
+    from rowfleet.panel.pages import schedules
+
+    tasks.import_apps(args.app)
+    schedules.SCHEDULE_FILES = tuple(args.schedule)  # read per request: a bad file is one line on the page
 
     if args.token is not None:
         token = webserver.check_token("--token", args.token)
