@@ -159,6 +159,8 @@ class PanelInBrowserTest(unittest.TestCase):
         self.clean_load("/deck")
         deck = self.page.screenshot()
         self.assertGreater(len(distinct_colours(deck)), 50, "the Flight Deck screenshot is nearly blank")
+        # Hover targets cover every chart: shown, they would paint it over (black, unstyled).
+        self.assertLess(colour_share(deck, (0, 0, 0), tolerance=30), 0.02, "the charts are painted over")
         for colour in ("#2e7dd7", "#e0801f"):  # the first two lines of every chart
             self.assertGreater(colour_share(deck, hex_colour(colour), tolerance=40), 0.0002, colour)
         self.clean_load(f"/runs/{self.run_id}")
