@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import unittest
 import urllib.request
 from urllib.parse import urlencode
 
@@ -172,11 +173,23 @@ class PanelContract:
 
 
 class SQLitePanelTest(PanelContract, TempDirTestCase):
-    pass
+    def test_no_sqlite_store_outlives_its_request(self):
+        self.assertEqual(self.client.get("/")[0], 200)
+        self.assertEqual(self.panel._idle, [], "a SQLite connection stays in the thread that opened it")
 
 
 class PostgresPanelTest(PanelContract, PostgresDatabaseCase, TempDirTestCase):
-    pass
+    def test_a_connection_is_kept_for_the_next_request_and_dropped_when_the_server_restarts(self):
+        self.assertEqual(self.client.get("/")[0], 200)
+        kept = list(self.panel._idle)
+        self.assertEqual(len(kept), 1)
+        self.assertEqual(self.client.get("/jobs")[0], 200)
+        self.assertEqual(self.panel._idle, kept, "the same connection served the next request")
+        self.pg.restart()  # the kept connection breaks
+        statuses = [self.client.get("/")[0] for _ in range(3)]
+        self.assertIn(statuses[:2], ([200, 200], [503, 200]), statuses)
+        self.assertEqual(statuses[2], 200)
+        self.assertNotIn(kept[0], self.panel._idle, "a connection that broke is not kept")
 
 
 class PanelSecurityTest(TempDirTestCase):
@@ -314,3 +327,35 @@ class PanelSecurityTest(TempDirTestCase):
         self.assertEqual(client.get("/")[0], 200, "still serving")
         self.assertEqual(self.store.find_job(self.job).state, QUEUED)
         self.assertEqual(self.store.switches(), [])
+
+
+class FinishedPerMinuteTest(unittest.TestCase):
+    """The Overview's minute counts read each minute once it is over, and still add up to
+    what one read of the whole hour gives."""
+
+    class Store:
+        def __init__(self) -> None:
+            self.finished: list[tuple[float, str]] = []  # (finished_at, state)
+            self.asked: list[float] = []
+
+        def finished_per_minute(self, since: float) -> list[dict]:
+            self.asked.append(since)
+            counts: dict = {}
+            for at, state in self.finished:
+                if at >= since:
+                    key = ("", "q", state, int(at // 60))
+                    counts[key] = counts.get(key, 0) + 1
+            return [{"project": p, "queue": q, "state": s, "minute": m, "n": n} for (p, q, s, m), n in counts.items()]
+
+    def test_each_minute_is_read_once_it_is_over_and_the_totals_match(self):
+        store, memo = self.Store(), overview.FinishedPerMinute()
+        now = 100_000.0
+        for step in range(200):  # a job every 13 s over 43 minutes, read every 13 s
+            now += 13.0
+            store.finished.append((now - 0.5, "completed" if step % 7 else "failed"))
+            got = overview.minute_counts(memo.rows(store, now))
+            if step:
+                self.assertGreaterEqual(store.asked[-1], now - 120, "a later read starts at the minute not yet over")
+            fresh = self.Store()
+            fresh.finished = store.finished
+            self.assertEqual(got, overview.minute_counts(fresh.finished_per_minute(now - overview.HOUR)), step)

@@ -69,6 +69,7 @@ class Request:
     read_only: bool
     signed_in: bool = False
     params: Mapping[str, str] = dataclasses.field(default_factory=dict)  # from the path
+    memo: dict[str, Any] = dataclasses.field(default_factory=dict)  # the server's, shared by its requests
 
     def text(self, name: str, *, source: str = "query") -> str | None:
         """A parameter as text, or None when absent or empty."""

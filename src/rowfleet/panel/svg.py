@@ -119,12 +119,13 @@ def hover_columns(series: Sequence[Series], start: float, end: float, width: int
                 cell = min(int((at - start) * per_cell), last)
                 cells.setdefault(cell, {})[label] = (at, value, unit)
     drawn = []
+    size = coordinate(column)
     for cell, values in sorted(cells.items()):
         at = max(when for when, _, _ in values.values())
-        text = f"{clock(at)} · " + "; ".join(f"{label} {value_text(value)} {unit}".strip()
-                                             for label, (_, value, unit) in values.items())
-        drawn.append(f'<rect class="hover" x="{coordinate(cell * column)}" y="0" width="{coordinate(column)}" '
-                     f'height="{height}"><title>{_text(text)}</title></rect>')
+        text = "; ".join([f"{label} {value_text(value)} {unit}" if unit else f"{label} {value_text(value)}"
+                          for label, (_, value, unit) in values.items()])
+        drawn.append(f'<rect class="hover" x="{coordinate(cell * column)}" y="0" width="{size}" '
+                     f'height="{height}"><title>{clock(at)} · {_text(text)}</title></rect>')
     return "".join(drawn)
 
 
@@ -141,28 +142,25 @@ def clock(at: float) -> str:
 def _lines(series: Sequence[Series], start: float, end: float, low: float, high: float, width: int,
            height: int, gap: float) -> str:
     drawn = []
+    across = width / (end - start) if end > start else 0.0
+    up = height / (high - low)
     for one in series:
+        css = _text(one.css)
         for run in segments(one.points, gap):
-            visible = [(at, value) for at, value in run if start <= at <= end]
-            if not visible:
-                continue
-            xy = [(_x(at, start, end, width), _y(value, low, high, height)) for at, value in visible]
+            # Whole pixels of the chart's own units: finer than a screen shows at its size, and
+            # formatted for every point of every chart of a page, so kept cheap.
+            xy = [f"{(at - start) * across:.0f},{height - (min(max(value, low), high) - low) * up:.0f}"
+                  for at, value in run if start <= at <= end]
             if len(xy) == 1:  # a lone sample between gaps: a dot, not a line to nowhere
-                x, y = xy[0]
-                drawn.append(f'<circle class="{_text(one.css)}" cx="{coordinate(x)}" cy="{coordinate(y)}" r="1.5"/>')
-            else:
-                coordinates = " ".join(f"{coordinate(x)},{coordinate(y)}" for x, y in xy)
-                drawn.append(f'<polyline points="{coordinates}" class="{_text(one.css)}" fill="none"/>')
+                x, y = xy[0].split(",")
+                drawn.append(f'<circle class="{css}" cx="{x}" cy="{y}" r="1.5"/>')
+            elif xy:
+                drawn.append(f'<polyline points="{" ".join(xy)}" class="{css}" fill="none"/>')
     return "".join(drawn)
 
 
 def _x(at: float, start: float, end: float, width: int) -> float:
     return 0.0 if end <= start else (at - start) / (end - start) * width
-
-
-def _y(value: float, low: float, high: float, height: int) -> float:
-    share = (min(max(value, low), high) - low) / (high - low)  # out of range: drawn at the edge
-    return height - share * height
 
 
 def coordinate(value: float) -> str:
@@ -184,6 +182,8 @@ def value_text(value: float) -> str:
     >>> value_text(61.25), value_text(3.0), value_text(-0.001)
     ('61.25', '3', '0')
     """
+    if abs(value) < 1e15 and value == int(value):  # most readings: whole numbers
+        return str(int(value))
     text = f"{value:.2f}".rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
 

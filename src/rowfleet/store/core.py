@@ -53,6 +53,10 @@ class StoreCore(abc.ABC):
     thread-safe: each thread opens its own store."""
 
     dialect: str = ""
+    # Whether a store may be handed from one thread to another between uses (never used by
+    # two at once): a server keeps such stores open for the next request instead of
+    # connecting for each. SQLite's connections stay in the thread that opened them.
+    passes_between_threads: bool = False
 
     def __init__(self, config: Config, clock: Callable[[], float]) -> None:
         self.config = config

@@ -110,6 +110,7 @@ class PostgresTx(Tx):
 
 class PostgresStore(Store):
     dialect = "postgres"
+    passes_between_threads = True  # its reads autocommit: an idle connection holds no snapshot
     # Queries only this dialect has: composite operations SQLite cannot do in one statement.
     own_queries = frozenset({*(f"{name}{form}" for name in ("finish_and_claim", "claim_logged")
                                for form in ("", "[routed]", "[newest]", "[warm]")),

@@ -367,8 +367,8 @@ def _points(timed: Sequence[tuple[float, Mapping[str, Any]]], readings: tuple[st
                 if value is not None and _finite(value)]
     points: list[Point] = []
     for at, values in timed:
-        found = [float(value) for value in (values.get(name) for name in readings)
-                 if value is not None and _finite(value)]
+        get = values.get
+        found = [value for value in map(get, readings) if value is not None and _finite(value)]
         if not found:
             continue
         total = COMBINED[combine](found)
