@@ -63,6 +63,8 @@ KEY_RESULTS = (
     (9, "=> switched on: the same pid "),
     (10, "$ rowfleet --db demo.db status"),
     (10, "=> all 17 jobs completed; the workers that died in step 5"),
+    (11, "$ rowfleet --db demo.db panel --port 0 > panel.log 2>&1 &"),
+    (11, "=> the panel answers at http://127.0.0.1:"),
 )
 
 
@@ -86,9 +88,9 @@ class DemoTest(unittest.TestCase):
         self.assertEqual(self.result.stderr, "")
         self.assertIn("every step held", self.out.strip().splitlines()[-1])
 
-    def test_steps_are_numbered_one_to_ten_in_order(self):
+    def test_steps_are_numbered_one_to_eleven_in_order(self):
         numbers = [int(n) for n in re.findall(r"^(\d+)\. ", self.out, flags=re.M)]
-        self.assertEqual(numbers, list(range(1, 11)), self.out)
+        self.assertEqual(numbers, list(range(1, 12)), self.out)
 
     def test_each_step_shows_its_key_result(self):
         steps = self.steps()

@@ -41,12 +41,13 @@ class RowType:
     order_by: str
     not_columns: frozenset[str] = frozenset()
     unread: frozenset[str] = frozenset()
+    names_table: bool = False  # its from_row is told the table (a type read from two tables)
 
     def column_fields(self) -> set[str]:
         return {field.name for field in dataclasses.fields(self.type)} - self.not_columns
 
     def build(self, row: Any) -> Any:
-        return self.type.from_row(row)
+        return self.type.from_row(row, self.table) if self.names_table else self.type.from_row(row)
 
 
 JOBS = RowType(Job, "jobs", "id", not_columns=frozenset({"unreadable"}))  # what could not be decoded
@@ -54,6 +55,8 @@ ROW_TYPES = (
     JOBS,
     RowType(Event, "job_events", "id"),
     RowType(Switch, "worker_controls", "project, host, queue"),
+    # The switch log's rows are the switches as written; its id only orders them.
+    RowType(Switch, "worker_control_log", "id", unread=frozenset({"id"}), names_table=True),
     # A run's view holds the nodes walked from its definition, not the definition's JSON.
     RowType(Run, "runs", "id", not_columns=frozenset({"nodes"}), unread=frozenset({"definition"})),
     RowType(GpuLease, "gpu_leases", "host, gpu_index"),

@@ -60,7 +60,13 @@ SAMPLES = {
 }
 TEXT_SAMPLES = {"db": ("other.db", "other.db"), "project": ("alpha", "alpha"), "host": ("box-1", "box-1"),
                 "synchronous": ("normal", "NORMAL"), "nvidia_smi": ("/opt/smi", "/opt/smi"),
-                "log_level": ("DEBUG", "DEBUG"), "metrics_token": ("s3cret", "s3cret")}
+                "log_level": ("DEBUG", "DEBUG"), "metrics_token": ("s3cret", "s3cret"),
+                "panel_token": ("s3cret", "s3cret")}
+
+
+# The command that reads each setting of its own scope.
+OWN_COMMAND = {"allow_modules": "worker", "sample_paths": "worker", "metrics_token": "metrics",
+               "panel_token": "panel"}
 
 
 def sample(setting: config.Setting) -> tuple[str, object]:
@@ -73,7 +79,7 @@ FIELDS = ("db", "project", "host", "lease", "renew", "heartbeat", "poll", "inter
           "idle_gpu", "memory_delta_mb", "gpu_first_window", "gpu_window", "gpu_sample", "watchdog_retries",
           "nvidia_smi", "restart_delay", "restart_delay_max", "cancel_grace", "sample_every",
           "sample_detail_keep", "sample_minute_keep", "sample_paths", "metrics_token",
-          "allow_modules")
+          "panel_token", "allow_modules")
 
 
 class DeclarationTest(unittest.TestCase):
@@ -99,7 +105,10 @@ class DeclarationTest(unittest.TestCase):
 
     def test_each_setting_has_a_distinct_flag_and_variable_and_a_table(self):
         for attribute in ("name", "flag", "env"):
-            values = [getattr(setting, attribute) for setting in config.SETTINGS]
+            # A setting of its own command's scope may share a flag with one of another command
+            # (`metrics --token`, `panel --token`): distinct per command.
+            values = [(getattr(setting, attribute), OWN_COMMAND.get(setting.name) if attribute == "flag" else None)
+                      for setting in config.SETTINGS]
             self.assertEqual(len(values), len(set(values)), attribute)
         for setting in config.SETTINGS:
             with self.subTest(setting=setting.name):
@@ -157,10 +166,10 @@ class CommandLineTest(unittest.TestCase):
 
     def test_help_shows_every_flag_with_its_default(self):
         # A setting of its own scope shows on the command that reads it.
-        own = {"allow_modules": "worker", "sample_paths": "worker", "metrics_token": "metrics"}
+        own = OWN_COMMAND
         self.assertEqual(set(own), {s.name for s in config.SETTINGS if s.scope == config.OWN})
         for command, scopes in (([], (config.GLOBAL,)), (["worker"], (config.GLOBAL, config.COMMAND)),
-                                (["metrics"], (config.COMMAND,))):
+                                (["metrics"], (config.COMMAND,)), (["panel"], (config.COMMAND,))):
             stdout = io.StringIO()
             with contextlib.redirect_stdout(stdout), self.assertRaises(SystemExit) as exit:
                 cli.main([*command, "--help"])

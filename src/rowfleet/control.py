@@ -49,16 +49,16 @@ class Switch:
     reason: str = ""  # why its writer switched it, free text
 
     @classmethod
-    def from_row(cls, row: Any) -> "Switch":
-        """Build from a row of ``worker_controls``, by column name (see ``by_name``).
+    def from_row(cls, row: Any, table: str = "worker_controls") -> "Switch":
+        """Build from a row of ``worker_controls`` (or of ``table``: the switch log's rows
+        are switches too), by column name (see ``by_name``).
 
         >>> Switch.from_row({"queue": "gpu", "host": "box", "project": "", "desired": OFF, "policy": HARD,
-        ...                  "changed_by": "ops", "changed_at": 1.0}).scope()
+        ...                  "changed_by": "ops", "changed_at": 1.0, "reason": ""}).scope()
         "queue gpu of host box in project ''"
         """
-        stored = by_name(row, "worker_controls", _SWITCH_COLUMNS)
-        # reason came with schema 15; plain SQL may store NULL in it.
-        return cls(**{name: stored[name] for name in _SWITCH_COLUMNS}, reason=str(stored.get("reason") or ""))
+        stored = by_name(row, table, _SWITCH_COLUMNS)
+        return cls(**{name: stored[name] for name in _SWITCH_COLUMNS})
 
     def applies_to(self, project: str, host: str, queue: str) -> bool:
         """
@@ -85,7 +85,7 @@ class Switch:
         return dataclasses.asdict(self)
 
 
-_SWITCH_COLUMNS = frozenset(field.name for field in dataclasses.fields(Switch)) - {"reason"}
+_SWITCH_COLUMNS = frozenset(field.name for field in dataclasses.fields(Switch))
 
 
 def in_force(switches: Iterable[Switch], project: str, host: str, queue: str) -> Switch | None:

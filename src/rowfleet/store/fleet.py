@@ -172,7 +172,8 @@ class FleetStore(StoreCore):
     def switch_log(self, host: str | None = None, limit: int = 50) -> list[Switch]:
         """The newest switches written through rowfleet, newest first: of ``host`` (and
         every-host rows) or of all hosts."""
-        return [Switch.from_row(row) for row in self.reader().all("switch_log", host=host, limit=limit)]
+        return [Switch.from_row(row, "worker_control_log")
+                for row in self.reader().all("switch_log", host=host, limit=limit)]
 
     def switch_in_force(self, project: str, host: str, queue: str) -> Switch | None:
         """The off switch holding the workers of (project, host, queue), or None: they serve."""
