@@ -9,11 +9,12 @@ import doctest
 import http.client
 import json
 import os
+import random
 import signal
 import socket
 import unittest
 import urllib.request
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from rowfleet import dag
 from rowfleet.claim import Claim
@@ -255,6 +256,9 @@ class PanelSecurityTest(TempDirTestCase):
         status, _, _ = client.post(f"/jobs/{self.job}/cancel", {}, headers={**SAME_ORIGIN, "Cookie": session})
         self.assertEqual(status, 303)
         self.assertEqual(self.store.find_job(self.job).state, CANCELLED)
+        status, headers, _ = client.post("/logout", {}, headers={**SAME_ORIGIN, "Cookie": session}, csrf=False)
+        self.assertEqual((status, headers["location"]), (303, "/login"))
+        self.assertIn("Max-Age=0", headers["set-cookie"], "signing out clears the cookie")
 
     def test_binding_beyond_loopback_needs_a_token(self):
         with self.assertRaisesRegex(ConfigError, "needs a token"):
@@ -326,6 +330,30 @@ class PanelSecurityTest(TempDirTestCase):
             self.assertIn(b" 411 ", sock.recv(65536))
         self.assertEqual(client.get("/")[0], 200, "still serving")
         self.assertEqual(self.store.find_job(self.job).state, QUEUED)
+        self.assertEqual(self.store.switches(), [])
+
+    def test_random_requests_never_get_a_5xx_nor_change_anything(self):
+        _, client = self.serve()
+        rng = random.Random(15)  # seeded: a failure replays
+        paths = ["/", "/jobs", f"/jobs/{self.job}", f"/jobs/{self.job}/cancel", "/jobs/bulk", "/runs", "/runs/1",
+                 "/runs/1/answer", "/workers", "/workers/switch", "/deck", "/schedules", "/models", "/api/jobs",
+                 "/login", "/logout", "/static/panel.css", "/metrics"]
+        keys = ["state", "queue", "task", "host", "model", "args", "id", "before", "action", "focus", "hops",
+                "project", "set", "node", "value", "reveal", "note", "csrf"]
+        alphabet = "ab09_-:*%<>\"' /\\\u202e\u00e9\x7f"
+        for _ in range(150):
+            query = "&".join(f"{rng.choice(keys)}={''.join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))}"
+                             for _ in range(rng.randint(0, 4)))
+            path = rng.choice(paths) + (("?" + query) if query else "")
+            method = rng.choice(["GET", "GET", "POST", "HEAD"])
+            body = query.encode("utf-8") if method == "POST" else None
+            headers = {"Content-Type": "application/x-www-form-urlencoded", **SAME_ORIGIN} if method == "POST" else {}
+            with self.subTest(method=method, path=path):
+                # Sent as a browser would: what an address cannot hold raw is %-escaped.
+                status, _, text = client.request(method, quote(path, safe="/?&=%'*:<>\"\\-_"), body, headers)
+                self.assertLess(status, 500, text[:300])
+                self.assertNotIn("Traceback", text)
+        self.assertEqual(self.store.find_job(self.job).state, QUEUED, "no random request carried the form token")
         self.assertEqual(self.store.switches(), [])
 
 

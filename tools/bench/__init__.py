@@ -13,6 +13,11 @@ schema, with the same settings. The sections, in the table's order:
 * ``gpu`` (``gpu.py``): model routing on a simulated three-box GPU fleet driven on a
   virtual clock through the real claim, rowfleet's routing vs FIFO on a bursty and a skewed
   workload; and the claim with routing inputs vs the plain claim on 100k model jobs;
+* ``metrics`` (``metrics.py``): one ``/metrics`` scrape at a million jobs vs the snapshot
+  read alone; ``sampler`` (``telemetry.py``): what the flight recorder writes and costs;
+* ``panel`` (``panel.py``): the p95 of every page of the operator panel over HTTP, on SQLite
+  and PostgreSQL, with a million jobs, 10k runs and 20 hosts' samples, vs the same server
+  answering a static file;
 * ``postgres`` (``postgres.py``): round trips, idle wake and claim latency on a throwaway
   PostgreSQL server, vs bare psycopg loops (the only module that imports psycopg, inside
   functions; without psycopg or a server it prints one row saying why).
