@@ -35,7 +35,8 @@ from rowfleet.errors import ConfigError, RowfleetError
 from rowfleet.job import QUEUED
 from rowfleet.snapshot import snapshot
 from rowfleet.store import Store, open_store
-from rowfleet.webserver import Answer, Handler, Server, bearer, check_token, loopback, one_line, plain, same_secret
+from rowfleet.webserver import (Answer, Handler, Server, bearer, check_token, loopback, one_line, plain, same_secret,
+                                serve_until)
 
 log = logging.getLogger("rowfleet.metrics")
 
@@ -181,13 +182,4 @@ def serve(config: configuration.Config, bind: str, port: int, stop: threading.Ev
     """Serve ``/metrics`` of ``config``'s database on ``bind``:``port`` until ``stop`` is set;
     ``listening`` is told the URL once the server listens."""
     server = make_server(config, bind, port, token)
-    worker = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="metrics-http")
-    try:
-        worker.start()
-        if listening is not None:
-            listening(server.url)
-        stop.wait()
-    finally:
-        server.shutdown()
-        worker.join()
-        server.server_close()
+    serve_until(server, stop, "metrics-http", listening, server.url)

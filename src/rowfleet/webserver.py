@@ -25,7 +25,8 @@ import logging
 import socket
 import socketserver
 import sys
-from typing import Any
+import threading
+from typing import Any, Callable
 
 from rowfleet.errors import ConfigError
 
@@ -109,6 +110,32 @@ def url_host(host: str) -> str:
     ('127.0.0.1', '[::1]')
     """
     return f"[{host}]" if ":" in host else host
+
+
+def chosen_token(flag: str | None, env: str, configured: str) -> str | None:
+    """The token a command serves with: its ``--token`` when given, else the setting
+    (named by its variable ``env`` in a refusal); checked by ``check_token``.
+
+    >>> chosen_token(None, "ROWFLEET_X_TOKEN", "abc"), chosen_token("def", "ROWFLEET_X_TOKEN", "abc")
+    ('abc', 'def')
+    """
+    return check_token("--token", flag) if flag is not None else check_token(env, configured or None)
+
+
+def serve_until(server: "Server", stop: threading.Event, name: str, listening: Callable[[str], None] | None,
+                url: str) -> None:
+    """Serve ``server`` on a thread called ``name`` until ``stop`` is set, then shut it
+    down and close it; ``listening`` is told ``url`` once it serves."""
+    worker = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name=name)
+    try:
+        worker.start()
+        if listening is not None:
+            listening(url)
+        stop.wait()
+    finally:
+        server.shutdown()
+        worker.join()
+        server.server_close()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

@@ -47,10 +47,7 @@ def cmd_metrics(args: argparse.Namespace, config: configuration.Config) -> int:
             store.require_schema()
             sys.stdout.write(exporter.scrape(store))
         return exitcodes.OK
-    if args.token is not None:
-        token = webserver.check_token("--token", args.token)
-    else:
-        token = webserver.check_token(TOKEN_ENV, config.metrics_token or None)
+    token = webserver.chosen_token(args.token, TOKEN_ENV, config.metrics_token)
     stop = threading.Event()
     on_stop_signals(lambda *_: stop.set())
     exporter.serve(config, args.bind, args.port, stop, token=token,

@@ -49,10 +49,7 @@ def cmd_panel(args: argparse.Namespace, config: configuration.Config) -> int:
     tasks.import_apps(args.app)
     schedules.SCHEDULE_FILES = tuple(args.schedule)  # read per request: a bad file is one line on the page
 
-    if args.token is not None:
-        token = webserver.check_token("--token", args.token)
-    else:
-        token = webserver.check_token(TOKEN_ENV, config.panel_token or None)
+    token = webserver.chosen_token(args.token, TOKEN_ENV, config.panel_token)
     stop = threading.Event()
     on_stop_signals(lambda *_: stop.set())
     server.serve(config, args.bind, args.port, stop, token=token, read_only=args.read_only,

@@ -44,7 +44,8 @@ from rowfleet.errors import ConfigError, RowfleetError
 from rowfleet.panel import app, pages
 from rowfleet.panel.html import Markup, page, tag
 from rowfleet.store import Store, open_store
-from rowfleet.webserver import Answer, Handler, Server, bearer, check_token, loopback, one_line, same_secret
+from rowfleet.webserver import (Answer, Handler, Server, bearer, check_token, loopback, one_line, same_secret,
+                                serve_until)
 
 log = logging.getLogger("rowfleet.panel")
 
@@ -311,16 +312,7 @@ def serve(config: configuration.Config, bind: str, port: int, stop: threading.Ev
           read_only: bool = False, listening: Callable[[str], None] | None = None) -> None:
     """Serve the panel until ``stop`` is set; ``listening`` is told its URL once it listens."""
     server = make_server(config, bind, port, token, read_only=read_only)
-    worker = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="panel-http")
-    try:
-        worker.start()
-        if listening is not None:
-            listening(server.url)
-        stop.wait()
-    finally:
-        server.shutdown()
-        worker.join()
-        server.server_close()
+    serve_until(server, stop, "panel-http", listening, server.url)
 
 
 def asset(name: str) -> bytes:
