@@ -127,19 +127,26 @@ class PanelInBrowserTest(unittest.TestCase):
             with self.subTest(path=path):
                 self.clean_load(path)
 
+    def click_and_wait_for_the_next_page(self, selector: str) -> None:
+        """A real click on ``selector`` once the page is whole, then the page it leads to,
+        loaded whole (a mark on the old page's window tells the two apart)."""
+        self.page.wait_for("document.readyState === 'complete'")
+        self.page.evaluate("window.__before_click = true")
+        self.page.mouse_click(selector)
+        self.page.wait_for("!window.__before_click && document.readyState === 'complete' "
+                           "&& document.querySelector('.note') !== null")
+
     def test_a_switch_clicked_in_the_page_writes_the_switch_row(self):
         self.clean_load("/workers")
         form = f'form.switch[aria-label="switch queue gpu of {HOSTS[0]}"]'
         self.page.evaluate(f"document.querySelector({json.dumps(form + ' input[name=reason]')}).value = 'fan swap'")
-        self.page.mouse_click(f"{form} button.switch-off-hard")
-        self.page.wait_for("location.search.includes('note=')")
+        self.click_and_wait_for_the_next_page(f"{form} button.switch-off-hard")
         held = self.store.switch_in_force("", HOSTS[0], "gpu")
         self.assertIsNotNone(held, "the click wrote no switch")
         self.assertEqual((held.desired, held.policy, held.reason, held.changed_by), ("off", "hard", "fan swap", "panel"))
         self.assertIn("off (hard)", self.page.evaluate("document.querySelector('.note').textContent"))
-        self.page.mouse_click(f"{form} button.switch-on")
-        self.page.wait_for("document.querySelector('.note') && document.querySelector('.note').textContent"
-                           ".includes(': on')")
+        self.click_and_wait_for_the_next_page(f"{form} button.switch-on")
+        self.assertIn(": on", self.page.evaluate("document.querySelector('.note').textContent"))
         self.assertIsNone(self.store.switch_in_force("", HOSTS[0], "gpu"))
         self.assertEqual(self.page.log_entries, [])
 
