@@ -427,9 +427,12 @@ class WatchdogContract:
                          ("running", 0.25, "loaded the model"))
         self.assertIsNotNone(shown["progress_at"])
         self.assertEqual(shown["watchdog_retries"], 0)
-        [event] = [e for e in shown["events"] if e["kind"] == "stall_suspected"]
-        self.assertEqual({r["gpu_percent"] for r in event["detail"]["readings"]}, {100}, event)
-        self.assertEqual(len(event["detail"]["readings"]), 3, event)
+        # One suspicion per stall window: a slow machine may see a second before this read.
+        events = [e for e in shown["events"] if e["kind"] == "stall_suspected"]
+        self.assertTrue(events)
+        for event in events:
+            self.assertEqual({r["gpu_percent"] for r in event["detail"]["readings"]}, {100}, event)
+            self.assertEqual(len(event["detail"]["readings"]), 3, event)
 
         self.open_gate(job_id)
         self.assert_exits(worker, 0)
