@@ -244,7 +244,7 @@ def switch_text(switch: Switch, now: float) -> str:
     """
     text = (f"{switch.scope()} was switched off ({switch.policy}) by {switch.changed_by or 'an unnamed operator'} "
             f"{relative(switch.changed_at, now)}")
-    why = getattr(switch, "reason", "")  # a switch's reason is recorded from schema 15 on
+    why = switch.reason
     return f"{text}: {why}" if why else text
 
 

@@ -184,7 +184,7 @@ def render(view: View, request: Request, as_json: bool, note: str | None) -> tup
 def error_page(error: HttpError, as_json: bool, signed_in: bool = False) -> tuple[int, str, bytes]:
     if as_json:
         return error.status, JSON, dumps({"error": error.message, "status": error.status})
-    body = tag("p", error.message, class_="error") + Markup(f'<p><a href="/">Back to the overview</a></p>')
+    body = tag("p", error.message, class_="error") + Markup('<p><a href="/">Back to the overview</a></p>')
     return error.status, HTML, page(f"{error.status}: {_REASONS.get(error.status, 'refused')}", body,
                                      refresh=False, signed_in=signed_in).encode("utf-8")
 

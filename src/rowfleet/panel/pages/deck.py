@@ -291,34 +291,34 @@ def host_charts(rows: Sequence[Mapping[str, Any]], start: float, end: float, gap
     def host(label: str, reading: str, css: str, how: str) -> list[Line]:
         return [Line(label, (reading,), css, how)] if reading in present else []
 
-    if not gpus_apart:
-        def per_gpu(reading: str, how: str, suffix: str = "", css: str = "line",  # noqa: F811 - the GPUs as one
-                    combine: str = "sum", label: str = "GPUs") -> list[Line]:
-            names = tuple(f"gpu.{index}.{reading}" for index in gpus if f"gpu.{index}.{reading}" in present)
-            return [Line(f"{label}{suffix}", names, f"{css} s{0 if css == 'line' else 1}", how, combine)] \
-                if names else []
+    def all_gpus(reading: str, how: str, label: str, combine: str, css: str = "line s0") -> list[Line]:
+        """One line for every GPU's ``reading`` together, as ``combine`` makes one value of them."""
+        names = tuple(f"gpu.{index}.{reading}" for index in gpus if f"gpu.{index}.{reading}" in present)
+        return [Line(label, names, css, how, combine)] if names else []
 
-        def per_gpu_util(how: str) -> list[Line]:
-            return per_gpu("util", how, combine="mean", label="GPUs mean") + \
-                [Line("least busy GPU", line.readings, "line s1", "min", "min")
-                 for line in per_gpu("util", how) if len(line.readings) > 1]
-        utilisation = per_gpu_util("max")
-        temperature = per_gpu("temp", "max", combine="max", label="hottest GPU")
-        clock = per_gpu("sm_mhz", "min", combine="min", label="slowest GPU")
-    else:
-        utilisation = per_gpu("util", "max")
-        temperature = per_gpu("temp", "max")
+    if gpus_apart:
+        utilisation, temperature = per_gpu("util", "max"), per_gpu("temp", "max")
         clock = per_gpu("sm_mhz", "min")
+        power = _pairs(per_gpu("power_w", "max"), per_gpu("power_limit_w", "mean", " limit", "line limit"))
+        vram = _pairs(per_gpu("vram_used_mib", "max"), per_gpu("vram_total_mib", "mean", " total", "line limit"))
+    else:  # every host at once: a host's GPUs as one
+        mean = all_gpus("util", "max", "GPUs mean", "mean")
+        least = all_gpus("util", "min", "least busy GPU", "min", "line s1") if len(gpus) > 1 else []
+        utilisation = mean + least
+        temperature = all_gpus("temp", "max", "hottest GPU", "max")
+        clock = all_gpus("sm_mhz", "min", "slowest GPU", "min")
+        power = all_gpus("power_w", "max", "GPUs", "sum") + \
+            all_gpus("power_limit_w", "mean", "GPUs limit", "sum", "line limit s1")
+        vram = all_gpus("vram_used_mib", "max", "GPUs", "sum") + \
+            all_gpus("vram_total_mib", "mean", "GPUs total", "sum", "line limit s1")
 
     asked = [  # title, unit, the least top of its scale, its lines
         ("Utilisation", "%", 100.0, host("cpu", "cpu.busy", "line cpu", "max") + utilisation),
         ("Temperature", "°C", TEMPERATURE_SCALE,
          host("hottest sensor", "temp.hottest", "line hottest", "max") + temperature),
-        ("GPU power", "W", 0.0, _pairs(per_gpu("power_w", "max"),
-                                        per_gpu("power_limit_w", "mean", " limit", "line limit"))),
+        ("GPU power", "W", 0.0, power),
         ("SM clock", "MHz", 0.0, clock),
-        ("VRAM", "MiB", 0.0, _pairs(per_gpu("vram_used_mib", "max"),
-                                     per_gpu("vram_total_mib", "mean", " total", "line limit"))),
+        ("VRAM", "MiB", 0.0, vram),
         ("Network", "B/s", 0.0, [Line(f"{clipped(net, LABEL_MOST)} {way}", (f"net.{net}.{way}_bps",),
                                       f"line {way} s{n % PALETTE}")
                                  for n, net in enumerate(nets) for way in ("rx", "tx")

@@ -24,6 +24,7 @@ from typing import Any
 
 from rowfleet import diagnosis
 from rowfleet import job as jobs
+from rowfleet.errors import Conflict, NotFound
 from rowfleet.job import Job
 from rowfleet.panel import svg
 from rowfleet.panel.app import HttpError, Redirect, Request, View
@@ -178,9 +179,7 @@ def bulk_apply(req: Request) -> Redirect:
             else:
                 req.store.cancel(job_id, project, reason="cancelled from the panel (bulk)")
             done += 1
-        except Exception as exc:  # noqa: BLE001 - counted and reported: one job that moved on must not stop the rest
-            if not _expected(exc):
-                raise
+        except (Conflict, NotFound):  # it moved on since it was selected: counted, and the rest go on
             refused += 1
     fields = {key: value for key, value in match.params().items() if value is not None and key != "state"}
     note = f"{ACTIONS[action][0].lower()}: {done} job(s) done" + (f", {refused} had moved on" if refused else "")
@@ -205,12 +204,6 @@ def _job_data(job: Job, reveal: bool) -> dict[str, Any]:
     if not reveal:
         data["args"] = redacted(data["args"])
     return data
-
-
-def _expected(exc: Exception) -> bool:
-    from rowfleet.errors import Conflict, NotFound
-
-    return isinstance(exc, (Conflict, NotFound))
 
 
 def _job_action(req: Request) -> tuple[Job, str]:
@@ -243,8 +236,6 @@ def _projects(req: Request, match: JobFilter) -> list[str]:
 
 
 def _maybe(req: Request, job_id: int) -> Job | None:
-    from rowfleet.errors import NotFound
-
     try:
         return req.store.find_job(job_id)
     except NotFound:
