@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import doctest
 import json
+import random
 import math
 import sqlite3
 import unittest
@@ -22,7 +23,8 @@ from rowfleet.hosts import GpuView, gpu_views, host_view, hour_rows, is_stale
 from rowfleet.job import JobSpec
 from rowfleet.snapshot import worker_of
 from rowfleet.store.telemetry import DETAIL, MINUTE, HostSample
-from rowfleet.telemetry.readings import fold_minute, throttle_seconds
+from rowfleet.telemetry import readings
+from rowfleet.telemetry.readings import MinuteFold, fold_minute, throttle_seconds
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 from test_lifecycle import Clock
@@ -161,6 +163,64 @@ class HourRowsTest(unittest.TestCase):
                          [])
         self.assertEqual(throttle_seconds(rows), {"0": {"hw_slowdown": 2.0}})
         self.assertEqual(fold_minute(rows), {"gpu.0.throttle_s.hw_slowdown": 2.0})
+
+
+def plain_fold(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``fold_minute`` written plainly, a reading at a time over its whole list of values:
+    the definition the row-at-a-time fold must meet."""
+    values: dict[str, list[Any]] = {}
+    for row in rows:
+        for name, value in row.items():
+            if isinstance(name, str) and ":" not in name:
+                values.setdefault(name, []).append(value)
+    out: dict[str, Any] = {}
+    for name, seen in values.items():
+        numbers = [value for value in seen if names.is_finite_number(value)]
+        if numbers and len(numbers) == len(seen):
+            if readings.is_delta(name) or name in ("interval", "samples"):
+                total = sum(numbers)
+                out[name] = round(total, 3) if isinstance(total, float) else total
+            elif ".throttle_total_s." in name:
+                out[name] = numbers[-1]
+            else:
+                out[name] = round(sum(numbers) / len(numbers), 2)
+                if name in ("cpu.busy", "gpu.0.util"):  # of PEAKS, the names the test writes
+                    out[f"{name}:max"] = max(numbers)
+                if name == "gpu.0.sm_mhz":              # of DIPS
+                    out[f"{name}:min"] = min(numbers)
+        elif all(isinstance(value, list) for value in seen):
+            if all(isinstance(item, str) for items in seen for item in items):
+                out[name] = list(dict.fromkeys(item for items in seen for item in items))
+            elif len({len(items) for items in seen}) == 1 and all(
+                    names.is_finite_number(item) for items in seen for item in items):
+                out[name] = [round(sum(column) / len(column), 1) for column in zip(*seen)]
+        else:
+            texts = [value for value in seen if isinstance(value, str)]
+            if texts:
+                out[name] = texts[-1]
+    return out
+
+
+class MinuteFoldTest(unittest.TestCase):
+    HOSTILE = (0, -3, 2.5, -0.0, 1e308, float("nan"), float("inf"), True, "x", ["a", "b"], [1.0, 2.0], [1, 2, 3],
+               None, 10 ** 400, {"k": 1})
+    NAMES = ("cpu.busy", "gpu.0.util", "gpu.0.sm_mhz", "gpu.0.throttle_s.hw_slowdown", "gpu.0.throttle_total_s.hw",
+             "samples", "interval", "cpu.busy:max", "gpu.0.reasons", "other")
+
+    def test_a_row_at_a_time_folds_as_the_whole_minute_at_once(self):
+        # Rows as plain SQL may write them: any value under any name, in any order.
+        rnd = random.Random(15)
+        for trial in range(2000):
+            rows = [{name: rnd.choice(self.HOSTILE) if rnd.random() < 0.3 else rnd.choice([rnd.random() * 100,
+                                                                                              rnd.randint(0, 100)])
+                     for name in rnd.sample(self.NAMES, rnd.randint(0, len(self.NAMES)))}
+                    for _ in range(rnd.randint(1, 5))]
+            fold = MinuteFold()
+            for n, row in enumerate(rows, 1):
+                fold.add(row)
+                with self.subTest(trial=trial, rows=n):
+                    self.assertEqual(repr(fold.folded()), repr(plain_fold(rows[:n])))
+            self.assertIs(fold.folded(), fold.folded(), "the same fold until a row is added")
 
 
 class TextTest(unittest.TestCase):

@@ -37,12 +37,18 @@ class HttpError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class View:
-    """What a page shows: ``data`` is its JSON twin, ``body`` its HTML."""
+    """What a page shows: ``data`` is its JSON twin (or a function making it, for a page
+    whose twin costs more than its HTML: called only when the JSON is asked for), ``body``
+    its HTML."""
 
     title: str
     data: Any
     body: Markup
     active: str = ""
+
+    def twin(self) -> Any:
+        """The JSON twin, made now when ``data`` is a function."""
+        return self.data() if callable(self.data) else self.data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +182,7 @@ def call(handler: Handler, request: Request) -> "View | Redirect":
 def render(view: View, request: Request, as_json: bool, note: str | None) -> tuple[int, str, bytes]:
     """A view as (status, content type, body)."""
     if as_json:
-        return 200, JSON, dumps(view.data)
+        return 200, JSON, dumps(view.twin())
     body = page(view.title, view.body, active=view.active, now=request.now, note=note, signed_in=request.signed_in)
     return 200, HTML, body.encode("utf-8")
 

@@ -66,7 +66,7 @@ def sparkline(points: Sequence[Point], start: float, end: float, *, gap: float, 
     top = max((value for _, value in points if _finite(value)), default=0.0)
     lines = _lines([Series(label, points)], start, end, 0.0, top or 1.0, width, height, gap)
     return (f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
-            f'aria-label="{_text(label)}">{lines}</svg>')
+            f'aria-label="{escaped(label)}">{lines}</svg>')
 
 
 def time_chart(series: Sequence[Series], start: float, end: float, *, gap: float, low: float = 0.0,
@@ -87,7 +87,7 @@ def time_chart(series: Sequence[Series], start: float, end: float, *, gap: float
         top = low + 1.0
     marks = "".join(
         f'<line class="tick" x1="{coordinate(x)}" y1="0" x2="{coordinate(x)}" y2="{height}">'
-        f'<title>{_text(title)}</title></line>'
+        f'<title>{escaped(title)}</title></line>'
         for at, title in ticks if _finite(at) and start <= at <= end
         for x in (_x(at, start, end, width),))
     lines = _lines(series, start, end, low, top, width, height, gap)
@@ -125,7 +125,7 @@ def hover_columns(series: Sequence[Series], start: float, end: float, width: int
         text = "; ".join([f"{label} {value_text(value)} {unit}" if unit else f"{label} {value_text(value)}"
                           for label, (_, value, unit) in values.items()])
         drawn.append(f'<rect class="hover" x="{coordinate(cell * column)}" y="0" width="{size}" '
-                     f'height="{height}"><title>{clock(at)} · {_text(text)}</title></rect>')
+                     f'height="{height}"><title>{clock(at)} · {escaped(text)}</title></rect>')
     return "".join(drawn)
 
 
@@ -145,7 +145,7 @@ def _lines(series: Sequence[Series], start: float, end: float, low: float, high:
     across = width / (end - start) if end > start else 0.0
     up = height / (high - low)
     for one in series:
-        css = _text(one.css)
+        css = escaped(one.css)
         for run in segments(one.points, gap):
             # Whole pixels of the chart's own units: finer than a screen shows at its size, and
             # formatted for every point of every chart of a page, so kept cheap.
@@ -188,7 +188,8 @@ def value_text(value: float) -> str:
     return "0" if text in ("-0", "") else text
 
 
-def _text(value: str) -> str:
+def escaped(value: str) -> str:
+    """Text for an SVG attribute or title: escaped, quotes too."""
     return html.escape(str(value), quote=True)
 
 

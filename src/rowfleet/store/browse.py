@@ -83,7 +83,8 @@ class EndedJob:
 
     @classmethod
     def from_row(cls, row: Any) -> "EndedJob":
-        return cls(*(row[field.name] for field in dataclasses.fields(cls)))
+        return cls(row["id"], row["project"], row["queue"], row["task"], row["state"], row["host"],
+                   row["started_at"], row["finished_at"])
 
 
 class BrowseStore(StoreCore):

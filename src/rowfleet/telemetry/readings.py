@@ -28,6 +28,7 @@ neither needs the parsers of ``/proc`` and ``/sys``. Imports only the leaf
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterable, Mapping, Sequence
 
 from rowfleet.names import is_finite_number
@@ -58,38 +59,109 @@ def fold_minute(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ...              {"cpu.busy": 30.0, "gpu.0.throttle_s.sw_power_cap": 0.5, "samples": 1, "gpu.0.reasons": ["sw_power_cap"]}])
     {'cpu.busy': 20.0, 'cpu.busy:max': 30.0, 'gpu.0.throttle_s.sw_power_cap': 2.0, 'samples': 2, 'gpu.0.name': 'H100', 'gpu.0.reasons': ['sw_power_cap']}
     """
-    values: dict[str, list[Any]] = {}
+    fold = MinuteFold()
     for row in rows:
+        fold.add(row)
+    return fold.folded()
+
+
+class MinuteFold:
+    """``fold_minute`` a row at a time: rows added as they arrive, the fold read at any
+    time, at the cost of the readings rather than of the rows (a panel refreshing every few
+    seconds shows the minute its sampler has not folded yet, as the sampler will fold it).
+    A reading's numbers are added up as they come while every value of it is one; any
+    other reading keeps its values and is folded when asked."""
+
+    __slots__ = ("values", "numbers", "rows", "_folded")
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[Any]] = {}     # each reading's values, in row order
+        self.numbers: dict[str, list[Any]] = {}    # while all are numbers: count, total, high, low, last
+        self.rows = 0
+        self._folded: dict[str, Any] | None = None
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        values, numbers = self.values, self.numbers
         for name, value in row.items():
-            if isinstance(name, str) and ":" not in name:
-                values.setdefault(name, []).append(value)
-    out: dict[str, Any] = {}
-    for name, seen in values.items():
-        numbers = [value for value in seen if is_finite_number(value)]
-        if numbers and len(numbers) == len(seen):
-            _fold_numbers(out, name, numbers)
-        elif all(isinstance(value, list) for value in seen):
-            _fold_lists(out, name, seen)
-        else:
-            texts = [value for value in seen if isinstance(value, str)]
-            if texts:
-                out[name] = texts[-1]
-    return out
+            if not isinstance(name, str) or ":" in name:  # a minute row's peaks are made, not folded
+                continue
+            seen = values.get(name)
+            number = _number(value)
+            if seen is None:
+                values[name] = [value]
+                if number:
+                    numbers[name] = [1, 0 + value, value, value, value]  # 0 + as sum() starts
+                continue
+            seen.append(value)
+            state = numbers.get(name)
+            if state is None:
+                continue
+            if not number:
+                del numbers[name]
+                continue
+            state[0] += 1
+            state[1] += value
+            if value > state[2]:
+                state[2] = value
+            if value < state[3]:
+                state[3] = value
+            state[4] = value
+        self.rows += 1
+        self._folded = None
+
+    def folded(self) -> dict[str, Any]:
+        """The fold of the rows added so far; the same dict until another row is added."""
+        if self._folded is not None:
+            return self._folded
+        out: dict[str, Any] = {}
+        for name, seen in self.values.items():
+            state = self.numbers.get(name)
+            if state is not None:
+                _fold_numbers(out, name, *state)
+            elif all(isinstance(value, list) for value in seen):
+                _fold_lists(out, name, seen)
+            else:
+                texts = [value for value in seen if isinstance(value, str)]
+                if texts:
+                    out[name] = texts[-1]
+        self._folded = out
+        return out
 
 
-def _fold_numbers(out: dict[str, Any], name: str, numbers: list[float]) -> None:
-    if is_delta(name) or name in ("interval", "samples"):
-        total = sum(numbers)
+def _fold_numbers(out: dict[str, Any], name: str, count: int, total: Any, high: Any, low: Any, last: Any) -> None:
+    kind, peak, dip = _kind(name)
+    if kind == "sum":
         out[name] = round(total, 3) if isinstance(total, float) else total
         return
-    if any(infix in name for infix in TOTAL_INFIXES):
-        out[name] = numbers[-1]
+    if kind == "last":
+        out[name] = last
         return
-    out[name] = round(sum(numbers) / len(numbers), 2)
-    if _matches(name, PEAKS):
-        out[f"{name}:max"] = max(numbers)
-    if _matches(name, DIPS):
-        out[f"{name}:min"] = min(numbers)
+    out[name] = round(total / count, 2)
+    if peak:
+        out[f"{name}:max"] = high
+    if dip:
+        out[f"{name}:min"] = low
+
+
+@functools.lru_cache(maxsize=4096)  # a sampler writes the same names in every row
+def _kind(name: str) -> tuple[str, bool, bool]:
+    """How a minute folds the reading ``name``: ``sum`` (counter deltas, ``interval``,
+    ``samples``), ``last`` (counters' totals) or ``mean``; and whether it keeps a peak and
+    a dip beside the mean.
+
+    >>> _kind("gpu.0.throttle_s.hw_slowdown"), _kind("gpu.3.util"), _kind("gpu.0.throttle_total_s.x")
+    (('sum', False, False), ('mean', True, False), ('last', False, False))
+    """
+    if is_delta(name) or name in ("interval", "samples"):
+        return "sum", False, False
+    if any(infix in name for infix in TOTAL_INFIXES):
+        return "last", False, False
+    return "mean", _matches(name, PEAKS), _matches(name, DIPS)
+
+
+def _number(value: Any) -> bool:
+    """``is_finite_number``, with a float's case first: nearly every reading is one."""
+    return value - value == 0.0 if value.__class__ is float else is_finite_number(value)
 
 
 def _fold_lists(out: dict[str, Any], name: str, lists: list[list[Any]]) -> None:
@@ -130,15 +202,34 @@ def throttle_seconds(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, f
     """
     held: dict[str, dict[str, float]] = {}
     for row in rows:
-        for name, value in row.items():
-            # The cheap test first: it runs for every reading of every row of an hour.
-            if type(name) is not str or ".throttle_s." not in name or not name.startswith("gpu."):
-                continue
-            index, _, reason = name[len("gpu."):].partition(".throttle_s.")
-            if is_finite_number(value) and value > 0 and ":" not in reason:
-                per_gpu = held.setdefault(index, {})
-                per_gpu[reason] = round(per_gpu.get(reason, 0.0) + value, 3)
+        for index, reason, value in _throttled(row):
+            per_gpu = held.setdefault(index, {})
+            per_gpu[reason] = round(per_gpu.get(reason, 0.0) + value, 3)
     return held
+
+
+THROTTLED_KEPT = 4096  # rows whose throttle deltas are kept: an hour of twenty hosts, as the panel reads them
+_throttled_of: dict[int, tuple[Mapping[str, Any], list[tuple[str, str, Any]]]] = {}
+
+
+def _throttled(row: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
+    """A row's positive throttle deltas: (GPU index, reason, seconds) each. Kept by the
+    row's identity, with the row (so that its id stays its own): the store hands the same
+    decoded readings for the same stored text, and the panel adds an hour of them up on
+    every refresh. A caller never changes a row it was handed."""
+    kept = _throttled_of.get(id(row))
+    if kept is not None and kept[0] is row:
+        return kept[1]
+    found = []
+    for name, value in row.items():
+        if type(name) is str and ".throttle_s." in name and name.startswith("gpu."):
+            index, _, reason = name[len("gpu."):].partition(".throttle_s.")
+            if ":" not in reason and _number(value) and value > 0:
+                found.append((index, reason, value))
+    if len(_throttled_of) >= THROTTLED_KEPT:
+        _throttled_of.clear()
+    _throttled_of[id(row)] = (row, found)
+    return found
 
 
 def gpu_indexes(readings: Mapping[str, Any]) -> list[str]:
