@@ -5,8 +5,8 @@ same values).
 ``hosts(store)`` reads each host's newest detail sample, the fleet's snapshot (for the
 jobs running on each host, and the database's clock), and per host the last hour's rows
 for its GPUs' throttle seconds: its minute rows, and the detail rows of the minutes not
-folded into them yet (``recent_rows``; a folded minute's row is what its detail rows add up
-to, read at a thirtieth of the cost). ``host_series(store, host, since_seconds)``
+folded into them yet (``RecentRows``; a folded minute's row is what its detail rows add up
+to, read at a thirtieth of the cost; a front end may keep one between its reads). ``host_series(store, host, since_seconds)``
 reads one host's rows of a window, from the detail tier when the window fits what that
 tier keeps (``Config.sample_detail_keep``), else from the minute tier.
 
@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from rowfleet import control, liveness, names
 from rowfleet.errors import NotFound
 from rowfleet.names import is_finite_number
 from rowfleet.job import iso
-from rowfleet.snapshot import Worker, snapshot
+from rowfleet.snapshot import Worker, workers_now
 from rowfleet.store.telemetry import DETAIL, MINUTE, HostSample
 from rowfleet.telemetry.readings import gpu_indexes, slowdowns, throttle_seconds
 
@@ -154,31 +155,87 @@ def hosts(store: "Store", now: float | None = None) -> list[HostView]:
     return [view for view, _, _ in hosts_with_rows(store, now)]
 
 
-def hosts_with_rows(store: "Store", now: float | None = None, only: str | None = None
-                    ) -> list[tuple[HostView, list[HostSample], list[HostSample]]]:
+def hosts_with_rows(store: "Store", now: float | None = None, only: str | None = None,
+                    kept: "RecentRows | None" = None) -> list[tuple[HostView, list[HostSample], list[HostSample]]]:
     """``hosts`` (or the one named ``only``), each with the rows of the last hour it was
-    read from (``recent_rows``), for a front end that draws them too and need not read
-    them twice."""
+    read from (``RecentRows``), for a front end that draws them too and need not read
+    them twice; through ``kept`` (a front end's, between its reads) when given."""
     latest = [sample for sample in store.latest_host_samples() if only is None or sample.host == only]
-    fleet = snapshot(store)
-    now = fleet.at if now is None else now
+    at, workers = workers_now(store)
+    now = at if now is None else now
     since = now - THROTTLE_WINDOW
+    rows = (kept or RecentRows()).read(store, [sample.host for sample in latest], since, now)
     found = []
     for sample in latest:
-        minute, detail = recent_rows(store, sample.host, since)
-        found.append((host_view(sample, throttle_seconds(hour_rows(detail, minute)), fleet.workers, now),
-                      minute, detail))
+        minute, detail = rows[sample.host]
+        found.append((host_view(sample, throttle_seconds(hour_rows(detail, minute)), workers, now), minute, detail))
     return found
 
 
-def recent_rows(store: "Store", host: str, since: float) -> tuple[list[HostSample], list[HostSample]]:
-    """``host``'s rows since ``since`` at the least cost: its minute rows, and only the
+REREAD = 60.0   # seconds kept rows serve before they are read whole again
+OVERLAP = 10.0  # seconds before the newest row held that a read between asks for again
+
+
+class KeptRows:
+    """One tier's rows of some hosts, each from its own floor on, kept between reads: a
+    read asks only for the rows from the newest one held (less ``OVERLAP``, for a row
+    whose transaction committed after a newer one's), of every host in one statement, and
+    every ``REREAD`` seconds it reads each host's rows whole again (a row that plain SQL
+    wrote in the past, rewrote or deleted shows by then). A row held keeps its place over
+    the same row read again, so that what is drawn from it stays the same. Shared by a
+    server's requests; one read at a time."""
+
+    def __init__(self, tier: str) -> None:
+        self.tier = tier
+        self.lock = threading.Lock()
+        self.rows: dict[str, list[HostSample]] = {}
+        self.read_at = -math.inf
+
+    def read(self, store: "Store", floors: Mapping[str, float], now: float) -> dict[str, list[HostSample]]:
+        """Each host of ``floors``: its rows from its floor on, oldest first."""
+        with self.lock:
+            if now - self.read_at >= REREAD or not now >= self.read_at or any(h not in self.rows for h in floors):
+                self.rows = {host: store.host_samples(host, self.tier, floor) for host, floor in floors.items()}
+                self.read_at = now
+            else:
+                self._add(store, floors)
+            self.rows = {host: [row for row in self.rows[host] if row.at >= floor] for host, floor in floors.items()}
+            return {host: list(rows) for host, rows in self.rows.items()}
+
+    def _add(self, store: "Store", floors: Mapping[str, float]) -> None:
+        newest = max((rows[-1].at for rows in self.rows.values() if rows), default=min(floors.values(), default=0.0))
+        since = newest - OVERLAP
+        if len(floors) == 1:  # one host: its own rows, by the primary key
+            fresh = {host: store.host_samples(host, self.tier, since) for host in floors}
+        else:
+            fresh = {}
+            for row in store.samples_since(self.tier, since):
+                fresh.setdefault(row.host, []).append(row)
+        for host, rows in fresh.items():
+            if host in self.rows and rows:
+                held = {row.at: row for row in self.rows[host]}
+                added = [row for row in rows if row.at not in held]
+                if added:
+                    self.rows[host] = sorted([*self.rows[host], *added], key=lambda row: row.at)
+
+
+class RecentRows:
+    """Each host's rows since a time at the least cost: its minute rows, and only the
     detail rows after the newest of them (the minutes not folded yet). A minute is folded
     once every sample of it is in, so the two together cover the window; a detail row is
-    some thirty times the work of a minute row, and an hour holds 1,800 of them."""
-    minute = store.host_samples(host, MINUTE, since)
-    folded_until = minute[-1].at + MINUTE_SPAN if minute else since
-    return minute, store.host_samples(host, DETAIL, max(since, folded_until))
+    some thirty times the work of a minute row, and an hour holds 1,800 of them. Kept
+    between reads (``KeptRows``): a front end refreshing every few seconds reads only what
+    its hosts' samplers wrote since."""
+
+    def __init__(self) -> None:
+        self.minute, self.detail = KeptRows(MINUTE), KeptRows(DETAIL)
+
+    def read(self, store: "Store", hosts: Iterable[str], since: float, now: float
+             ) -> dict[str, tuple[list[HostSample], list[HostSample]]]:
+        minute = self.minute.read(store, {host: since for host in hosts}, now)
+        floors = {host: max(since, rows[-1].at + MINUTE_SPAN) if rows else since for host, rows in minute.items()}
+        detail = self.detail.read(store, floors, now)
+        return {host: (minute[host], detail[host]) for host in minute}
 
 
 def host_series(store: "Store", host: str, since_seconds: float, tier: str | None = None,

@@ -240,6 +240,14 @@ def snapshot(store: "Store", *, cap: int = COUNT_CAP, listed_for: float | None =
     return snapshot_of(store.fleet_rows(cap, listed_for), cap)
 
 
+def workers_now(store: "Store", listed_for: float | None = liveness.LISTED_FOR) -> tuple[float, tuple[Worker, ...]]:
+    """The database's clock and the workers ``snapshot`` lists, without its counts: for a
+    reader that shows what runs where."""
+    rows = store.fleet_rows(0, listed_for, workers_only=True)
+    switches = tuple(rows.switches)
+    return rows.now, tuple(worker_of(row, switches, rows.now) for row in rows.workers)
+
+
 def snapshot_of(rows: "FleetRows", cap: int) -> Snapshot:
     """The typed snapshot of what ``Store.fleet_rows`` read."""
     switches = tuple(rows.switches)

@@ -49,6 +49,7 @@ from rowfleet.job import JobSpec, encode_json
 from rowfleet.panel import app, pages
 from rowfleet.panel.server import make_server
 from rowfleet.store import open_store
+from rowfleet.telemetry.readings import fold_minute
 
 LEGEND = """\
   panel       GET of each page of the operator panel: a real PanelServer (rowfleet.panel.server)
@@ -66,9 +67,13 @@ LEGEND = """\
               rest written as completed with a job per node), 20 hosts with minute samples
               and 2 s detail samples (CPU and 8 GPUs) of the last 24 h (1 h with --quick,
               which has 100k jobs), one host silent for 15 minutes; 20 GPU workers beating
-              with a job each, 3 switches, 2 schedules' slots. A page that misses the target
-              gets a "profile" row: its function called once directly under cProfile, the
-              calls that took the most time."""
+              with a job each, 3 switches, 2 schedules' slots. While the pages are timed, the
+              19 hosts that sample go on sampling: a thread writes each one's detail row every
+              2 s through the store, and folds each minute that ends into its minute row, as
+              the sampler does, so that a page showing samples never answers from rows that
+              stopped changing. A page that misses the target gets a "profile" row: its
+              function called once directly under cProfile, the calls that took the most
+              time."""
 
 FULL_JOBS = 1_000_000    # the fixture the target is stated for; fewer jobs: the small one
 HOSTS = 20
@@ -385,6 +390,74 @@ def through_store(config: Config, fixture: Fixture) -> dict[str, int]:
     return {"job": job, "run": bulk_runs}
 
 
+# --- the samplers going on ------------------------------------------------------------------
+
+
+def live_readings(h: int, k: int) -> dict[str, Any]:
+    """Host ``h``'s ``k``-th live sample: the readings ``_readings`` gives a loaded row."""
+    readings: dict[str, Any] = {
+        "interval": DETAIL_EVERY, "samples": 1, "cpu.busy": (k * 7 + h * 3) % 100, "load.1": (k % 40) * 0.25,
+        "mem.used": 17179869184 + (k % 64) * 67108864, "mem.total": 68719476736, "temp.hottest": 50 + (k + h) % 36,
+        "net.eth0.rx_bps": 1000000 + (k % 50) * 20000, "net.eth0.tx_bps": 200000 + (k % 30) * 5000,
+        "disk./.used": 274877906944, "disk./.total": 1099511627776}
+    for g in range(GPUS):
+        readings.update({f"gpu.{g}.util": (k * 7 + g * 13) % 101, f"gpu.{g}.temp": 55 + (k + g * 3) % 31,
+                         f"gpu.{g}.power_w": 300 + (k * 11 + g) % 400, f"gpu.{g}.power_limit_w": 700,
+                         f"gpu.{g}.sm_mhz": 1500 + (k * 17 + g) % 480,
+                         f"gpu.{g}.vram_used_mib": 40000 + (k * 31 + g * 1000) % 40000, f"gpu.{g}.vram_total_mib": 81559,
+                         f"gpu.{g}.throttle_s.sw_power_cap": 0.5 if (k + g) % 30 == 0 else 0})
+    return readings
+
+
+class LiveSamplers:
+    """Every host but the silent one sampling on while pages are timed: a thread writing
+    each host's detail row every ``DETAIL_EVERY`` seconds through a store of its own, and
+    at each minute's end the minute row of the rows it wrote in it (``fold_minute``, as
+    ``rowfleet.sampler`` folds)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="bench-panel-samplers", daemon=True)
+        self.written = 0
+        self.error: BaseException | None = None
+
+    def __enter__(self) -> "LiveSamplers":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self.thread.join()
+        if self.error is not None:
+            raise RuntimeError(f"the panel benchmark's samplers stopped: {self.error!r}") from self.error
+
+    def run(self) -> None:
+        minute_rows: dict[int, list[dict[str, Any]]] = {}
+        minute: float | None = None
+        k = 0
+        try:
+            with open_store(self.config) as store:
+                while not self.stop.is_set():
+                    now = store.clock()
+                    if minute is not None and now // 60 * 60 > minute:
+                        for h, rows in minute_rows.items():
+                            store.record_host_minute(f"gpu-{h}", minute, fold_minute(rows))
+                        minute_rows = {}
+                    minute = now // 60 * 60
+                    for h in range(HOSTS):
+                        if h != SILENT_HOST:
+                            readings = live_readings(h, k)
+                            if store.record_host_sample(f"gpu-{h}", f"gpu-{h}:bench", 600.0, readings) is None:
+                                raise RuntimeError(f"gpu-{h}'s sampler lease was lost")
+                            minute_rows.setdefault(h, []).append(readings)
+                            self.written += 1
+                    k += 1
+                    self.stop.wait(DETAIL_EVERY)
+        except BaseException as exc:  # reported by __exit__, on the thread that times
+            self.error = exc
+
+
 # --- timing ----------------------------------------------------------------------------------
 
 
@@ -444,18 +517,10 @@ def measure(bench: Bench, db: str, durability: str, config: Config, fixture: Fix
         where = urlsplit(server.base_url)
         host, port = where.hostname or "127.0.0.1", where.port or 80
         progress(f"panel {db}: loaded in {loaded:.1f} s; up to {fixture.requests} GETs of each of {len(PAGES)} "
-                 f"pages in {fixture.seconds:g} s each, taking turns with GET {FLOOR}")
-        for label, address in PAGES:
-            path = address.replace("<job>", str(targets["job"])).replace("<run>", str(targets["run"]))
-            ours, floor = turns(lambda: get(host, port, path), lambda: get(host, port, FLOOR), fixture)
-            p95, p50 = percentile(ours, 0.95) * 1e3, statistics.median(ours) * 1e3
-            f95, f50 = percentile(floor, 0.95) * 1e3, statistics.median(floor) * 1e3
-            worst = max(worst, (p95, path))
-            cut = "" if len(ours) >= fixture.requests else f" (its {fixture.seconds:g} s were spent)"
-            bench.add(Row(f"panel {db} GET {label} (ms)", durability, f"{p95:.1f}", f"{f95:.1f}", ratio(p95, f95),
-                          f"p95; p50 {p50:.1f}/{f50:.1f}; {len(ours)} GETs{cut}, {len(floor)} of the floor; "
-                          f"{fixture.describe()}{'' if path == address else f'; {path}'}; "
-                          f"target p95 <= {TARGET_MS:.0f} ms: {verdict(p95)}"))
+                 f"pages in {fixture.seconds:g} s each, taking turns with GET {FLOOR}, the hosts sampling on")
+        with LiveSamplers(config) as samplers:
+            worst = time_pages(bench, db, durability, fixture, targets, host, port)
+        progress(f"panel {db}: the samplers wrote {samplers.written} rows while the pages were timed")
     finally:
         server.shutdown()
         thread.join()
@@ -464,20 +529,42 @@ def measure(bench: Bench, db: str, durability: str, config: Config, fixture: Fix
         bench.add(profile(db, config, worst[1]))
 
 
+def time_pages(bench: Bench, db: str, durability: str, fixture: Fixture, targets: dict[str, int], host: str,
+               port: int) -> tuple[float, str]:
+    """A row per page of ``PAGES``, timed on the server at ``host``:``port``; the worst p95 and its path."""
+    worst: tuple[float, str] = (0.0, "")
+    for label, address in PAGES:
+        path = address.replace("<job>", str(targets["job"])).replace("<run>", str(targets["run"]))
+        ours, floor = turns(lambda: get(host, port, path), lambda: get(host, port, FLOOR), fixture)
+        p95, p50 = percentile(ours, 0.95) * 1e3, statistics.median(ours) * 1e3
+        f95, f50 = percentile(floor, 0.95) * 1e3, statistics.median(floor) * 1e3
+        worst = max(worst, (p95, path))
+        cut = "" if len(ours) >= fixture.requests else f" (its {fixture.seconds:g} s were spent)"
+        bench.add(Row(f"panel {db} GET {label} (ms)", durability, f"{p95:.1f}", f"{f95:.1f}", ratio(p95, f95),
+                      f"p95; p50 {p50:.1f}/{f50:.1f}; {len(ours)} GETs{cut}, {len(floor)} of the floor; "
+                      f"{fixture.describe()}{'' if path == address else f'; {path}'}; "
+                      f"target p95 <= {TARGET_MS:.0f} ms: {verdict(p95)}"))
+    return worst
+
+
 def profile(db: str, config: Config, path: str) -> Row:
-    """A row naming where the page at ``path`` spends its time: its function, called once
-    directly on a store of ``config`` under cProfile; the five calls of most own time and
-    the five rowfleet calls of most time in all (below the page itself)."""
+    """A row naming where the page at ``path`` spends its time: its function, called
+    directly on a store of ``config`` twice, the second time under cProfile (with what the
+    first kept in the server's memo, as a refresh finds it); the five calls of most own
+    time and the five rowfleet calls of most time in all (below the page itself)."""
     progress(f"panel {db}: profiling GET {path}")
     parts = urlsplit(path)
     as_json, page_path = app.api_path(parts.path)
     route, params = app.find(pages.ROUTES, "GET", page_path)
+    memo: dict[str, Any] = {}
     with open_store(config) as store:
-        request = app.Request("GET", page_path, dict(parse_qsl(parts.query)), {}, store, store.clock(), "bench",
-                              False, False, params)
+        def request() -> app.Request:
+            return app.Request("GET", page_path, dict(parse_qsl(parts.query)), {}, store, store.clock(), "bench",
+                               False, False, params, memo)
+        app.call(route.handler, request())
         profiler = cProfile.Profile()
         start = time.perf_counter()
-        profiler.runcall(app.call, route.handler, request)
+        profiler.runcall(app.call, route.handler, request())
         took = (time.perf_counter() - start) * 1e3
     stats = pstats.Stats(profiler).stats  # (file, line, name) -> (calls, primitive, own, cumulative, callers)
 

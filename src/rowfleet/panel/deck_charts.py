@@ -20,11 +20,9 @@ leaf ``rowfleet.names``.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import math
-import threading
 from typing import Any, Iterable, Mapping, Sequence
 
 from rowfleet.names import is_finite_number
@@ -39,7 +37,7 @@ BUCKET_SLACK = 0.8      # a bucket may be this much narrower than the budget ask
 LINES_MOST = 16         # lines per chart; more (plain SQL, a host with many GPUs) are counted, not drawn
 LABEL_MOST = 60         # characters of a name (an interface, a reason) in a label
 PALETTE = 8             # line classes s0 .. s7, reused in turn
-SLICES_KEPT = 4096      # slices the memo keeps: twenty hosts' hours drawn both ways, several times over
+NAME_SETS_KEPT = 256    # distinct sets of reading names kept to share (``_NAMES``)
 DRAWINGS_KEPT = 8       # drawings a slice keeps (one per scale and incoming point it was drawn with)
 
 COMBINED = {"sum": sum, "mean": lambda values: sum(values) / len(values), "max": max, "min": min}
@@ -358,18 +356,18 @@ class Slice:
 
     __slots__ = ("start", "rows", "layouts", "points", "edges", "tops", "drawings")
 
-    def __init__(self, start: float, rows: list[tuple[float, Mapping[str, Any]]], layouts_: tuple[Layout, ...],
-                 points: tuple[tuple[list[Point], ...], ...],
+    def __init__(self, start: float, rows: tuple[tuple[float, Mapping[str, Any]], ...], layouts_: tuple[Layout, ...],
+                 points: tuple[tuple[tuple[Point, ...], ...], ...],
                  edges: tuple[tuple[tuple[float, float] | None, ...], ...]) -> None:
         self.start = start
         self.rows = rows
         self.layouts = layouts_
         self.points = points  # per chart, per line: bucketed, a gap as nan
         self.edges = edges    # per chart, per line: the times of its first and last sample here, or None
-        self.tops = [_top(lines) for lines in points]  # per chart, per line: its largest value
+        self.tops = tuple(_top(lines) for lines in points)  # per chart, per line: its largest value
         self.drawings: dict[tuple[Any, ...], tuple[str, tuple[Incoming, ...]]] = {}
 
-    def top(self, chart: int) -> list[float | None]:
+    def top(self, chart: int) -> tuple[float | None, ...]:
         """Each line of chart ``chart``: its largest value in the slice, None for none."""
         return self.tops[chart]
 
@@ -389,18 +387,47 @@ class Slice:
         return kept
 
 
-class ChartMemo:
-    """The slices drawn so far, the newest ``SLICES_KEPT``, shared by a server's requests
-    (each computes outside the lock; two computing one slice at once both get it right)."""
+_NAMES: dict[frozenset[str], frozenset[str]] = {}
 
-    def __init__(self, kept: int = SLICES_KEPT) -> None:
-        self.kept = kept
-        self.lock = threading.Lock()
-        self.slices: collections.OrderedDict[tuple[Any, ...], Slice] = collections.OrderedDict()
-        self.names: collections.OrderedDict[tuple[Any, ...], tuple[list[Any], frozenset[str]]] = \
-            collections.OrderedDict()
-        self.strips: collections.OrderedDict[tuple[Any, ...], str] = collections.OrderedDict()
-        self.runs: collections.OrderedDict[tuple[int, ...], Run] = collections.OrderedDict()
+
+class Kept:
+    """What one refresh made, kept for the next: two generations, the one being made
+    (``made``) and the last (``last``). A lookup that finds a value in the last moves it
+    on; ``turn`` lets go of what the last refresh made and this one did not use, so that
+    the memo holds what the deck draws now and no more, however many hosts it has."""
+
+    def __init__(self) -> None:
+        self.made: dict[Any, Any] = {}
+        self.last: dict[Any, Any] = {}
+
+    def get(self, key: Any) -> Any:
+        value = self.made.get(key)
+        if value is None:
+            value = self.last.get(key)
+            if value is not None:
+                self.made[key] = value
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        self.made[key] = value
+
+    def turn(self) -> None:
+        self.last, self.made = self.made, {}
+
+
+class ChartMemo:
+    """The slices drawn for the last refresh, shared by a server's requests: a page calls
+    ``turn`` once per refresh, and what the refresh before did not use is let go. Each
+    request computes outside any lock (dict reads and writes are atomic): two computing
+    one slice at once both get it right, and two refreshes at once only draw more."""
+
+    def __init__(self) -> None:
+        self.slices, self.names, self.strips, self.runs = Kept(), Kept(), Kept(), Kept()
+
+    def turn(self) -> None:
+        """A refresh begins: let go of what the one before it did not use."""
+        for kept in (self.slices, self.names, self.strips, self.runs):
+            kept.turn()
 
     def charts(self, rows: Sequence[Mapping[str, Any]], axis: Axis, gpus_apart: bool) -> list[Drawn]:
         """The charts of a host's ``rows`` (``{"at", "readings"}``, in time order) on
@@ -428,22 +455,21 @@ class ChartMemo:
         return [((k, tuple((at, id(readings)) for at, readings in one)), one) for k, one in sorted(found.items())]
 
     def _names(self, key: tuple[Any, ...], rows: list[tuple[float, Mapping[str, Any]]]) -> frozenset[str]:
-        with self.lock:
-            kept = self.names.get(key)
-            if kept is not None:
-                self.names.move_to_end(key)
-                return kept[1]
+        kept = self.names.get(key)
+        if kept is not None:
+            return kept[1]
         names = frozenset(name for _, readings in rows for name in readings if type(name) is str)
-        self._keep(self.names, key, (rows, names))
+        names = _NAMES.setdefault(names, names)  # a sampler's slices name the same readings: one set for all
+        if len(_NAMES) > NAME_SETS_KEPT:
+            _NAMES.clear()
+        self.names.put(key, (tuple(rows), names))
         return names
 
     def _slice(self, key: tuple[Any, ...], rows: list[tuple[float, Mapping[str, Any]]],
                charts: tuple[Layout, ...], axis: Axis) -> Slice:
-        with self.lock:
-            kept = self.slices.get(key)
-            if kept is not None:
-                self.slices.move_to_end(key)
-                return kept
+        kept = self.slices.get(key)
+        if kept is not None:
+            return kept
         start = key[-1][0] * axis.slice
         end = start + axis.slice
         window = axis.end - axis.start
@@ -451,52 +477,49 @@ class ChartMemo:
         for chart in charts:
             most = axis.slice // bucket_seconds(len(chart.lines), axis.slice, window)
             samples = [_points(rows, line.readings, line.combine) for line in chart.lines]
-            points.append(tuple(_downsampled(one, start, end, most, axis.gap, line.how)
+            # Tuples, not lists: what the memo keeps is then no work for the garbage collector.
+            points.append(tuple(tuple(_downsampled(one, start, end, most, axis.gap, line.how))
                                 for one, line in zip(samples, chart.lines)))
             edges.append(tuple((one[0][0], one[-1][0]) if one else None for one in samples))
-        made = Slice(start, rows, charts, tuple(points), tuple(edges))
-        self._keep(self.slices, key, made)
+        made = Slice(start, tuple(rows), charts, tuple(points), tuple(edges))
+        self.slices.put(key, made)
         return made
 
     def strip(self, ticks: Sequence[tuple[float, str]], axis: Axis, height: int) -> str:
         """A strip of ``height`` with a tick at each ``(time, title)`` of ``ticks`` in the
-        window, a slice at a time as the charts are drawn."""
-        by_slice: dict[int, list[tuple[float, str]]] = {}
-        for at, title in ticks:
-            if _finite(at) and axis.start <= at <= axis.end:
-                by_slice.setdefault(int(at // axis.slice), []).append((float(at), title))
-        across, drawn = axis.across, []
-        for k, one in sorted(by_slice.items()):
-            key = ("strip", axis.slice, axis.width, height, tuple(one))
-            with self.lock:
-                body = self.strips.get(key)
-            if body is None:
-                body = "".join(f'<line class="tick" x1="{x}" y1="0" x2="{x}" y2="{height}">'
-                               f'<title>{svg.escaped(title)}</title></line>'
-                               for at, title in one for x in (svg.coordinate((at - k * axis.slice) * across),))
-                self._keep(self.strips, key, body)
-            drawn.append(f'<g transform="translate({(k * axis.slice - axis.start) * across:.2f})">{body}</g>')
+        window, a slice at a time as the charts are drawn (the same ticks as the last
+        refresh's are drawn once: a host's jobs change less often than the deck refreshes)."""
+        key = (axis.slice, axis.width, axis.end - axis.start, height, tuple(ticks))
+        groups = self.strips.get(key)
+        if groups is None:
+            groups = self._strip_slices(ticks, axis, height)
+            self.strips.put(key, groups)
+        across, first, last = axis.across, int(axis.start // axis.slice), int(axis.end // axis.slice)
+        drawn = [f'<g transform="translate({(k * axis.slice - axis.start) * across:.2f})">{body}</g>'
+                 for k, body in groups if first <= k <= last]
         return (f'<svg class="chart" viewBox="0 0 {axis.width} {height}" width="{axis.width}" height="{height}" '
                 f'preserveAspectRatio="none" role="img">{"".join(drawn)}</svg>')
 
-    def _keep(self, into: collections.OrderedDict[Any, Any], key: Any, value: Any) -> None:
-        with self.lock:
-            into[key] = value
-            while len(into) > self.kept:
-                into.popitem(last=False)
-
-    # --- a chart -------------------------------------------------------------------------------
+    @staticmethod
+    def _strip_slices(ticks: Sequence[tuple[float, str]], axis: Axis, height: int) -> tuple[tuple[int, str], ...]:
+        """The ticks drawn a slice at a time: (slice index, drawing) each, in time order."""
+        by_slice: dict[int, list[tuple[float, str]]] = {}
+        for at, title in ticks:
+            if _finite(at):
+                by_slice.setdefault(int(at // axis.slice), []).append((float(at), title))
+        across = axis.across
+        return tuple((k, "".join(f'<line class="tick" x1="{x}" y1="0" x2="{x}" y2="{height}">'
+                                 f'<title>{svg.escaped(title)}</title></line>'
+                                 for at, title in one for x in (svg.coordinate((at - k * axis.slice) * across),)))
+                     for k, one in sorted(by_slice.items()))
 
     def _run(self, slices: tuple[Slice, ...]) -> "Run":
         key = tuple(id(one) for one in slices)
-        with self.lock:
-            kept = self.runs.get(key)
-            if kept is not None:
-                self.runs.move_to_end(key)
-                return kept
-        made = Run(slices)
-        self._keep(self.runs, key, made)
-        return made
+        kept = self.runs.get(key)
+        if kept is None:
+            kept = Run(slices)
+            self.runs.put(key, kept)
+        return kept
 
     def _chart(self, slices: tuple[Slice, ...], index: int, layout: Layout, axis: Axis) -> Drawn | None:
         """Chart ``index`` of ``slices``: the leftmost slice (which loses rows as the window
@@ -532,15 +555,15 @@ class Run:
     def __init__(self, slices: tuple[Slice, ...]) -> None:
         self.slices = slices
         self.start = slices[0].start if slices else 0.0
-        self.tops: dict[int, list[float | None]] = {}
+        self.tops: dict[int, tuple[float | None, ...]] = {}
         self.drawings: dict[tuple[Any, ...], tuple[str, tuple[Incoming, ...]]] = {}
 
-    def top(self, chart: int) -> list[float | None]:
+    def top(self, chart: int) -> tuple[float | None, ...]:
         """Each line of chart ``chart``: its largest value in the run, None for none."""
         if chart not in self.tops:
             each = [one.tops[chart] for one in self.slices]
-            self.tops[chart] = [max((top[n] for top in each if top[n] is not None), default=None)
-                                for n in range(len(each[0]))] if each else []
+            self.tops[chart] = tuple(max((top[n] for top in each if top[n] is not None), default=None)
+                                     for n in range(len(each[0]))) if each else ()
         return self.tops[chart]
 
     def drawing(self, chart: int, lines: tuple[Line, ...], incoming: tuple[Incoming, ...], axis: Axis,
@@ -560,12 +583,12 @@ class Run:
         return kept
 
 
-def _top(lines: tuple[list[Point], ...]) -> list[float | None]:
+def _top(lines: tuple[Sequence[Point], ...]) -> tuple[float | None, ...]:
     """Each line's largest value, None for none."""
-    return [max((value for _, value in points if value == value), default=None) for points in lines]
+    return tuple(max((value for _, value in points if value == value), default=None) for points in lines)
 
 
-def _last(points: list[Point], edges: tuple[float, float] | None, before: Incoming) -> Incoming:
+def _last(points: Sequence[Point], edges: tuple[float, float] | None, before: Incoming) -> Incoming:
     """What a line comes into the next slice from: this slice's last point and last sample,
     or, when it has none, what it came in from."""
     if not points or edges is None:
@@ -580,7 +603,7 @@ def _joins(edges: tuple[float, float] | None, before: Incoming, gap: float) -> b
     return before is not None and edges is not None and edges[0] - before[2] <= gap
 
 
-def _slice_body(lines_points: tuple[list[Point], ...], lines_edges: tuple[tuple[float, float] | None, ...],
+def _slice_body(lines_points: tuple[Sequence[Point], ...], lines_edges: tuple[tuple[float, float] | None, ...],
                 lines: tuple[Line, ...], incoming: tuple[Incoming, ...], k_start: float, axis: Axis, high: float,
                 unit: str) -> str:
     """A slice's drawing in its own coordinates (x from the slice's start): each line's runs

@@ -68,7 +68,7 @@ class JobPage:
         return self.jobs[-1].id if self.full else self.floor
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)  # slots: the Flight Deck keeps thousands
 class EndedJob:
     """A job as the Flight Deck ticks it: where it ran, when it started and ended."""
 

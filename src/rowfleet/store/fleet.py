@@ -288,20 +288,25 @@ class FleetStore(StoreCore):
 
     # --- the fleet at one moment -------------------------------------------------------
 
-    def fleet_rows(self, cap: int, listed_for: float | None) -> FleetRows:
+    def fleet_rows(self, cap: int, listed_for: float | None, workers_only: bool = False) -> FleetRows:
         """Everything ``rowfleet.snapshot`` shows, read in one read transaction so that the
         counts, workers, switches and services agree: workers seen in the last
         ``listed_for`` seconds (every row with None) and live ones; finished jobs counted
-        up to ``cap`` (``cap + 1`` when there are more), live ones exactly."""
+        up to ``cap`` (``cap + 1`` when there are more), live ones exactly. With
+        ``workers_only``, the workers and switches alone (no count, service or unplaceable
+        row), for a reader that shows what runs where."""
         with self._one_read() as tx:
             now = tx.one("fleet_rows")["now"]
             since = 0.0 if listed_for is None else now - listed_for
+            workers = [dict(row) for row in tx.all("fleet_rows_workers", since=since,
+                                                   missed_beats=liveness.MISSED_BEATS)]
+            switches = [Switch.from_row(row) for row in tx.all("switches")]
+            if workers_only:
+                return FleetRows(now=now, counts=[], workers=workers, switches=switches, services=[], unplaceable=[])
             return FleetRows(
                 now=now,
                 counts=[dict(row) for row in tx.all("fleet_rows_counts", cap=cap, queued=QUEUED, running=RUNNING)],
-                workers=[dict(row) for row in tx.all("fleet_rows_workers", since=since,
-                                                     missed_beats=liveness.MISSED_BEATS)],
-                switches=[Switch.from_row(row) for row in tx.all("switches")],
+                workers=workers, switches=switches,
                 services=[dict(row) for row in tx.all("project_services", missed_beats=liveness.MISSED_BEATS)],
                 unplaceable=[dict(row) for row in tx.all("fleet_rows_unplaceable")])
 

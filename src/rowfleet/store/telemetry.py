@@ -28,7 +28,7 @@ UNTALLIED_READ_CAP = 200_000  # a scrape reads at most this many jobs not yet ta
 READINGS_KEPT = 8192  # decoded rows kept for the next read: 20 hosts' last hour, a point a minute, many times over
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)  # slots: a panel keeps an hour of them
 class HostSample:
     """One row of ``host_samples``: a host's readings at ``at`` (a minute row: the minute's
     start), decoded; ``error`` when the stored text was no JSON object."""
@@ -137,6 +137,11 @@ class TelemetryStore(StoreCore):
         until = min(until, 1e300)  # a bound parameter must be a finite double on both databases
         return [sample_of(row) for row in self.reader().all("host_samples", host=host, tier=tier,
                                                             since=float(since), until=float(until))]
+
+    def samples_since(self, tier: str, since: float) -> list[HostSample]:
+        """Every host's rows of ``tier`` from ``since`` on, by host, oldest first."""
+        _check_tier(tier)
+        return [sample_of(row) for row in self.reader().all("samples_since", tier=tier, since=float(since))]
 
     def sample_times(self, host: str, tier: str, since: float) -> list[float]:
         """When ``host``'s rows of ``tier`` since ``since`` were taken, oldest first."""

@@ -209,10 +209,10 @@ def throttle_seconds(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, f
 
 
 THROTTLED_KEPT = 4096  # rows whose throttle deltas are kept: an hour of twenty hosts, as the panel reads them
-_throttled_of: dict[int, tuple[Mapping[str, Any], list[tuple[str, str, Any]]]] = {}
+_throttled_of: dict[int, tuple[Mapping[str, Any], tuple[tuple[str, str, Any], ...]]] = {}
 
 
-def _throttled(row: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
+def _throttled(row: Mapping[str, Any]) -> tuple[tuple[str, str, Any], ...]:
     """A row's positive throttle deltas: (GPU index, reason, seconds) each. Kept by the
     row's identity, with the row (so that its id stays its own): the store hands the same
     decoded readings for the same stored text, and the panel adds an hour of them up on
@@ -228,8 +228,9 @@ def _throttled(row: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
                 found.append((index, reason, value))
     if len(_throttled_of) >= THROTTLED_KEPT:
         _throttled_of.clear()
-    _throttled_of[id(row)] = (row, found)
-    return found
+    kept = (row, tuple(found))  # a tuple: kept, it is no work for the garbage collector
+    _throttled_of[id(row)] = kept
+    return kept[1]
 
 
 def gpu_indexes(readings: Mapping[str, Any]) -> list[str]:

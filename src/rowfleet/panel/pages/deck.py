@@ -19,21 +19,23 @@ reads; imports no driver, no SQL, no command line and no other page.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
+import threading
 from typing import Any, Iterable, Mapping, MutableMapping, Sequence
 
 from rowfleet import hosts as host_model
 from rowfleet import names
 from rowfleet.errors import ConfigError
-from rowfleet.hosts import HostView
+from rowfleet.hosts import OVERLAP, REREAD, HostView, KeptRows
 from rowfleet.names import is_finite_number
 from rowfleet.panel import svg
 from rowfleet.panel.app import HttpError, Request, View
-from rowfleet.panel.deck_charts import LABEL_MOST, Axis, ChartMemo, Drawn
+from rowfleet.panel.deck_charts import LABEL_MOST, Axis, ChartMemo, Drawn, Line
 from rowfleet.panel.html import Markup, clipped, definitions, join, link, table, tag, url, when
 from rowfleet.store.browse import EndedJob
-from rowfleet.store.telemetry import HostSample
+from rowfleet.store.telemetry import DETAIL, HostSample
 from rowfleet.telemetry.readings import MinuteFold
 
 WINDOW = 3600.0         # seconds of the shared time axis
@@ -150,15 +152,48 @@ def job_ticks(jobs: Iterable[EndedJob]) -> dict[str | None, list[tuple[float, st
     """
     ticks: dict[str | None, list[tuple[float, str]]] = {}
     for job in jobs:
-        on = ticks.setdefault(job.host, [])
-        what = f"job {job.id} {clipped(job.task, LABEL_MOST)}"
-        if is_finite_number(job.started_at):
-            on.append((float(job.started_at), f"{what} started"))
-        if is_finite_number(job.finished_at):
-            on.append((float(job.finished_at), f"{what} {clipped(job.state, 24)}"))
+        ticks.setdefault(job.host, []).extend(_ticks_of(job))
     for on in ticks.values():
         on.sort(key=lambda tick: tick[0])
     return ticks
+
+
+@functools.lru_cache(maxsize=2 * TICK_JOBS)  # a refresh ticks the same jobs as the last one, but a few
+def _ticks_of(job: EndedJob) -> tuple[tuple[float, str], ...]:
+    what = f"job {job.id} {clipped(job.task, LABEL_MOST)}"
+    ticks = []
+    if is_finite_number(job.started_at):
+        ticks.append((float(job.started_at), f"{what} started"))
+    if is_finite_number(job.finished_at):
+        ticks.append((float(job.finished_at), f"{what} {clipped(job.state, 24)}"))
+    return tuple(ticks)
+
+
+class EndedJobs:
+    """The jobs the deck ticks (the newest ``TICK_JOBS`` that ran on a host and ended since
+    a time), kept between refreshes as ``hosts.KeptRows`` keeps rows: read whole every
+    ``REREAD`` seconds, and in between only those that ended since the newest held (less
+    ``OVERLAP``), the same job read again taking its place."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.jobs: dict[int, EndedJob] = {}
+        self.read_at = -math.inf
+
+    def read(self, store: Any, since: float, now: float) -> list[EndedJob]:
+        with self.lock:
+            if now - self.read_at >= REREAD or not now >= self.read_at:
+                self.jobs = {job.id: job for job in store.jobs_ended_since(since, limit=TICK_JOBS)}
+                self.read_at = now
+            else:
+                newest = max((job.finished_at for job in self.jobs.values()), default=since)
+                for job in store.jobs_ended_since(max(since, newest - OVERLAP), limit=TICK_JOBS):
+                    if self.jobs.get(job.id) != job:
+                        self.jobs[job.id] = job
+            kept = sorted((job for job in self.jobs.values() if job.finished_at >= since),
+                          key=lambda job: job.finished_at, reverse=True)[:TICK_JOBS]
+            self.jobs = {job.id: job for job in kept}
+            return kept
 
 
 # --- the page -------------------------------------------------------------------------------------
@@ -184,17 +219,18 @@ def minute_rows(minute: Sequence[HostSample], detail: Sequence[HostSample],
         if is_finite_number(row.at) and row.at >= newest + MINUTE:
             pending.setdefault(row.at // MINUTE * MINUTE, []).append(row)
     folds = {} if folds is None else folds
+    host = (minute or detail or [None])[0]
     for at, samples in sorted(pending.items()):
         rows.append({"at": at, "readings": _folded(folds, (samples[0].host, at), samples)})
+    if host is not None:  # the host's folds of minutes that have their rows now are let go
+        for done in [key for key in folds if key[0] == host.host and key[1] not in pending]:
+            del folds[done]
     return rows
 
 
-FOLDS_KEPT = 256  # minutes being folded that the server keeps: a few per host
-
-
-def _folded(folds: MutableMapping[Any, Any], key: Any, samples: list[HostSample]) -> Mapping[str, Any]:
-    """The fold of ``samples``, from the one kept under ``key`` when it was made of the
-    first of them (the same rows, by identity: the kept fold holds them)."""
+def _folded(folds: MutableMapping[Any, Any], key: tuple[str, float], samples: list[HostSample]) -> Mapping[str, Any]:
+    """The fold of ``samples``, from the one kept under ``key`` (host, minute) when it was
+    made of the first of them (the same rows, by identity: the kept fold holds them)."""
     kept = folds.get(key)
     if kept is not None:
         fold, made_of = kept
@@ -206,8 +242,6 @@ def _folded(folds: MutableMapping[Any, Any], key: Any, samples: list[HostSample]
     fold = MinuteFold()
     for sample in samples:
         fold.add(sample.readings)
-    if len(folds) >= FOLDS_KEPT:
-        folds.clear()
     folds[key] = (fold, [sample.readings for sample in samples])
     return fold.folded()
 
@@ -216,16 +250,19 @@ def flight_deck(req: Request) -> View:
     """Every host (or ``?host=H`` only), worst first, with its last hour."""
     now, wanted = req.now, req.word("host")
     start, end = now - WINDOW, now
-    read = host_model.hosts_with_rows(req.store, now, only=wanted)
+    kept = req.memo.setdefault("deck rows" if wanted is None else "deck rows of one host", host_model.RecentRows())
+    read = host_model.hosts_with_rows(req.store, now, only=wanted, kept=kept)
     if wanted is not None:
         read = [each for each in read if each[0].host == wanted]
         if not read:
             raise HttpError(404, f"no sample of host {names.shown(wanted)}: the Flight Deck lists the hosts that "
                                  f"have sampled")
     views = [view for view, _, _ in read]
-    jobs = (req.store.jobs_ended_since(start, limit=TICK_JOBS) + req.store.jobs_running()) if views else []
+    ended = req.memo.setdefault("deck jobs", EndedJobs()).read(req.store, start, now) if views else []
+    jobs = ended + req.store.jobs_running() if views else []
     ticks_on = job_ticks(jobs)
-    memo = req.memo.setdefault("deck charts", ChartMemo())
+    memo = req.memo.setdefault("deck charts" if wanted is None else "deck charts of one host", ChartMemo())
+    memo.turn()
     cards, hosts = [], []
     rows_of = {view.host: (minute, detail) for view, minute, detail in read}
     for view in worst_first(views, now):
@@ -233,7 +270,9 @@ def flight_deck(req: Request) -> View:
             rows = minute_rows(*rows_of[view.host], folds=req.memo.setdefault("deck folds", {}))
             interval = MINUTE
         else:  # one host: every sample
-            rows = list(host_model.host_series(req.store, view.host, WINDOW, now=now).rows)
+            samples = req.memo.setdefault("deck samples of one host", KeptRows(DETAIL)).read(
+                req.store, {view.host: start}, now)[view.host]
+            rows = list(host_model.series_of(view.host, DETAIL, start, now, samples).rows)
             interval = sample_interval(rows, req.store.config.sample_every)
         gap = GAP_INTERVALS * interval
         charts = host_charts(rows, start, end, gap, gpus_apart=wanted is not None, memo=memo)
@@ -302,12 +341,19 @@ def _job_strip(ticks: Sequence[tuple[float, str]], strip: str) -> Markup:
 
 
 def _figure(chart: Drawn) -> Markup:
-    caption = join(tag("span", chart.title, class_="chart-title"), " ",
-                   tag("span", f"0 to {svg.value_text(chart.high)} {chart.unit}", class_="muted"),
-                   tag("span", f" ({chart.left_out} more not drawn)", class_="muted") if chart.left_out else "")
+    caption, legend = _labels(chart.title, chart.unit, chart.high, chart.left_out, chart.lines)
+    return Markup(f'<figure class="deck-chart">{caption}{chart.svg}{legend}</figure>')
+
+
+@functools.lru_cache(maxsize=1024)  # a chart's labels change when its scale or its lines do: seldom
+def _labels(title: str, unit: str, high: float, left_out: int, lines: tuple[Line, ...]) -> tuple[Markup, Markup]:
+    """A chart's caption (title, scale, lines left out) and legend, as markup."""
+    caption = join(tag("span", title, class_="chart-title"), " ",
+                   tag("span", f"0 to {svg.value_text(high)} {unit}", class_="muted"),
+                   tag("span", f" ({left_out} more not drawn)", class_="muted") if left_out else "")
     legend = tag("ul", join(*[tag("li", join(tag("span", "", class_=f"key {line.css}"), line.label))
-                              for line in chart.lines]), class_="legend")
-    return tag("figure", join(tag("figcaption", caption), Markup(chart.svg), legend), class_="deck-chart")
+                              for line in lines]), class_="legend")
+    return tag("figcaption", caption), legend
 
 
 def _linkable(host: str) -> bool:

@@ -38,6 +38,13 @@ SELECT host, tier, at, readings FROM host_samples
 WHERE host = %(host)s AND tier = %(tier)s AND at >= %(since)s AND at < %(until)s
 ORDER BY at;
 
+-- name: samples_since
+-- Every host's rows of one tier from %(since)s on (host_samples_age serves it), by host, oldest
+-- first: what a reader that keeps the last hour asks for between its whole reads.
+SELECT host, tier, at, readings FROM host_samples
+WHERE tier = %(tier)s AND at >= %(since)s
+ORDER BY host, at;
+
 -- name: host_sample_times
 SELECT at FROM host_samples WHERE host = %(host)s AND tier = %(tier)s AND at >= %(since)s ORDER BY at;
 
