@@ -8,12 +8,14 @@ parsed to check it is well formed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import doctest
 import json
 import math
 import os
 import re
+import sqlite3
 import unittest
 from html.parser import HTMLParser
 from typing import Any
@@ -28,6 +30,7 @@ from rowfleet.panel.pages import deck, models, schedules
 from rowfleet.panel.deck_charts import BUCKET_SLACK, LINES_MOST, POINTS_PER_CHART, downsample
 from rowfleet.panel.pages.deck import DEAD_AFTER, condition, host_charts, sample_interval, worst_first
 from rowfleet.scheduler import Schedule, next_slot
+from rowfleet.telemetry.readings import fold_minute
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 from test_lifecycle import Clock
@@ -278,8 +281,14 @@ class PagesContract:
             self._holding.add(host)
         self.assertIsNotNone(self.store.record_host_sample(host, f"{host}:1:test", TTL, readings))
 
-    def request(self, path: str, **query: str) -> Request:
-        return Request("GET", path, query, {}, self.store, self.store.clock(), "csrf-token", False)
+    def plain_sample(self, host: str, at: float, readings: dict[str, Any]) -> None:
+        """A detail row written by another program's plain SQL."""
+        self.plain_sql("INSERT INTO host_samples (host, tier, at, readings) VALUES (?, 'detail', ?, ?)",
+                       (host, at, json.dumps(readings)))
+
+    def request(self, path: str, memo: dict[str, Any] | None = None, **query: str) -> Request:
+        return Request("GET", path, query, {}, self.store, self.store.clock(), "csrf-token", False,
+                       memo={} if memo is None else memo)
 
     def render(self, handler, path: str, **query: str) -> tuple[app.View, Page]:
         req = self.request(path, **query)
@@ -366,6 +375,42 @@ class PagesContract:
             crossing += [(a, b) for a, b in zip(times, times[1:]) if a <= start + 0.5 and b >= end - 0.5]
         self.assertTrue(box_card["lines"])
         self.assertEqual(crossing, [], "no line crosses the 30 s without samples")
+
+    def test_what_the_memo_keeps_never_shows(self):
+        # Refreshes every 5 s while samples, minute rows and jobs arrive, one of them a row
+        # written late with an older time: each page through the server's memo is the page
+        # a fresh memo draws (the memo only saves work), and the memo lets go of what the
+        # deck no longer draws.
+        memo: dict[str, Any] = {}
+        self.store.enqueue(JobSpec(task="train", queue="gpu"))
+        claimed = None
+        minute_rows: list[dict[str, Any]] = []
+        for step in range(200):
+            at = self.clock.now
+            readings = {**HOST, **GPU0, "cpu.busy": float(step % 37), "gpu.0.util": (step * 7) % 101}
+            self.write("box", readings)
+            self.write("other", {**HOST, "cpu.busy": float(step % 11)})
+            minute_rows.append(readings)
+            if step == 20:
+                claimed = self.store.claim(Claim("", "gpu", "box:4242", 600.0))
+            if step == 90:
+                self.store.finish(claimed, Outcome(COMPLETED))
+            if step == 130:  # plain SQL, late, between two whole reads: a row 5 s in the past
+                self.plain_sample("other", at - 5.0, {**HOST, "cpu.busy": 99.0})
+            self.clock.advance(2.0)
+            if self.clock.now // 60 > at // 60:  # a minute ended: fold it, as the sampler does
+                self.store.record_host_minute("box", at // 60 * 60, fold_minute(minute_rows))
+                minute_rows = []
+            if step % 5 == 4:
+                for query in ({}, {"host": "box"}):
+                    with self.subTest(step=step, query=query):
+                        kept = deck.flight_deck(self.request("/deck", memo=memo, **query))
+                        fresh = deck.flight_deck(self.request("/deck", memo={}, **query))
+                        self.assertEqual(kept.body, fresh.body)
+                        self.assertEqual(app.dumps(kept.twin()), app.dumps(fresh.twin()))
+        charts = memo["deck charts"]
+        self.assertLessEqual(len(charts.slices.made) + len(charts.slices.last), 2 * 31 * 2,
+                             "two hosts' slices of two refreshes at most")
 
     def test_one_host_and_bad_hosts(self):
         self.write("box", HOST)
@@ -476,11 +521,15 @@ class PagesContract:
 
 
 class SQLitePagesTest(PagesContract, TempDirTestCase):
-    pass
+    def plain_sql(self, statement: str, params: tuple) -> None:
+        with contextlib.closing(sqlite3.connect(self.store.config.db)) as conn, conn:
+            conn.execute(statement, params)
 
 
 class PostgresPagesTest(PagesContract, PostgresDatabaseCase, TempDirTestCase):
-    pass
+    def plain_sql(self, statement: str, params: tuple) -> None:
+        with contextlib.closing(self.caller_connection()) as conn, conn:
+            conn.execute(statement.replace("?", "%s"), params)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@ takes to answer over HTTP with a long-running deployment's rows in the database,
 and on PostgreSQL.
 
 For each database it loads one fixture (``Fixture``; the same shape on both), starts the
-real ``PanelServer`` (``rowfleet.panel.server.make_server``) on 127.0.0.1 port 0 in a
-thread, and times sequential GETs of every page in ``PAGES`` over ``http.client`` against
+real panel as ``rowfleet panel`` serves it (``rowfleet.panel.server.serve``) on 127.0.0.1
+port 0 in a thread, and times sequential GETs of every page in ``PAGES`` over ``http.client`` against
 GET ``/static/panel.css`` on the same server (the HTTP floor: no store is opened), the two
 taking turns in blocks. One row per page per database: the p95 in milliseconds, the
 floor's, and the p50s and the verdict against the panel's target (p95 <= ``TARGET_MS``)
@@ -31,6 +31,7 @@ import cProfile
 import dataclasses
 import http.client
 import pstats
+import queue
 import re
 import sqlite3
 import statistics
@@ -47,13 +48,13 @@ from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.job import JobSpec, encode_json
 from rowfleet.panel import app, pages
-from rowfleet.panel.server import make_server
+from rowfleet.panel.server import serve
 from rowfleet.store import open_store
 from rowfleet.telemetry.readings import fold_minute
 
 LEGEND = """\
-  panel       GET of each page of the operator panel: a real PanelServer (rowfleet.panel.server)
-              on 127.0.0.1:0 in a thread, which opens a store per request, asked over
+  panel       GET of each page of the operator panel: the real panel, served as `rowfleet panel`
+              serves it (rowfleet.panel.server.serve) on 127.0.0.1:0 in a thread, which opens a store per request, asked over
               http.client, one connection per request, one request at a time. rowfleet: the
               page's p95 in ms; baseline: the p95 of GET /static/panel.css on the same server
               (the HTTP floor: no store), the two taking turns in blocks of 5 after a warm-up
@@ -509,12 +510,17 @@ def measure(bench: Bench, db: str, durability: str, config: Config, fixture: Fix
     """Time every page against the floor on a server of ``config``'s database; a row each,
     after one that says what the database holds."""
     bench.add(Row(f"panel {db} fixture", durability, "-", "-", "-", f"{fixture.describe()}; loaded in {loaded:.1f} s"))
-    server = make_server(config, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="bench-panel-http")
-    thread.start()
+    stop, listening = threading.Event(), queue.Queue()
+    thread = threading.Thread(target=serve, args=(config, "127.0.0.1", 0, stop), kwargs={"listening": listening.put},
+                              name="bench-panel-http")
+    thread.start()  # as `rowfleet panel` serves
     worst: tuple[float, str] = (0.0, "")
     try:
-        where = urlsplit(server.base_url)
+        try:
+            address = listening.get(timeout=60)
+        except queue.Empty:
+            raise RuntimeError("the panel did not listen within 60 s") from None
+        where = urlsplit(address)
         host, port = where.hostname or "127.0.0.1", where.port or 80
         progress(f"panel {db}: loaded in {loaded:.1f} s; up to {fixture.requests} GETs of each of {len(PAGES)} "
                  f"pages in {fixture.seconds:g} s each, taking turns with GET {FLOOR}, the hosts sampling on")
@@ -522,9 +528,8 @@ def measure(bench: Bench, db: str, durability: str, config: Config, fixture: Fix
             worst = time_pages(bench, db, durability, fixture, targets, host, port)
         progress(f"panel {db}: the samplers wrote {samplers.written} rows while the pages were timed")
     finally:
-        server.shutdown()
+        stop.set()
         thread.join()
-        server.server_close()
     if worst[0] > TARGET_MS:
         bench.add(profile(db, config, worst[1]))
 

@@ -39,8 +39,10 @@ def chosen_project(req: Request) -> str | None:
 
 def known_projects(req: Request) -> list[str]:
     """Every project the fleet's snapshot knows (with jobs, workers or services), and the
-    panel's own, by name."""
-    return sorted({project.name for project in snapshot(req.store).projects()} | {req.store.config.project})
+    panel's own, by name. Jobs are counted up to one: a project is known by having any,
+    and counting a million jobs to learn the names would cost most of the page."""
+    known = snapshot(req.store, cap=1).projects()
+    return sorted({project.name for project in known} | {req.store.config.project})
 
 
 def project_links(path: str, projects: Iterable[str], chosen: str | None) -> Markup:
