@@ -174,6 +174,7 @@ def hosts_with_rows(store: "Store", now: float | None = None, only: str | None =
 
 REREAD = 60.0   # seconds kept rows serve before they are read whole again
 OVERLAP = 10.0  # seconds before the newest row held that a read between asks for again
+TOGETHER = 300.0  # seconds apart that hosts' floors may lie and their rows still be read in one statement
 
 
 class KeptRows:
@@ -195,12 +196,29 @@ class KeptRows:
         """Each host of ``floors``: its rows from its floor on, oldest first."""
         with self.lock:
             if now - self.read_at >= REREAD or not now >= self.read_at or any(h not in self.rows for h in floors):
-                self.rows = {host: store.host_samples(host, self.tier, floor) for host, floor in floors.items()}
+                self.rows = self._whole(store, floors)
                 self.read_at = now
             else:
                 self._add(store, floors)
             self.rows = {host: [row for row in self.rows[host] if row.at >= floor] for host, floor in floors.items()}
             return {host: list(rows) for host, rows in self.rows.items()}
+
+    def _whole(self, store: "Store", floors: Mapping[str, float]) -> dict[str, list[HostSample]]:
+        """Each host's rows from its floor on, read whole: in one statement for the hosts
+        whose floors lie within ``TOGETHER`` seconds of the newest floor (nearly always
+        all of them), one statement a host for the others."""
+        newest = max(floors.values(), default=0.0)
+        together = {host: floor for host, floor in floors.items() if floor >= newest - TOGETHER}
+        if len(together) < 2:
+            together = {}
+        rows: dict[str, list[HostSample]] = {host: [] for host in together}
+        for row in store.samples_since(self.tier, min(together.values())) if together else ():
+            if row.host in together and row.at >= together[row.host]:
+                rows[row.host].append(row)
+        for host, floor in floors.items():
+            if host not in together:
+                rows[host] = store.host_samples(host, self.tier, floor)
+        return rows
 
     def _add(self, store: "Store", floors: Mapping[str, float]) -> None:
         newest = max((rows[-1].at for rows in self.rows.values() if rows), default=min(floors.values(), default=0.0))

@@ -405,7 +405,8 @@ def live_readings(h: int, k: int) -> dict[str, Any]:
         readings.update({f"gpu.{g}.util": (k * 7 + g * 13) % 101, f"gpu.{g}.temp": 55 + (k + g * 3) % 31,
                          f"gpu.{g}.power_w": 300 + (k * 11 + g) % 400, f"gpu.{g}.power_limit_w": 700,
                          f"gpu.{g}.sm_mhz": 1500 + (k * 17 + g) % 480,
-                         f"gpu.{g}.vram_used_mib": 40000 + (k * 31 + g * 1000) % 40000, f"gpu.{g}.vram_total_mib": 81559,
+                         f"gpu.{g}.vram_used_mib": 40000 + (k * 31 + g * 1000) % 40000,
+                         f"gpu.{g}.vram_total_mib": 81559,
                          f"gpu.{g}.throttle_s.sw_power_cap": 0.5 if (k + g) % 30 == 0 else 0})
     return readings
 

@@ -627,8 +627,8 @@ def _slice_body(lines_points: tuple[Sequence[Point], ...], lines_edges: tuple[tu
                 runs[-1].append((at, value))
         css = svg.escaped(line.css)
         for run in runs:
-            xy = [f"{svg.coordinate((at - k_start) * across)},{svg.coordinate(height - min(max(value, 0.0), high) * up)}"
-                  for at, value in run]
+            xy = [f"{svg.coordinate((at - k_start) * across)},"
+                  f"{svg.coordinate(height - min(max(value, 0.0), high) * up)}" for at, value in run]
             if len(xy) == 1:  # a lone sample between gaps: a dot, not a line to nowhere
                 x, y = xy[0].split(",")
                 drawn.append(f'<circle class="{css}" cx="{x}" cy="{y}" r="1.5"/>')

@@ -294,7 +294,8 @@ def flight_deck(req: Request) -> View:
     def data() -> dict[str, Any]:  # the JSON twin, made only when asked for: every point of every chart
         return {"at": now, "since": start, "until": end, "conditions": tally, "hosts": [
             {"host": view.host, "condition": state, "latest": view.to_dict(), "interval": interval, "gap": gap,
-             "charts": [chart.to_dict() for chart in charts], "ticks": [{"at": at, "title": title} for at, title in ticks]}
+             "charts": [chart.to_dict() for chart in charts],
+             "ticks": [{"at": at, "title": title} for at, title in ticks]}
             for view, state, interval, gap, charts, ticks in hosts]}
 
     return View("Flight Deck", data, body, active="/deck")
