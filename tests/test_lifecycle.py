@@ -474,6 +474,27 @@ class SQLiteLifecycleTest(LifecycleContract, TempDirTestCase):
         self.assertEqual(actions, {bad.id: FAILED, good.id: "reclaimed"})
         self.assertIn("column max_attempts is not an integer: 'x'", self.store.get_job(bad.id, "").error)
 
+    def test_a_busy_workers_turns_leave_the_busy_timeout_alone_and_reads_wait(self):
+        # The write lock is taken by BEGIN's own short retries (busy timeout 0); statements
+        # inside a write transaction never wait. So a busy worker's turns set the timeout
+        # once, not twice a turn, and a read sets the configured one back before it runs.
+        for _ in range(4):
+            self.enqueue()
+        claim = Claim("", "default", "box:1", 60.0)
+        job = self.store.claim(claim)
+        pragmas: list[str] = []
+        self.store.conn.set_trace_callback(lambda sql: pragmas.append(sql) if "busy_timeout" in sql else None)
+        self.addCleanup(self.store.conn.set_trace_callback, None)
+        for _ in range(3):
+            job = self.store.finish(job, Outcome(COMPLETED), claim_next=claim)
+        self.assertEqual(pragmas, [], "no busy_timeout statement in a busy worker's turns")
+        self.store.counts()  # a read
+        self.assertEqual(pragmas, [f"PRAGMA busy_timeout = {int(self.store.config.busy_timeout * 1000)}"])
+        self.assertEqual(self.store.conn.execute("PRAGMA busy_timeout").fetchone()[0],
+                         int(self.store.config.busy_timeout * 1000), "reads wait as configured")
+        self.store.finish(job, Outcome(COMPLETED))
+        self.assertEqual(pragmas[-1], "PRAGMA busy_timeout = 0", "the next BEGIN retries on its own")
+
     def test_schema_is_required_and_migration_is_idempotent(self):
         from rowfleet.store import open_store
 

@@ -24,7 +24,7 @@ from unittest import mock
 from rowfleet.claim import Claim
 from rowfleet.hosts import GpuView, HostView
 from rowfleet.job import COMPLETED, JobSpec, Outcome, iso
-from rowfleet.panel import app, svg
+from rowfleet.panel import app, deck_charts, svg
 from rowfleet.panel.app import HttpError, Request
 from rowfleet.panel.pages import deck, models, schedules
 from rowfleet.panel.deck_charts import BUCKET_SLACK, LINES_MOST, POINTS_PER_CHART, downsample
@@ -47,7 +47,7 @@ GPU0 = {"gpu.0.name": "H100", "gpu.0.util": 80, "gpu.0.vram_used_mib": 60000, "g
 
 
 def load_tests(loader, tests, pattern):
-    for module in (deck, models, schedules):
+    for module in (deck, deck_charts, models, schedules):
         tests.addTests(doctest.DocTestSuite(module))
     return tests
 

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import dag, gpu, harness, metrics, panel, postgres, sqlite, status, telemetry
+from . import dag, gpu, harness, metrics, panel, postgres, sqlite, status, telemetry, walpages
 from .harness import Bench, Lab, Row, progress
 
 import rowfleet
@@ -48,6 +48,7 @@ SECTIONS: dict[str, Section] = {
     "roundtrip": Section(sqlite.roundtrip, sqlite.LEGEND),
     "wake": Section(sqlite.wake, sqlite.LEGEND),
     "claim": Section(sqlite.claim, sqlite.LEGEND),
+    "walpages": Section(walpages.run, walpages.LEGEND),
     "status": Section(status.run, status.LEGEND),
     "metrics": Section(metrics.scrape, metrics.LEGEND),
     "panel": Section(panel.run, panel.LEGEND),

@@ -316,8 +316,6 @@ class Drawn:
     slices: tuple["Slice", ...]  # what ``points`` reads: the chart's ``chart``-th, lines ``shown``
     chart: int
     shown: tuple[int, ...]
-    start: float
-    end: float
     gap: float
 
     def points(self) -> list[list[Point]]:
@@ -354,14 +352,13 @@ class Slice:
     as nan) and the drawings made of it. Holds its rows' readings, so that the ids its
     key is made of stay theirs while it is kept."""
 
-    __slots__ = ("start", "rows", "layouts", "points", "edges", "tops", "drawings")
+    __slots__ = ("start", "rows", "points", "edges", "tops", "drawings")
 
-    def __init__(self, start: float, rows: tuple[tuple[float, Mapping[str, Any]], ...], layouts_: tuple[Layout, ...],
+    def __init__(self, start: float, rows: tuple[tuple[float, Mapping[str, Any]], ...],
                  points: tuple[tuple[tuple[Point, ...], ...], ...],
                  edges: tuple[tuple[tuple[float, float] | None, ...], ...]) -> None:
         self.start = start
         self.rows = rows
-        self.layouts = layouts_
         self.points = points  # per chart, per line: bucketed, a gap as nan
         self.edges = edges    # per chart, per line: the times of its first and last sample here, or None
         self.tops = tuple(_top(lines) for lines in points)  # per chart, per line: its largest value
@@ -481,7 +478,7 @@ class ChartMemo:
             points.append(tuple(tuple(_downsampled(one, start, end, most, axis.gap, line.how))
                                 for one, line in zip(samples, chart.lines)))
             edges.append(tuple((one[0][0], one[-1][0]) if one else None for one in samples))
-        made = Slice(start, tuple(rows), charts, tuple(points), tuple(edges))
+        made = Slice(start, tuple(rows), tuple(points), tuple(edges))
         self.slices.put(key, made)
         return made
 
@@ -542,7 +539,7 @@ class ChartMemo:
         picture = (f'<svg class="chart" viewBox="0 0 {axis.width} {axis.height}" width="{axis.width}" '
                    f'height="{axis.height}" preserveAspectRatio="none" role="img">{"".join(drawn)}</svg>')
         return Drawn(layout.title, layout.unit, high, tuple(lines[n] for n in shown), layout.left_out, picture,
-                     slices, index, tuple(shown), axis.start, axis.end, axis.gap)
+                     slices, index, tuple(shown), axis.gap)
 
 
 class Run:

@@ -195,6 +195,7 @@ class SQLiteStore(Store):
         self.conn = connect(path, config, create=create)
         # A fixed fragment and an integer of our own Config: never a caller's string.
         self._busy_timeout_pragma = f"PRAGMA busy_timeout = {int(config.busy_timeout * 1000)}"
+        self._reads_wait = True  # the connection's busy timeout: the configured one, or 0 (see _begin)
         self._data_version = self._read_data_version()
 
     @contextlib.contextmanager
@@ -220,10 +221,15 @@ class SQLiteStore(Store):
         SQLite's own busy handler sleeps longer and longer (up to 100 ms a try), so under
         contention the process that just committed wins again and again while the others
         doze: short, jittered retries of our own share the lock between workers instead.
-        Only BEGIN waits this way; every other statement keeps the configured busy timeout.
+        Only BEGIN waits this way. The statements of a write transaction never wait (in WAL
+        mode the write lock is all they need), so the connection's busy timeout stays 0 from
+        here until a read asks for the configured one again (``reader``): a busy worker, whose
+        every transaction writes, sets it once rather than twice around every BEGIN.
         """
         give_up = time.monotonic() + self.config.busy_timeout
-        self.conn.execute("PRAGMA busy_timeout = 0")
+        if self._reads_wait:
+            self.conn.execute("PRAGMA busy_timeout = 0")
+            self._reads_wait = False
         try:
             while True:
                 try:
@@ -239,8 +245,6 @@ class SQLiteStore(Store):
             raise translate(exc, " taking the write lock") from None
         except UnicodeError as exc:
             raise unreadable(exc, " taking the write lock") from None
-        finally:
-            self.conn.execute(self._busy_timeout_pragma)
 
     def _commit(self) -> None:
         try:
@@ -257,6 +261,9 @@ class SQLiteStore(Store):
                 pass  # the transaction is already gone; nothing was committed
 
     def reader(self) -> Tx:
+        if not self._reads_wait:  # a read may meet a lock (WAL recovery, a checkpoint): it waits as configured
+            self.conn.execute(self._busy_timeout_pragma)
+            self._reads_wait = True
         return SQLiteTx(self.conn, self.sql, self.clock())
 
     @contextlib.contextmanager
