@@ -1,11 +1,13 @@
 """The claim contract: what a claim, a finish that claims the next job, and a plain claim
 write, compared across backends event by event.
 
-PostgreSQL claims and logs in one statement (``job_claim_logged``, ``job_finish_and_claim``)
-and builds the claimed event's detail in SQL; SQLite claims, then logs with Python's
-``claimed_detail``. ``ClaimContract`` holds one expected list of event rows that both
-backends must write, so the two ways of logging cannot drift apart. Also runs the doctests
-of ``rowfleet.claim`` and ``rowfleet.store.jobs``.
+A claim and a completion write no event rows: the job's row holds its current attempt
+(``Store.events`` gives its claim and completion from there), and each dialect's
+``jobs_attempt_history`` trigger writes an attempt's events once something writes over it.
+PostgreSQL finishes and claims in one statement (``job_finish_and_claim``), SQLite in one
+transaction. ``ClaimContract`` holds one expected list of events that both backends must
+give, so the two cannot drift apart. Also runs the doctests of ``rowfleet.claim`` and
+``rowfleet.store.jobs``.
 """
 
 from __future__ import annotations
@@ -84,16 +86,53 @@ class ClaimContract:
                          [(kind, sorted(detail)) for _, _, kind, detail in self.EXPECTED])
         self.assertEqual(written, self.EXPECTED)
 
-    def test_the_claimed_event_is_claimed_detail_of_the_claimed_job(self):
-        # On PostgreSQL the statement builds the detail; it must say what Python's would.
+    def test_the_happy_path_writes_no_event_row_and_every_attempt_stays_in_the_history(self):
+        ids = [self.enqueue() for _ in range(3)]
+        job = self.store.claim(TURN)
+        for _ in range(2):
+            job = self.store.finish(job, Outcome(COMPLETED, result=None), claim_next=TURN)
+        self.assertEqual([self.rows(job_id) for job_id in ids], [[], [], []], "a claim or a completion wrote a row")
+        self.assertEqual([self.kinds(job_id) for job_id in ids],
+                         [["claimed", "completed"], ["claimed", "completed"], ["claimed"]])
+        # A database from before this version logged the claim as it happened: that row is
+        # the claim's event, and no second one is written when the attempt is written over.
+        self.store.record_event(job.id, "claimed", token=job.lease_token, holder=job.claimed_by, attempt=1)
+        self.store.finish(job, Outcome(QUEUED, error="again", delay=0.0, event="retried"))
+        self.clock.advance(1.0)
+        again = self.store.claim(TURN)
+        self.store.hand_back(again, "not this GPU")  # the attempt given back: its claim is logged
+        self.clock.advance(1.0)
+        last = self.store.claim(TURN)
+        self.store.finish(last, Outcome(COMPLETED, result=None))
+        self.assertEqual(self.rows(job.id), ["claimed", "retried", "claimed", "handed_back"])
+        self.assertEqual(self.kinds(job.id), ["claimed", "retried", "claimed", "handed_back", "claimed", "completed"])
+        self.assertEqual([(e.detail["token"], e.detail["attempt"]) for e in self.store.events(job.id)
+                          if e.kind == "claimed"], [(1, 1), (2, 2), (3, 2)])
+
+    def rows(self, job_id: int) -> list[str]:
+        """The kinds of a job's rows of ``job_events``, as stored."""
+        return [row["kind"] for row in self.store.reader().all("events", job_id=job_id)]
+
+    def kinds(self, job_id: int) -> list[str]:
+        return [event.kind for event in self.store.events(job_id)]
+
+    def test_the_claimed_event_says_the_claimed_jobs_token_holder_and_attempt(self):
+        # Made from the row while the attempt is on it, and by the database's trigger once a
+        # retry writes it over: both must say the same of the claim.
         self.enqueue()
         self.enqueue()
         first = self.store.claim(TURN)
         second = self.store.finish(first, Outcome(COMPLETED, result=None, event="completed"), claim_next=TURN)
-        for job in (first, second):
-            with self.subTest(job=job.id):
-                claimed = [event for event in self.store.events(job.id) if event.kind == "claimed"]
-                self.assertEqual([event.detail for event in claimed], [json.loads(job_store.claimed_detail(job))])
+        self.store.finish(second, Outcome(QUEUED, error="again", delay=0.0))
+        self.clock.advance(1.0)
+        third = self.store.claim(TURN)
+        self.assertEqual(third.id, second.id)
+        for job in (first, second, third):
+            with self.subTest(job=job.id, token=job.lease_token):
+                claimed = [event.detail for event in self.store.events(job.id) if event.kind == "claimed"
+                           and event.detail["token"] == job.lease_token]
+                self.assertEqual(claimed, [{"token": job.lease_token, "holder": job.claimed_by,
+                                            "attempt": job.attempts}])
 
     def test_a_job_keeps_the_host_it_ran_on_when_requeued_and_when_it_ends(self):
         job_id = self.enqueue()

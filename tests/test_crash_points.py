@@ -483,7 +483,8 @@ class PostgresCrashPointTest(PostgresServerCase, CrashPointContract, TempDirTest
         """A busy worker's finish and next claim are one statement here, in autocommit
         (``job_finish_and_claim``): the client has no moment between the writes and the
         COMMIT to die in. So the worker is killed while that statement runs on the server,
-        held there behind a lock on ``job_events``. The turn must land whole or not at all;
+        held there behind a lock on ``job_events`` (which its finish's event would write to,
+        and so it waits for the lock even for a completion, which writes no event row). The turn must land whole or not at all;
         a server that does not check on its clients mid-statement (the default) runs it to
         the end and commits it whole, with the next job claimed for the dead worker."""
         from rowfleet.store.postgres import connect
@@ -524,9 +525,10 @@ class PostgresCrashPointTest(PostgresServerCase, CrashPointContract, TempDirTest
         self.assert_recovered(ids, step.effects, step.attempts, step.reclaims)
 
     def crash_inside_claim(self) -> None:
-        """An idle worker's claim is one statement here too (``job_claim_logged``). The
-        worker is killed while it runs on the server, held behind a lock on ``job_events``:
-        the claim and its event land together or not at all."""
+        """An idle worker's claim is one statement here too (``job_claim``). The worker is
+        killed while it runs on the server, held behind a lock on ``jobs`` that lets reads
+        through: the claim lands whole or not at all, and its event with it (the claim is on
+        the row)."""
         from rowfleet.store.postgres import connect
 
         ids = self.enqueue_three()
@@ -534,12 +536,12 @@ class PostgresCrashPointTest(PostgresServerCase, CrashPointContract, TempDirTest
                                  env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.addCleanup(_reap, child)
         with contextlib.closing(connect(self.db, autocommit=False)) as blocker:
-            blocker.execute("LOCK TABLE job_events IN EXCLUSIVE MODE")
+            blocker.execute("LOCK TABLE jobs IN EXCLUSIVE MODE")
             blocked = ("SELECT count(*) AS n FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
                        (blocker.info.backend_pid,))
             open(os.path.join(self.dir, "go"), "w").close()
             wait_until(lambda: self.pg.psql(self.db, *blocked)[0][0] == 1 or child.poll() is not None,
-                       message="the claim to wait behind the lock on job_events")
+                       message="the claim to wait behind the lock on jobs")
             self.assertIsNone(child.poll(), child.communicate()[0] if child.poll() is not None else "")
             child.kill()
             child.communicate(timeout=DEADLINE)

@@ -319,7 +319,10 @@ _JOB_COLUMN_TYPES = tuple((name, () if name in _JSON_COLUMNS else (int,) if name
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    id: int
+    """One moment of a job's history: a row of ``job_events``, or (``id`` None) the claim or
+    completion of the attempt the job's row holds (``attempt_events``)."""
+
+    id: int | None
     job_id: int
     at: float
     kind: str
@@ -347,6 +350,55 @@ class Event:
 
 
 _EVENT_COLUMNS = frozenset(field.name for field in dataclasses.fields(Event))
+
+
+def attempt_events(job_id: int, stored: list[Event], attempt: Mapping[str, Any]) -> list[Event]:
+    """A job's history: its event rows (``stored``, in time order) and the claim and the
+    completion of the attempt its row holds (``attempt``: its state, attempts, lease_token,
+    claimed_by, started_at and finished_at), which are no rows: a busy worker's happy path
+    writes none, and the ``jobs_attempt_history`` trigger writes them from the old row once
+    the attempt is over. Either is made here unless an event row holds its moment already
+    (a database from before that trigger logged every claim). In time order, and at one
+    moment by attempt, an attempt's claim first (a claim's event row is written after the
+    events of its attempt); a time that is no number (plain SQL) sorts last.
+
+    >>> row = {"state": "completed", "attempts": 2, "lease_token": 2, "claimed_by": "box:7",
+    ...        "started_at": 10.0, "finished_at": 12.0}
+    >>> retried = [Event(5, 3, 1.0, "claimed", {}), Event(6, 3, 2.0, "retried", {})]
+    >>> [(e.kind, e.at, e.detail) for e in attempt_events(3, retried, row)][2:]
+    [('claimed', 10.0, {'token': 2, 'holder': 'box:7', 'attempt': 2}), ('completed', 12.0, {'token': 2, 'attempt': 2})]
+    >>> [e.kind for e in attempt_events(3, [Event(9, 3, 10.0, "claimed", {"token": 2})], {**row, "state": "running"})]
+    ['claimed']
+    >>> attempt_events(3, [], {**row, "started_at": None, "state": "queued"})
+    []
+    """
+    events = list(stored)
+    started, finished, token = attempt.get("started_at"), attempt.get("finished_at"), attempt.get("lease_token")
+    held = {(event.kind, event.at, _hashable(event.detail.get("token"))) for event in stored
+            if isinstance(event.detail, dict)}
+    if names.is_finite_number(started) and ("claimed", started, token) not in held:
+        events.append(Event(None, job_id, float(started), "claimed", {
+            "token": attempt.get("lease_token"), "holder": attempt.get("claimed_by"), "attempt": attempt.get("attempts")}))
+    if attempt.get("state") == COMPLETED and names.is_finite_number(finished) \
+            and ("completed", finished, token) not in held:
+        events.append(Event(None, job_id, float(finished), "completed",
+                            {"token": attempt.get("lease_token"), "attempt": attempt.get("attempts")}))
+    return sorted(events, key=_history_order)
+
+
+def _hashable(value: Any) -> Any:
+    """A detail's value as a set can hold it (plain SQL may have written a list there)."""
+    return value if isinstance(value, (int, float, str, type(None))) else repr(value)
+
+
+def _history_order(event: Event) -> tuple[Any, ...]:
+    """Where an event goes in a job's history: by time, then attempt (an event that names
+    none after those that do), its claim first, then as written (one made from the row last)."""
+    at = (0, float(event.at)) if names.is_finite_number(event.at) else (1, 0.0)
+    attempt = event.detail.get("attempt") if isinstance(event.detail, dict) else None
+    attempt = (0, attempt) if names.is_finite_number(attempt) else (1, 0)
+    written = (0, event.id) if isinstance(event.id, int) else (1, 0)
+    return at, attempt, event.kind != "claimed", written
 
 
 def iso(epoch: Any) -> str | None:

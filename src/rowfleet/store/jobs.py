@@ -102,9 +102,7 @@ class JobStore(StoreCore):
                    None)
         if row is None:
             return None
-        job = Job.from_row(row)
-        tx.run("record_event", job_id=job.id, kind="claimed", detail=claimed_detail(job))
-        return job
+        return Job.from_row(row)  # the claim is on the row (its event: ``events``)
 
     def _promotion_due(self, claim: Claim) -> bool:
         """Whether a claim of ``claim``'s queue should promote first (``promotion_due``), by
@@ -172,8 +170,9 @@ class JobStore(StoreCore):
         if row is None:
             self._check_already_written(tx, job, outcome)
             return outcome
-        tx.run("record_event", job_id=job.id, kind=outcome.event or outcome.state,
-               detail=outcome_detail(job, outcome))
+        kind = outcome.event or outcome.state
+        if kind != jobs.COMPLETED:  # a completion is on the row (its event: ``events``)
+            tx.run("record_event", job_id=job.id, kind=kind, detail=outcome_detail(job, outcome))
         if job.run_id is not None and outcome.state in jobs.TERMINAL:
             self._dispatch(tx, job)
         return outcome
@@ -421,7 +420,12 @@ class JobStore(StoreCore):
         return [Job.from_row(row) for row in rows]
 
     def events(self, job_id: int) -> list[Event]:
-        return [Event.from_row(row) for row in self.reader().all("events", job_id=job_id)]
+        """The job's history, in time order: its event rows, and the claim and completion of
+        the attempt its row holds (which are no rows: ``jobs.attempt_events``)."""
+        tx = self.reader()
+        stored = [Event.from_row(row) for row in tx.all("events", job_id=job_id)]
+        attempt = tx.one("job_attempt", job_id=job_id)
+        return jobs.attempt_events(job_id, stored, dict(attempt)) if attempt is not None else stored
 
     def counts(self) -> list[dict[str, Any]]:
         return [dict(row) for row in self.reader().all("counts")]
@@ -529,17 +533,6 @@ def _gate(claim: Claim) -> tuple[str | None, int | None]:
     same few inputs, so each is worked out once."""
     gate = claim.gate()
     return (None, None) if gate is None else (jobs.encode_json(gate), claim.plain_preference())
-
-
-def claimed_detail(job: Job) -> str:
-    """The JSON detail of the event that records a claim, from the claimed job. (A dialect
-    that claims and logs in one statement builds the same keys in its SQL, from the same row.)
-
-    >>> from types import SimpleNamespace
-    >>> claimed_detail(SimpleNamespace(lease_token=5, claimed_by="box:7", attempts=2))
-    '{"token":5,"holder":"box:7","attempt":2}'
-    """
-    return jobs.encode_json({"token": job.lease_token, "holder": job.claimed_by, "attempt": job.attempts})
 
 
 def outcome_detail(job: Job, outcome: Outcome) -> str:

@@ -112,11 +112,9 @@ class PostgresStore(Store):
     dialect = "postgres"
     passes_between_threads = True  # its reads autocommit: an idle connection holds no snapshot
     # Queries only this dialect has: composite operations SQLite cannot do in one statement.
-    own_queries = frozenset({*(f"{name}{form}" for name in ("finish_and_claim", "claim_logged")
-                               for form in ("", "[routed]", "[newest]", "[warm]")),
+    own_queries = frozenset({*(f"finish_and_claim{form}" for form in ("", "[routed]", "[newest]", "[warm]")),
                              "database_time", "listen_jobs", "listen_dispatch", "listen_control"})
-    # Fragments only this dialect's own queries include.
-    own_fragments = frozenset({"claimed_detail"})
+    own_fragments: frozenset[str] = frozenset()  # fragments only this dialect's own queries include
 
     def __init__(self, url: str, config: Config, *, clock: Callable[[], float] | None = None) -> None:
         super().__init__(config, self._database_time)
@@ -165,19 +163,17 @@ class PostgresStore(Store):
         return error
 
     def claim(self, claim: Claim) -> Job | None:
-        """As ``Store.claim``, in one statement: on Postgres round trips are the cost. The
-        statement logs the claim itself, with the detail of the ``claimed_detail`` fragment
-        (the token and attempt exist only inside it, so Python cannot bind them). When a
+        """As ``Store.claim``, in one statement: on Postgres round trips are the cost. When a
         promotion of fallen-due delayed jobs is due (about once per poll), it and the claim
         share a transaction instead; a claim that finds nothing promotes, and tries again.
         Each form of the claim (``claim_forms``) is tried in turn."""
-        row, promoted = self._claiming(claim_forms("claim_logged", claim), claim, **claim_params(claim))
+        row, promoted = self._claiming(claim_forms("claim", claim), claim, **claim_params(claim))
         if row is None:
             return None if promoted else self._claim_after_promotion(claim)
         return Job.from_row(row)
 
     def _claiming(self, forms: tuple[str, ...], claim: Claim, **params: Any) -> tuple[Any | None, bool]:
-        """A one-statement claim (``claim_logged``, ``finish_and_claim``), each of its forms
+        """A one-statement claim (``claim``, ``finish_and_claim``), each of its forms
         in turn until one finds a job: on its own, or after the promotion ``Store`` would run
         first, in one transaction with it. The row of the last form run, and whether it
         promoted."""
@@ -191,7 +187,7 @@ class PostgresStore(Store):
         """Nothing was due in the claim index: promote what has fallen due, and claim once
         more if that moved any job."""
         with self.transaction() as tx:
-            row = (_first_row(tx, claim_forms("claim_logged", claim), claim_params(claim)) if self._promote(tx, claim)
+            row = (_first_row(tx, claim_forms("claim", claim), claim_params(claim)) if self._promote(tx, claim)
                    else None)
         return None if row is None else Job.from_row(row)
 

@@ -167,13 +167,6 @@ claimed_by = %(holder)s, host = %(host)s, lease_expires_at = rowfleet_now(%(now)
 started_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s),
 warm_claim = CASE WHEN required_model IS NOT NULL AND required_model = %(warm_model)s::text THEN 1 ELSE 0 END
 
--- fragment: claimed_detail
--- The claimed event's detail, built from the claimed row inside the statement that claims
--- it (its token and attempt exist only there). The same keys as Python's
--- rowfleet.store.base.claimed_detail, which the other dialect uses; tests/test_claim.py
--- compares them.
-json_build_object('token', lease_token, 'holder', claimed_by, 'attempt', attempts)::text
-
 -- name: claim
 UPDATE jobs
 SET {{claimed_set}}
@@ -284,7 +277,13 @@ ORDER BY project, queue, state;
 INSERT INTO job_events (job_id, at, kind, detail) VALUES (%(job_id)s, rowfleet_now(%(now)s), %(kind)s, %(detail)s);
 
 -- name: events
-SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY id;
+-- In time order: an attempt's events written when the attempt was over (the
+-- jobs_attempt_history trigger) carry the moments they happened at.
+SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY at, id;
+
+-- name: job_attempt
+-- The attempt a job's row holds, whose claim and completion are no event rows.
+SELECT state, attempts, lease_token, claimed_by, started_at, finished_at FROM jobs WHERE id = %(job_id)s;
 
 -- fragment: prunable
 -- A finished job past the retention period whose finish the tallies have counted, oldest first.
@@ -301,9 +300,9 @@ DELETE FROM jobs WHERE id IN ({{prunable}});
 
 -- name: finish_and_claim
 -- A busy worker's whole turn in one statement (one round trip, atomic in autocommit): write
--- the finished job's terminal state and event (and a workflow node's dispatch event), then
--- claim the next job of the queue and log that claim, but only if the finish still held
--- the lease.
+-- the finished job's terminal state and its event (none for a completion: the row holds it)
+-- and a workflow node's dispatch event, then claim the next job of the queue, but only if
+-- the finish still held the lease.
 WITH finished AS (
     UPDATE jobs
     SET state = %(state)s, result = %(result)s, error = %(error)s, traceback = %(traceback)s,
@@ -312,7 +311,7 @@ WITH finished AS (
     RETURNING id, project, run_id, node_id
 ), finished_event AS (
     INSERT INTO job_events (job_id, at, kind, detail)
-    SELECT id, rowfleet_now(%(now)s), %(kind)s, %(detail)s FROM finished
+    SELECT id, rowfleet_now(%(now)s), %(kind)s, %(detail)s FROM finished WHERE %(kind)s <> 'completed'
 ), finished_dispatch AS (
     INSERT INTO dispatch_events (project, run_id, node_id, job_id, kind, created_at)
     SELECT project, run_id, node_id, id, 'job_finished', rowfleet_now(%(now)s) FROM finished
@@ -323,27 +322,9 @@ WITH finished AS (
     WHERE id = {{claim_pick}} AND {{claim_candidates}}
       AND EXISTS (SELECT 1 FROM finished)
     RETURNING *
-), claimed_event AS (
-    INSERT INTO job_events (job_id, at, kind, detail)
-    SELECT id, rowfleet_now(%(now)s), 'claimed', {{claimed_detail}}
-    FROM claimed
 )
 SELECT (SELECT count(*) FROM finished) AS finished, claimed.*
 FROM (SELECT 1) AS turn LEFT JOIN claimed ON true;
-
--- name: claim_logged
--- An idle worker's claim and its event in one statement (one round trip, atomic in autocommit).
-WITH claimed AS (
-    UPDATE jobs
-    SET {{claimed_set}}
-    WHERE id = {{claim_pick}} AND {{claim_candidates}}
-    RETURNING *
-), claimed_event AS (
-    INSERT INTO job_events (job_id, at, kind, detail)
-    SELECT id, rowfleet_now(%(now)s), 'claimed', {{claimed_detail}}
-    FROM claimed
-)
-SELECT * FROM claimed;
 
 -- name: listen_jobs
 -- Idle workers wait on this channel; the jobs_notify_queued trigger sends the queue's name.

@@ -246,7 +246,13 @@ ORDER BY project, queue, state;
 INSERT INTO job_events (job_id, at, kind, detail) VALUES (:job_id, :now, :kind, :detail);
 
 -- name: events
-SELECT * FROM job_events WHERE job_id = :job_id ORDER BY id;
+-- In time order: an attempt's events written when the attempt was over (the
+-- jobs_attempt_history trigger) carry the moments they happened at.
+SELECT * FROM job_events WHERE job_id = :job_id ORDER BY at, id;
+
+-- name: job_attempt
+-- The attempt a job's row holds, whose claim and completion are no event rows.
+SELECT state, attempts, lease_token, claimed_by, started_at, finished_at FROM jobs WHERE id = :job_id;
 
 -- fragment: prunable
 -- A finished job past the retention period whose finish the tallies have counted, oldest first.
