@@ -199,7 +199,7 @@ class KeptRows:
                 self.rows = self._whole(store, floors)
                 self.read_at = now
             else:
-                self._add(store, floors)
+                self._add(store, floors, now)
             self.rows = {host: [row for row in self.rows[host] if row.at >= floor] for host, floor in floors.items()}
             return {host: list(rows) for host, rows in self.rows.items()}
 
@@ -220,9 +220,9 @@ class KeptRows:
                 rows[host] = store.host_samples(host, self.tier, floor)
         return rows
 
-    def _add(self, store: "Store", floors: Mapping[str, float]) -> None:
+    def _add(self, store: "Store", floors: Mapping[str, float], now: float) -> None:
         newest = max((rows[-1].at for rows in self.rows.values() if rows), default=min(floors.values(), default=0.0))
-        since = newest - OVERLAP
+        since = min(newest, now) - OVERLAP  # a row from plain SQL dated in the future holds nothing back
         if len(floors) == 1:  # one host: its own rows, by the primary key
             fresh = {host: store.host_samples(host, self.tier, since) for host in floors}
         else:

@@ -7,15 +7,17 @@ lines come in from (the previous slice's last), on the chart's scale, and on whi
 the charts have. Each slice is drawn in its own coordinates and placed on the axis by a
 translation, so that the axis moves with the clock without redrawing anything: a refresh
 draws only the slices whose rows changed (the newest, where samples still arrive) and
-takes the rest from ``ChartMemo``, the server's. A slice is known by its rows' times and
-the decoded readings they hold (``rowfleet.store.telemetry.decode_readings`` hands the
-same dict for the same stored text), which the memo keeps alive with the slice, so that
-a row rewritten by plain SQL is a new slice and is drawn again.
+takes the rest from ``ChartMemo``, the server's, which lets go at each refresh of what
+the one before it did not use (``Kept``). A slice is known by its rows' times and the
+decoded readings they hold (``rowfleet.store.telemetry.decode_readings`` hands the same
+dict for the same stored text), which the memo keeps alive with the slice, so that a row
+rewritten by plain SQL is a new slice and is drawn again.
 
 Owns which readings feed which chart (``layouts``), how a line's points are bucketed
 (``downsample``: a bucket's mean, peak or dip, gaps kept) and the drawn charts
-(``ChartMemo.charts``). Pure but for the memo; imports the panel's ``svg`` helpers and the
-leaf ``rowfleet.names``.
+(``ChartMemo.charts``). Pure but for the memo; imports the panel's ``svg`` and ``html``
+helpers, the readings' names (``rowfleet.telemetry.readings``) and the leaf
+``rowfleet.names``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ LABEL_MOST = 60         # characters of a name (an interface, a reason) in a lab
 PALETTE = 8             # line classes s0 .. s7, reused in turn
 NAME_SETS_KEPT = 256    # distinct sets of reading names kept to share (``_NAMES``)
 DRAWINGS_KEPT = 8       # drawings a slice keeps (one per scale and incoming point it was drawn with)
+TEMPERATURE_SCALE = 100.0  # °C at the top of every temperature chart (hotter is drawn at the edge)
 
 COMBINED = {"sum": sum, "mean": lambda values: sum(values) / len(values), "max": max, "min": min}
 AGGREGATES = {"mean": lambda values: sum(value / len(values) for value in values),  # no overflow to inf
@@ -73,8 +76,6 @@ class Layout:
     lines: tuple[Line, ...]
     left_out: int = 0
 
-
-TEMPERATURE_SCALE = 100.0  # °C at the top of every temperature chart (hotter is drawn at the edge)
 
 
 @functools.lru_cache(maxsize=256)
