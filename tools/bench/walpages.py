@@ -3,7 +3,7 @@ worker writes to SQLite's write-ahead log, and to which table or index each page
 
 A busy worker finishes a job and claims the next in one transaction (``Store.finish`` with
 ``claim_next``, as ``rowfleet worker`` does while its queue has work). Each side runs that
-loop over ``JOBS`` due no-op jobs on a fresh database of rowfleet's schema, with the WAL
+loop over ``Sizes.walpages_jobs`` due no-op jobs on a fresh database of rowfleet's schema, with the WAL
 emptied first (``PRAGMA wal_checkpoint(TRUNCATE)``) and the writer's automatic checkpoint
 turned off for the run, so that every page it writes stays in the log to be counted (the
 one change made to rowfleet's own connection). Then the log is read as SQLite wrote it: a
@@ -36,8 +36,6 @@ from rowfleet.config import Config
 from rowfleet.job import COMPLETED, JobSpec, Outcome
 from rowfleet.store.sqlite import SQLiteStore
 
-JOBS = 1000        # jobs each side finishes while its pages are counted (200 with --quick)
-QUICK_JOBS = 200
 TARGET = 5.0       # pages per job a busy worker should write at most
 HOLDER = "bench:1"
 WAL_HEADER = struct.Struct(">IIIIIIII")   # magic, version, page size, checkpoint, salt 1, salt 2, checksums
@@ -71,7 +69,7 @@ WHERE id = :id AND state = 'running' AND lease_token = :token
 
 
 def run(bench: Bench) -> None:
-    jobs = QUICK_JOBS if bench.sizes.rounds == 1 else JOBS
+    jobs = bench.sizes.walpages_jobs
     try:
         sqlite3.connect(":memory:").execute("SELECT count(*) FROM dbstat").fetchone()
     except sqlite3.Error as exc:
