@@ -290,8 +290,8 @@ class PagesContract:
         return Request("GET", path, query, {}, self.store, self.store.clock(), "csrf-token", False,
                        memo={} if memo is None else memo)
 
-    def render(self, handler, path: str, **query: str) -> tuple[app.View, Page]:
-        req = self.request(path, **query)
+    def render(self, handler, path: str, memo: dict[str, Any] | None = None, **query: str) -> tuple[app.View, Page]:
+        req = self.request(path, memo=memo, **query)
         view = handler(req)
         status, kind, body = app.render(view, req, as_json=False, note=None)
         self.assertEqual((status, kind), (200, app.HTML))
@@ -524,6 +524,24 @@ class SQLitePagesTest(PagesContract, TempDirTestCase):
     def plain_sql(self, statement: str, params: tuple) -> None:
         with contextlib.closing(sqlite3.connect(self.store.config.db)) as conn, conn:
             conn.execute(statement, params)
+
+    def test_a_finished_job_whose_times_are_no_numbers_is_no_tick(self):
+        # SQLite holds whatever plain SQL writes; text sorts after every number, so the read
+        # of jobs ended since a time returns it. The deck draws the rest, twice (kept).
+        self.write("box", HOST)
+        for _ in range(2):
+            self.store.enqueue(JobSpec(task="train", queue="gpu"))
+        for n in range(2):
+            job = self.store.claim(Claim("", "gpu", "box:1", 600.0))
+            self.store.finish(job, Outcome(COMPLETED))
+            self.clock.advance(1.0)
+        self.plain_sql("UPDATE jobs SET finished_at = 'soon', started_at = x'00' WHERE id = ?", (job.id,))
+        memo: dict[str, Any] = {}
+        for _ in range(2):
+            view, page = self.render(deck.flight_deck, "/deck", memo=memo)
+            self.assertEqual(page.cards[0]["ticks"], [f"job {job.id - 1} train started",
+                                                     f"job {job.id - 1} train completed"])
+            self.clock.advance(2.0)
 
 
 class PostgresPagesTest(PagesContract, PostgresDatabaseCase, TempDirTestCase):

@@ -173,7 +173,8 @@ class EndedJobs:
     """The jobs the deck ticks (the newest ``TICK_JOBS`` that ran on a host and ended since
     a time), kept between refreshes as ``hosts.KeptRows`` keeps rows: read whole every
     ``REREAD`` seconds, and in between only those that ended since the newest held (less
-    ``OVERLAP``), the same job read again taking its place."""
+    ``OVERLAP``), the same job read again taking its place. A job whose end is no number
+    (plain SQL) is no tick: there is nowhere on the axis to draw it."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -183,17 +184,21 @@ class EndedJobs:
     def read(self, store: Any, since: float, now: float) -> list[EndedJob]:
         with self.lock:
             if now - self.read_at >= REREAD or not now >= self.read_at:
-                self.jobs = {job.id: job for job in store.jobs_ended_since(since, limit=TICK_JOBS)}
+                self.jobs = {job.id: job for job in _ended(store.jobs_ended_since(since, limit=TICK_JOBS))}
                 self.read_at = now
             else:
-                newest = max((job.finished_at for job in self.jobs.values()), default=since)
-                for job in store.jobs_ended_since(max(since, newest - OVERLAP), limit=TICK_JOBS):
-                    if self.jobs.get(job.id) != job:
-                        self.jobs[job.id] = job
+                newest = min(max((job.finished_at for job in self.jobs.values()), default=since), now)
+                for job in _ended(store.jobs_ended_since(max(since, newest - OVERLAP), limit=TICK_JOBS)):
+                    self.jobs[job.id] = job
             kept = sorted((job for job in self.jobs.values() if job.finished_at >= since),
                           key=lambda job: job.finished_at, reverse=True)[:TICK_JOBS]
             self.jobs = {job.id: job for job in kept}
             return kept
+
+
+def _ended(jobs: Iterable[EndedJob]) -> list[EndedJob]:
+    """The jobs whose end is a number, which compares with the axis's times."""
+    return [job for job in jobs if is_finite_number(job.finished_at)]
 
 
 # --- the page -------------------------------------------------------------------------------------
