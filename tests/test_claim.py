@@ -12,8 +12,10 @@ give, so the two cannot drift apart. Also runs the doctests of ``rowfleet.claim`
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import json
+import sqlite3
 import unittest
 
 from rowfleet import claim as claim_module
@@ -156,7 +158,22 @@ class ClaimContract:
 
 
 class SQLiteClaimTest(ClaimContract, TempDirTestCase):
-    pass
+    def test_an_attempt_whose_fields_plain_sql_made_blobs_is_still_written_over(self):
+        # SQLite holds whatever plain SQL writes, JSON none of a blob: the sweep that writes
+        # over such an attempt (and logs it) must go on all the same, the blob shown as text
+        # where rowfleet writes the event and as null where the database's trigger does.
+        now = self.clock.now
+        with contextlib.closing(sqlite3.connect(self.store.config.db)) as conn, conn:
+            job_id = conn.execute(
+                "INSERT INTO jobs (project, queue, task, args, state, attempts, max_attempts, lease_token, "
+                "claimed_by, started_at, lease_expires_at, run_at, created_at, updated_at) "
+                "VALUES ('', 'default', 'claim.noop', '{}', 'running', 1, 5, 1, x'00', ?, ?, ?, ?, ?)",
+                (now, now + 1.0, now, now, now)).lastrowid
+        self.clock.advance(2.0)
+        self.assertEqual([item["action"] for item in self.store.reclaim_lapsed()], ["reclaimed"])
+        self.assertEqual([(e.kind, e.detail) for e in self.store.events(job_id)],
+                         [("claimed", {"token": 1, "holder": None, "attempt": 1}),
+                          ("reclaimed", {"token": 1, "holder": "\x00", "attempt": 1})])
 
 
 class PostgresClaimTest(PostgresDatabaseCase, ClaimContract, TempDirTestCase):

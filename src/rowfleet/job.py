@@ -110,6 +110,19 @@ def encode_json(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+_DETAIL_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=lambda value: raw_text(value))
+
+
+def encode_detail(detail: dict[str, Any]) -> str:
+    """An event's detail as stored: compact JSON, a value JSON cannot hold (a column that
+    plain SQL filled with bytes, copied into the detail) as its text (``raw_text``).
+
+    >>> encode_detail({"holder": b"box", "attempt": 2})
+    '{"holder":"box","attempt":2}'
+    """
+    return _DETAIL_ENCODER.encode(detail)
+
+
 def decode_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 

@@ -424,7 +424,7 @@ class JobStore(StoreCore):
         the attempt its row holds (which are no rows: ``jobs.attempt_events``)."""
         tx = self.reader()
         stored = [Event.from_row(row) for row in tx.all("events", job_id=job_id)]
-        attempt = tx.one("job_attempt", job_id=job_id)
+        attempt = tx.one("job_holder", id=job_id)
         return jobs.attempt_events(job_id, stored, dict(attempt)) if attempt is not None else stored
 
     def counts(self) -> list[dict[str, Any]]:
@@ -554,4 +554,4 @@ def _encode_args(args: Any) -> str:
 
 
 def _record_event(tx: Tx, job_id: int, kind: str, **detail: Any) -> None:
-    tx.run("record_event", job_id=job_id, kind=kind, detail=jobs.encode_json(detail))
+    tx.run("record_event", job_id=job_id, kind=kind, detail=jobs.encode_detail(detail))

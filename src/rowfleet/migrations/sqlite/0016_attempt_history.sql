@@ -5,7 +5,9 @@
 -- re-queue, a hand-back, a refunded attempt) or a completed job leaves that state, this
 -- trigger writes the attempt's events from the old row, so that every attempt stays in
 -- job_events. An event already there for the same moment (a database that logged every
--- claim and completion before this version) is not written twice.
+-- claim and completion before this version) is not written twice. A field that plain SQL
+-- filled with a blob (which JSON cannot hold) is written as null, so that the update over it
+-- is never refused.
 CREATE TRIGGER jobs_attempt_history
 AFTER UPDATE OF started_at, lease_token, claimed_by, attempts, state ON jobs
 WHEN (OLD.started_at IS NOT NULL
@@ -15,12 +17,16 @@ WHEN (OLD.started_at IS NOT NULL
 BEGIN
     INSERT INTO job_events (job_id, at, kind, detail)
     SELECT OLD.id, OLD.started_at, 'claimed',
-           json_object('token', OLD.lease_token, 'holder', OLD.claimed_by, 'attempt', OLD.attempts)
+           json_object('token', CASE WHEN typeof(OLD.lease_token) = 'blob' THEN NULL ELSE OLD.lease_token END,
+                       'holder', CASE WHEN typeof(OLD.claimed_by) = 'blob' THEN NULL ELSE OLD.claimed_by END,
+                       'attempt', CASE WHEN typeof(OLD.attempts) = 'blob' THEN NULL ELSE OLD.attempts END)
     WHERE OLD.started_at IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM job_events
                       WHERE job_id = OLD.id AND kind = 'claimed' AND at = OLD.started_at);
     INSERT INTO job_events (job_id, at, kind, detail)
-    SELECT OLD.id, OLD.finished_at, 'completed', json_object('token', OLD.lease_token, 'attempt', OLD.attempts)
+    SELECT OLD.id, OLD.finished_at, 'completed',
+           json_object('token', CASE WHEN typeof(OLD.lease_token) = 'blob' THEN NULL ELSE OLD.lease_token END,
+                       'attempt', CASE WHEN typeof(OLD.attempts) = 'blob' THEN NULL ELSE OLD.attempts END)
     WHERE OLD.state = 'completed' AND OLD.finished_at IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM job_events
                       WHERE job_id = OLD.id AND kind = 'completed' AND at = OLD.finished_at);
