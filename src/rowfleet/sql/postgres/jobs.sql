@@ -37,7 +37,9 @@ SELECT * FROM jobs WHERE project = %(project)s AND idempotency_key = %(key)s;
 SELECT * FROM jobs WHERE id = %(id)s AND project = %(project)s;
 
 -- name: job_holder
-SELECT state, lease_token, claimed_by FROM jobs WHERE id = %(id)s;
+-- Who holds a job now, and the attempt its row holds (whose claim and completion are no
+-- event rows: Store.events gives them from here).
+SELECT state, lease_token, claimed_by, attempts, started_at, finished_at FROM jobs WHERE id = %(id)s;
 
 -- fragment: claim_candidates
 -- The jobs a claim may take: queued, not delayed (so the jobs_claim and jobs_model indexes
@@ -280,10 +282,6 @@ INSERT INTO job_events (job_id, at, kind, detail) VALUES (%(job_id)s, rowfleet_n
 -- In time order: an attempt's events written when the attempt was over (the
 -- jobs_attempt_history trigger) carry the moments they happened at.
 SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY at, id;
-
--- name: job_attempt
--- The attempt a job's row holds, whose claim and completion are no event rows.
-SELECT state, attempts, lease_token, claimed_by, started_at, finished_at FROM jobs WHERE id = %(job_id)s;
 
 -- fragment: prunable
 -- A finished job past the retention period whose finish the tallies have counted, oldest first.
