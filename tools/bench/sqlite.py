@@ -28,8 +28,8 @@ import time
 from typing import Any, Callable
 
 from . import harness
-from .harness import NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, claim_micros, count, medians, \
-    paired, percentile, progress, ratio, rounds_note, shares, short
+from .harness import BARE_CLAIM, BARE_COMPLETE, NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, \
+    claim_micros, count, medians, paired, percentile, progress, ratio, rounds_note, shares, short
 
 import rowfleet
 from rowfleet import tasks
@@ -41,24 +41,10 @@ from rowfleet.store.jobs import claim_params
 from rowfleet.store.sqlite import SQLiteStore
 from rowfleet.worker import Worker
 
-# The baselines: the smallest SQL that does the same work on rowfleet's own schema.
+# The enqueue baseline (the claim's and the complete's are the harness's): the smallest SQL
+# that does the same work on rowfleet's own schema.
 BARE_INSERT = ("INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts, "
                "created_at, updated_at) VALUES (?, ?, ?, ?, 0, 0, ?, 5, ?, ?)")
-BARE_CLAIM = """
-UPDATE jobs
-SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-    claimed_by = :holder, lease_expires_at = :now + 600, started_at = :now, updated_at = :now
-WHERE id = (SELECT id FROM jobs
-            WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
-            ORDER BY run_next DESC, priority, run_at, id
-            LIMIT 1)
-RETURNING id, lease_token, task, args
-"""
-BARE_COMPLETE = """
-UPDATE jobs SET state = 'completed', result = :result, lease_expires_at = NULL,
-    finished_at = :now, updated_at = :now
-WHERE id = :id AND state = 'running' AND lease_token = :token
-"""
 
 STARTUP_ALLOWANCE = 0.3  # seconds a round-trip run may take to make its first claim
 

@@ -27,9 +27,9 @@ import collections
 import sqlite3
 import struct
 import time
-from typing import Callable
+from typing import Any, Callable
 
-from .harness import NOOP, PROJECT, QUEUE, Bench, Row, progress, ratio
+from .harness import BARE_CLAIM, BARE_COMPLETE, NOOP, PROJECT, QUEUE, Bench, Row, progress, ratio
 
 from rowfleet.claim import Claim
 from rowfleet.config import Config
@@ -52,20 +52,6 @@ LEGEND = """\
               pages per table or index, and the bare two-transaction loop's total. Lower is
               better; the target is at most 5 pages a job."""
 
-BARE_CLAIM = """
-UPDATE jobs
-SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-    claimed_by = :holder, lease_expires_at = :now + 600, started_at = :now, updated_at = :now
-WHERE id = (SELECT id FROM jobs
-            WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
-            ORDER BY run_next DESC, priority, run_at, id
-            LIMIT 1)
-RETURNING id, lease_token
-"""
-BARE_COMPLETE = """
-UPDATE jobs SET state = 'completed', result = 'null', lease_expires_at = NULL, finished_at = :now, updated_at = :now
-WHERE id = :id AND state = 'running' AND lease_token = :token
-"""
 
 
 def run(bench: Bench) -> None:
@@ -155,7 +141,7 @@ def bare_one_commit_loop(path: str, jobs: int) -> None:
     for _ in range(jobs):
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute(BARE_COMPLETE, {"id": row[0], "token": row[1], "now": now})
+        conn.execute(BARE_COMPLETE, {"id": row[0], "token": row[1], "now": now, "result": "null"})
         row = conn.execute(BARE_CLAIM, _claim_params(now)).fetchone()
         conn.execute("COMMIT")
     _check_done(conn, jobs)
@@ -168,7 +154,7 @@ def bare_two_commit_loop(path: str, jobs: int) -> None:
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for _ in range(jobs):
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute(BARE_COMPLETE, {"id": row[0], "token": row[1], "now": time.time()})
+        conn.execute(BARE_COMPLETE, {"id": row[0], "token": row[1], "now": time.time(), "result": "null"})
         conn.execute("COMMIT")
         row = _bare_claim(conn)
     _check_done(conn, jobs)
@@ -183,7 +169,7 @@ def _bare(path: str) -> sqlite3.Connection:
     return conn
 
 
-def _bare_claim(conn: sqlite3.Connection) -> tuple[int, int]:
+def _bare_claim(conn: sqlite3.Connection) -> tuple[Any, ...]:
     conn.execute("BEGIN IMMEDIATE")
     row = conn.execute(BARE_CLAIM, _claim_params(time.time())).fetchone()
     conn.execute("COMMIT")
