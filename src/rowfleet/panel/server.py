@@ -318,7 +318,7 @@ def serve(config: configuration.Config, bind: str, port: int, stop: threading.Ev
     it tracks at each full collection, some every few seconds under refreshes. What exists
     once the server is made (the modules, their functions and classes, which live as long
     as the process) is frozen out of those walks (``gc.freeze``), so a full collection
-    walks only what serving made: measured on the Flight Deck, a tenth of the pause."""
+    walks only what serving made (those pauses were the Flight Deck's slowest refreshes)."""
     server = make_server(config, bind, port, token, read_only=read_only)
     gc.freeze()
     serve_until(server, stop, "panel-http", listening, server.url)
