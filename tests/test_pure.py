@@ -136,15 +136,24 @@ class SqlFilesTest(unittest.TestCase):
         named |= set(re.findall(r'(?:requeue|fail)="([a-z_]+)"', source))
         # A claim statement is named through claim_forms, which picks its forms.
         named |= {form for name in re.findall(r'claim_forms\("([a-z_]+)"', source) for form in (name, name + "[routed]", name + "[newest]", name + "[warm]")}
+        from rowfleet.store import sqlite as sqlite_store
+
         defined = set(queries.queries("sqlite"))
         self.assertEqual(named - defined, set())
-        self.assertEqual(defined - named - {"migrations_table"}, set(), "unused queries")
+        own = sqlite_store.SQLiteStore.own_queries
+        self.assertEqual(defined - named - own - {"migrations_table"}, set(), "unused queries")
+        dialect_source = inspect.getsource(sqlite_store)
+        self.assertEqual({name for name in own if f'"{name}"' not in dialect_source}, set(),
+                         "SQLite's own queries that its store never names")
 
     def test_both_dialects_define_the_same_queries(self):
         from rowfleet.store.postgres import PostgresStore  # imports no driver until used
+        from rowfleet.store.sqlite import SQLiteStore
 
-        self.assertEqual(set(queries.queries("sqlite")), set(queries.queries("postgres")) - PostgresStore.own_queries)
+        self.assertEqual(set(queries.queries("sqlite")) - SQLiteStore.own_queries,
+                         set(queries.queries("postgres")) - PostgresStore.own_queries)
         self.assertLessEqual(PostgresStore.own_queries, set(queries.queries("postgres")))
+        self.assertLessEqual(SQLiteStore.own_queries, set(queries.queries("sqlite")))
         self.assertEqual([(m.version, m.name) for m in queries.migrations("sqlite")],
                          [(m.version, m.name) for m in queries.migrations("postgres")])
 
@@ -163,6 +172,7 @@ class SqlFilesTest(unittest.TestCase):
 
     def test_both_dialects_split_their_queries_into_the_same_files(self):
         from rowfleet.store.postgres import PostgresStore
+        from rowfleet.store.sqlite import SQLiteStore
 
         own = PostgresStore.own_queries | PostgresStore.own_fragments
         sqlite, postgres = queries.query_files("sqlite"), queries.query_files("postgres")
@@ -170,7 +180,7 @@ class SqlFilesTest(unittest.TestCase):
         self.assertEqual(set(sqlite), set(postgres))
         for entity in sqlite:
             with self.subTest(entity=entity):
-                self.assertEqual(set(sqlite[entity]), set(postgres[entity]) - own)
+                self.assertEqual(set(sqlite[entity]) - SQLiteStore.own_queries, set(postgres[entity]) - own)
 
     def test_a_query_defined_in_two_files_is_refused(self):
         with self.assertRaisesRegex(ValueError, "query 'claim' is defined in both jobs.sql and fleet.sql"):

@@ -259,7 +259,7 @@ class DagBench:
         until all are idle, then time ``flow`` (or N + 2 plain jobs) to its end."""
         db = database(f"dag-{kind}")
         children: list[tuple[Any, Any]] = []  # (pipe, process); the orchestrator last
-        targets = [(harness.idle_worker, (db, self.lab.task_dir, False), f"bench-dag-worker-{i}")
+        targets = [(harness.idle_worker, (db, self.lab.task_dir, "bells"), f"bench-dag-worker-{i}")
                    for i in range(WORKERS)]
         if flow is not None:
             targets.append((orchestrator_child, (db,), "bench-dag-orchestrator"))

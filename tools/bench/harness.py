@@ -119,6 +119,7 @@ class Sizes:
     roundtrip_rounds: int = 3
     worker_counts: tuple[int, ...] = (1, 2, 4)
     wake_samples: int = 200
+    storm_rate: float = 1000.0        # commits/s to another queue while an idle worker is timed
     polling_samples: int = 100
     idle_seconds: float = 3.0
     claim_rows: tuple[int, ...] = (10_000, 100_000, 1_000_000)
@@ -349,19 +350,45 @@ def import_tasks(task_dir: str) -> None:
     tasks.import_apps([TASK_MODULE], task_dir)
 
 
-def idle_worker(path: str, task_dir: str, polling: bool, control: Any) -> None:
-    """A long-running worker (safety poll 1 s) that answers ``control`` (``answer_cpu_requests``).
-    With ``polling`` the push path is switched off, as on a system without inotify."""
+# How an idle SQLite worker hears of work: its doorbells and the WAL watch (as shipped); the
+# WAL watch alone (no bells, as before doorbells: every commit wakes it); no push path at all
+# (as on a system without inotify: a nap between data_version checks).
+WATCHES = ("bells", "wal", "polling")
+
+
+def idle_worker(path: str, task_dir: str, watch: str, control: Any) -> None:
+    """A long-running worker (safety poll 1 s) that answers ``control`` (``answer_cpu_requests``),
+    hearing of work as ``watch`` (one of ``WATCHES``) says."""
     import_tasks(task_dir)
-    if polling:
+    if watch != "bells":
         from rowfleet import wake
 
-        if not hasattr(wake, "_watch"):
-            raise RuntimeError("rowfleet.wake._watch is gone: update the bench's polling switch")
-        wake._watch = lambda folder: None
+        switch = "_watch_bells" if watch == "wal" else "_watch"
+        if not hasattr(wake, switch):
+            raise RuntimeError(f"rowfleet.wake.{switch} is gone: update the bench's {watch} switch")
+        setattr(wake, switch, lambda where: None)
     worker = Worker(Config(db=path, project=PROJECT, poll=1.0), QUEUE)
     answer_cpu_requests(control, worker.request_stop)
     worker.run()
+
+
+def storm(path: str, rate: float, control: Any) -> None:
+    """Enqueue to the queue ``"other"`` at ``rate`` commits a second, one job per
+    ``rowfleet.enqueue``, paced by the clock, until ``control`` says stop; then send how
+    many it made and over how many seconds."""
+    import rowfleet
+
+    rowfleet.configure(db=path, project=PROJECT, synchronous="FULL")
+    stopped = threading.Event()
+    answer_cpu_requests(control, stopped.set)
+    made, start = 0, time.monotonic()
+    while not stopped.is_set():
+        rowfleet.enqueue(NOOP, queue="other")
+        made += 1
+        ahead = start + made / rate - time.monotonic()
+        if ahead > 0:
+            stopped.wait(ahead)
+    control.send((made, time.monotonic() - start))
 
 
 def answer_cpu_requests(control: Any, stop: Callable[[], None]) -> None:

@@ -476,7 +476,7 @@ class PostgresBench:
         """Seconds from each enqueue's commit returning to its handler's start, and to a bare
         LISTEN connection (another process) reading its notification."""
         control, child_end = self.mp.Pipe()
-        worker = self.mp.Process(target=harness.idle_worker, args=(url, self.lab.task_dir, False, child_end),
+        worker = self.mp.Process(target=harness.idle_worker, args=(url, self.lab.task_dir, "bells", child_end),
                                  name="bench-pg-idle-worker")
         listen, listen_end = self.mp.Pipe()
         listener = self.mp.Process(target=bare_listener, args=(url, listen_end), name="bench-pg-listener")

@@ -8,7 +8,8 @@ same run, on fresh files of the same schema, with the same pragmas:
   released together by a barrier, vs as many processes running the bare two-transaction
   loop (claim in one ``BEGIN IMMEDIATE``, complete in a second); plus each process's share;
 * idle ``wake`` latency (an enqueue's commit in another process -> its handler starting) and
-  an idle worker's CPU use: the push path vs the same worker forced onto its polling fallback;
+  an idle worker's CPU use, idle and while another queue of the file takes ~1,000 commits/s:
+  its doorbells vs the same worker forced onto its polling fallback, or onto the WAL watch alone;
 * ``claim`` latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim
   UPDATE; and ``Store.claim`` with 10k due rows behind delayed ones of higher priority vs
   ``Store.claim`` with none delayed.
@@ -20,6 +21,7 @@ and to read back what workers wrote; reads rowfleet's SQL only to EXPLAIN its cl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import sqlite3
@@ -56,10 +58,13 @@ LEGEND = """\
               Both sides: processes released together by a barrier; jobs completed (by
               finished_at) within a fixed window opening at the first claim, on a queue deep
               enough not to run dry. "first claim" = release to first claim, rowfleet/bare.
-              idle wake and CPU: the same worker with its inotify push path switched off, so
-              it naps 50 ms between data_version checks. Latency = handler start - the
-              enqueuing process's commit returning, both by time.time(). "Other queue busy":
-              this process enqueues ~100 jobs/s to a queue the idle worker does not serve.
+              idle wake and CPU: rowfleet's worker hears its queue's doorbell and the WAL
+              watch. Baselines: the same worker with its inotify push path switched off,
+              so it naps 50 ms between data_version checks; or, with another queue busy,
+              the same worker with the WAL watch alone (no bells: every commit wakes it).
+              Latency = handler start - the enqueuing process's commit returning, both by
+              time.time(). "Other queue busy": a child process enqueues one job per
+              commit (rowfleet.enqueue, FULL) to a queue the idle worker does not serve.
               claim latency: the bare claim UPDATE in its own BEGIN IMMEDIATE transaction.
               rowfleet's Store.claim also writes a job event and builds a Job, and commits
               without waiting for fsync even at FULL (a lost claim only runs a job again).
@@ -311,30 +316,54 @@ def _run_workers(bench: Bench, target: Callable[..., None], template: str, procs
 
 def wake(bench: Bench) -> None:
     s = bench.sizes
-    progress(f"idle wake: {s.wake_samples} enqueues, one at a time, to an idle worker (inotify push path)")
-    push, push_cpu = _wake_samples(bench, s.wake_samples, polling=False)
+    storm = f"another queue of the same file at ~{s.storm_rate:,.0f} commits/s"
+    progress(f"idle wake: {s.wake_samples} enqueues, one at a time, to an idle worker (bells and WAL watch), "
+             f"then {s.wake_samples} more while {storm}")
+    bells = _wake_samples(bench, "bells", s.wake_samples)
+    progress(f"idle wake: the same with the WAL watch alone (no bells), {s.polling_samples} enqueues each")
+    wal = _wake_samples(bench, "wal", s.polling_samples)
     progress(f"idle wake: {s.polling_samples} enqueues to an idle worker forced onto its polling fallback")
-    poll, poll_cpu = _wake_samples(bench, s.polling_samples, polling=True)
+    poll = _wake_samples(bench, "polling", s.polling_samples, storm=False)
     for label, q in (("p50", 0.50), ("p99", 0.99)):
-        a, b = percentile(push, q) * 1000, percentile(poll, q) * 1000
+        a, b = percentile(bells.quiet, q) * 1000, percentile(poll.quiet, q) * 1000
         bench.add(Row(f"idle wake latency {label} (ms)", "FULL", f"{a:.2f}", f"{b:.2f}", ratio(a, b),
-                      f"push vs polling fallback; {len(push)}/{len(poll)} samples"))
-    bench.add(Row("idle worker CPU (% of a core)", "FULL", f"{push_cpu[0]:.2f}", f"{poll_cpu[0]:.2f}",
-                  ratio(push_cpu[0], poll_cpu[0]) if poll_cpu[0] else "-",
-                  f"push vs polling fallback; {s.idle_seconds:g} s with nothing to do"))
-    bench.add(Row("idle worker CPU, other queue busy (%)", "FULL", f"{push_cpu[1]:.2f}", f"{poll_cpu[1]:.2f}",
-                  ratio(push_cpu[1], poll_cpu[1]) if poll_cpu[1] else "-",
-                  f"{s.idle_seconds:g} s of ~{push_cpu[2]:.0f}/{poll_cpu[2]:.0f} enqueues/s to another queue "
-                  f"of the same database"))
+                      f"bells vs polling fallback; {len(bells.quiet)}/{len(poll.quiet)} samples"))
+    for label, q in (("p50", 0.50), ("p99", 0.99)):
+        a, b = percentile(bells.stormy, q) * 1000, percentile(wal.stormy, q) * 1000
+        bench.add(Row(f"idle wake latency {label}, other queue busy (ms)", "FULL", f"{a:.2f}", f"{b:.2f}",
+                      ratio(a, b), f"bells vs WAL watch alone; {len(bells.stormy)}/{len(wal.stormy)} samples "
+                                   f"while {_rates(bells, wal)}"))
+    bench.add(Row("idle worker CPU (% of a core)", "FULL", f"{bells.idle_cpu:.2f}", f"{poll.idle_cpu:.2f}",
+                  ratio(bells.idle_cpu, poll.idle_cpu) if poll.idle_cpu else "-",
+                  f"bells vs polling fallback; {s.idle_seconds:g} s with nothing to do"))
+    bench.add(Row("idle worker CPU, other queue busy (%)", "FULL", f"{bells.storm_cpu:.2f}", f"{wal.storm_cpu:.2f}",
+                  ratio(bells.storm_cpu, wal.storm_cpu) if wal.storm_cpu else "-",
+                  f"bells vs WAL watch alone; {s.idle_seconds:g} s while {_rates(bells, wal)}"))
 
 
-def _wake_samples(bench: Bench, samples: int, polling: bool) -> tuple[list[float], tuple[float, float, float]]:
-    """Seconds from each enqueue's commit to its handler's start; and the worker's CPU
-    use (% of one core) while idle, then while another queue takes ~100 enqueues/s
-    (with the enqueue rate reached)."""
-    path = bench.lab.database("wake-poll" if polling else "wake-push")
+@dataclasses.dataclass
+class Wakes:
+    """One idle worker's figures: seconds from each enqueue's commit to its handler's start,
+    with nothing else happening and while another queue takes a storm of commits; its CPU
+    (% of one core) idle and during the storm; the storm's rate reached."""
+
+    quiet: list[float]
+    stormy: list[float]
+    idle_cpu: float
+    storm_cpu: float
+    storm_rate: float
+
+
+def _rates(*wakes: Wakes) -> str:
+    return "another queue of the same file took " + "/".join(f"{w.storm_rate:,.0f}" for w in wakes) + " commits/s"
+
+
+def _wake_samples(bench: Bench, watch: str, samples: int, storm: bool = True) -> Wakes:
+    """An idle worker hearing of work as ``watch`` says (``harness.WATCHES``), timed idle,
+    then (``storm``) while a child process enqueues to another queue at ``storm_rate``."""
+    path = bench.lab.database(f"wake-{watch}")
     control, child_end = bench.mp.Pipe()
-    child = bench.mp.Process(target=harness.idle_worker, args=(path, bench.lab.task_dir, polling, child_end),
+    child = bench.mp.Process(target=harness.idle_worker, args=(path, bench.lab.task_dir, watch, child_end),
                              name="bench-idle-worker")
     child.start()
     child_end.close()
@@ -344,49 +373,57 @@ def _wake_samples(bench: Bench, samples: int, polling: bool) -> tuple[list[float
         harness.wait_for(lambda: reader.execute("SELECT count(*) FROM workers").fetchone()[0] > 0,
                          "the idle worker's first heartbeat", child)
         time.sleep(0.3)  # let it settle into its wait
-        rng = random.Random(7)
-        committed: dict[int, float] = {}
-        warmup = 3
-        for i in range(warmup + samples):
-            job_id = rowfleet.enqueue(STAMP, queue=QUEUE).id
-            at = time.time()  # the commit has returned: the job is visible to everyone
-            if i >= warmup:
-                committed[job_id] = at
-            harness.wait_for(lambda: reader.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)
-                                                    ).fetchone()[0] == "completed", f"job {job_id}", child)
-            time.sleep(rng.uniform(0.020, 0.050))
-        latencies = [float(result) - committed[job_id] for job_id, result
-                     in reader.execute("SELECT id, result FROM jobs WHERE state = 'completed'")
-                     if job_id in committed]
+        quiet = _timed_wakes(reader, child, samples)
         time.sleep(1.2)  # past the last job's settle window and one safety poll
-
-        def cpu_while(activity: Callable[[float], int]) -> tuple[float, float]:
-            control.send("cpu")
-            before, t0 = control.recv(), time.monotonic()
-            done = activity(t0 + bench.sizes.idle_seconds)
-            control.send("cpu")
-            used, elapsed = control.recv() - before, time.monotonic() - t0
-            return 100.0 * used / elapsed, done / elapsed
-
-        def nothing(until: float) -> int:
-            time.sleep(max(0.0, until - time.monotonic()))
-            return 0
-
-        def other_queue(until: float) -> int:
-            n = 0
-            while time.monotonic() < until:
-                rowfleet.enqueue(NOOP, queue="other")
-                n += 1
-                time.sleep(0.01)
-            return n
-
-        idle, _ = cpu_while(nothing)
-        busy_elsewhere, rate = cpu_while(other_queue)
-        cpu = (idle, busy_elsewhere, rate)
+        idle_cpu = _cpu_over(control, bench.sizes.idle_seconds)
+        if not storm:
+            return Wakes(quiet, [], idle_cpu, 0.0, 0.0)
+        storm_control, storm_end = bench.mp.Pipe()
+        storm_child = bench.mp.Process(target=harness.storm, args=(path, bench.sizes.storm_rate, storm_end),
+                                       name="bench-storm")
+        storm_child.start()
+        storm_end.close()
+        try:
+            time.sleep(0.3)  # the storm up to its rate
+            storm_cpu = _cpu_over(control, bench.sizes.idle_seconds)
+            stormy = _timed_wakes(reader, child, samples)
+        finally:
+            storm_control.send("stop")
+            made, seconds = storm_control.recv()
+            harness.stop_child(storm_control, storm_child)
+        return Wakes(quiet, stormy, idle_cpu, storm_cpu, made / seconds)
     finally:
         reader.close()
         harness.stop_child(control, child)
-    return latencies, cpu
+
+
+def _timed_wakes(reader: sqlite3.Connection, child: Any, samples: int) -> list[float]:
+    """Enqueue ``samples`` jobs (after 3 not counted) one at a time, each once the last has
+    completed and 20-50 ms have passed; seconds from each commit returning to its handler's
+    start (both by time.time())."""
+    rng = random.Random(7)
+    committed: dict[int, float] = {}
+    warmup = 3
+    for i in range(warmup + samples):
+        job_id = rowfleet.enqueue(STAMP, queue=QUEUE).id
+        at = time.time()  # the commit has returned: the job is visible to everyone
+        if i >= warmup:
+            committed[job_id] = at
+        harness.wait_for(lambda: reader.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)
+                                                ).fetchone()[0] == "completed", f"job {job_id}", child)
+        time.sleep(rng.uniform(0.020, 0.050))
+    rows = reader.execute("SELECT id, result FROM jobs WHERE state = 'completed' AND queue = ?", (QUEUE,))
+    return [float(result) - committed[job_id] for job_id, result in rows if job_id in committed]
+
+
+def _cpu_over(control: Any, seconds: float) -> float:
+    """The idle worker's CPU use over the next ``seconds``, % of one core."""
+    control.send("cpu")
+    before, t0 = control.recv(), time.monotonic()
+    time.sleep(seconds)
+    control.send("cpu")
+    used, elapsed = control.recv() - before, time.monotonic() - t0
+    return 100.0 * used / elapsed
 
 
 # --- 6. claim latency against the queue's depth --------------------------------------------

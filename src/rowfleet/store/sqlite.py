@@ -20,7 +20,7 @@ from rowfleet.config import Config
 from rowfleet.errors import ConfigError, DatabaseBroken, DatabaseBusy, RowfleetError, SchemaMissing, StoreUnavailable
 from rowfleet.store.base import Store
 from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
-from rowfleet.wake import FileWaiter, Sleeper, Waiter
+from rowfleet.wake import FileWaiter, Sleeper, Waiter, bell_path, ring
 
 
 LOCK_RETRY_MIN = 0.0001  # seconds between tries for the write lock, jittered
@@ -187,6 +187,9 @@ def _on_callers(conn: sqlite3.Connection, statement: str, what: str) -> None:
 
 class SQLiteStore(Store):
     dialect = "sqlite"
+    # Queries only this dialect has: the TEMP triggers behind its doorbells (where
+    # PostgreSQL has NOTIFY triggers in its schema and LISTEN queries).
+    own_queries = frozenset({"bell_enqueued", "bell_requeued", "bell_dispatched"})
 
     def __init__(self, path: str, config: Config, *, create: bool = False,
                  clock: Callable[[], float] = time.time) -> None:
@@ -197,6 +200,15 @@ class SQLiteStore(Store):
         self._busy_timeout_pragma = f"PRAGMA busy_timeout = {int(config.busy_timeout * 1000)}"
         self._reads_wait = True  # the connection's busy timeout: the configured one, or 0 (see _begin)
         self._data_version = self._read_data_version()
+        # The doorbells a transaction rings after its commit (see rowfleet.wake), noted by
+        # this connection's TEMP triggers: the queues it put jobs in, the projects it wrote
+        # dispatch events for. set.add itself is the SQL function: no Python frame per row.
+        self._queued: set[str] = set()
+        self._dispatched: set[str] = set()
+        self._bells: dict[tuple[str, str], str] = {}
+        self._bells_armed = False
+        self.conn.create_function("rowfleet_queued", 1, self._queued.add)
+        self.conn.create_function("rowfleet_dispatched", 1, self._dispatched.add)
 
     @contextlib.contextmanager
     def transaction(self, durable: bool = True) -> Iterator[Tx]:
@@ -206,11 +218,14 @@ class SQLiteStore(Store):
         try:
             self._begin()
             try:
+                if not self._bells_armed:
+                    self._arm_bells()
                 yield SQLiteTx(self.conn, self.sql, self.clock())
             except BaseException:
                 self._rollback()
                 raise
             self._commit()
+            self._ring_bells()
         finally:
             if relaxed:
                 self.conn.execute("PRAGMA synchronous = FULL")
@@ -246,6 +261,32 @@ class SQLiteStore(Store):
         except UnicodeError as exc:
             raise unreadable(exc, " taking the write lock") from None
 
+    def _arm_bells(self) -> None:
+        """Make this connection's TEMP triggers that note which bells to ring, once. A schema
+        not made yet has nothing to arm: the next transaction tries again (a migration that
+        rebuilt the jobs table would drop them: test_doorbells migrates, then enqueues)."""
+        try:
+            for name in self.own_queries:
+                self.conn.execute(self.sql[name])
+        except sqlite3.OperationalError:
+            return
+        self._bells_armed = True
+
+    def _ring_bells(self) -> None:
+        """After a commit: ring the bells of what it made due (``rowfleet.wake.ring``)."""
+        if self._queued or self._dispatched:
+            ring([self._bell("queue", queue) for queue in self._queued]
+                 + [self._bell("dispatch", project) for project in self._dispatched])
+            self._queued.clear()
+            self._dispatched.clear()
+
+    def _bell(self, kind: str, name: str) -> str:
+        key = (kind, name)
+        path = self._bells.get(key)
+        if path is None:
+            path = self._bells[key] = bell_path(self.path, kind, name)
+        return path
+
     def _commit(self) -> None:
         try:
             self.conn.execute("COMMIT")
@@ -254,6 +295,8 @@ class SQLiteStore(Store):
             raise translate(exc, " committing") from None
 
     def _rollback(self) -> None:
+        self._queued.clear()  # nothing it noted was committed
+        self._dispatched.clear()
         if self.conn.in_transaction:
             try:
                 self.conn.execute("ROLLBACK")
@@ -292,10 +335,11 @@ class SQLiteStore(Store):
             raise
 
     def waiter(self, queues: str | tuple[str, ...]) -> Waiter:
-        return FileWaiter(self.path, self.config.poll)  # a file write names no queue
+        names = (queues,) if isinstance(queues, str) else queues
+        return FileWaiter(self.path, self.config.poll, [self._bell("queue", queue) for queue in names])
 
     def dispatch_waiter(self, project: str) -> Waiter:
-        return FileWaiter(self.path, self.config.poll)
+        return FileWaiter(self.path, self.config.poll, [self._bell("dispatch", project)])
 
     def control_waiter(self, host: str) -> Waiter:
         # Every commit to the file would wake a file watcher; a switch is read once per poll.

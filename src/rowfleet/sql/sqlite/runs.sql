@@ -139,3 +139,11 @@ LIMIT :limit;
 
 -- name: run_project
 SELECT project FROM runs WHERE id = :id;
+
+-- name: bell_dispatched
+-- The orchestrator's doorbell for a dispatch event of its project (the stand-in for LISTEN
+-- rowfleet_dispatch); a TEMP trigger, as bell_enqueued is.
+CREATE TEMP TRIGGER IF NOT EXISTS rowfleet_bell_dispatched AFTER INSERT ON main.dispatch_events
+BEGIN
+    SELECT rowfleet_dispatched(NEW.project);
+END;
