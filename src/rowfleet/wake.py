@@ -76,7 +76,7 @@ class Waiter(Protocol):
     def close(self) -> None: ...
 
 
-class Doorbell:
+class SelfPipe:
     """A self-pipe: ``ring()`` from anywhere, a signal handler included, makes ``fileno()``
     readable, so a thread blocked in poll/select on it (and on other descriptors) wakes."""
 
@@ -187,15 +187,15 @@ class FileWaiter:
         absolute = os.path.abspath(db_path)
         base = os.path.basename(absolute).encode()
         self._names = {base, base + b"-wal"}
-        self._doorbell = Doorbell()
+        self._pipe = SelfPipe()
         self._inotify = _watch(os.path.dirname(absolute))
         self._bell_paths = tuple(bells)
         self._bells = _watch_bells(self._bell_paths) if self._inotify is not None else None
         self._quiet_until = 0.0  # until then only bells wake it
-        self._any = select.poll()     # doorbell, bells, the WAL
-        self._bells_only = select.poll()  # doorbell and bells: while the WAL is quieted
+        self._any = select.poll()     # the self-pipe, bells, the WAL
+        self._bells_only = select.poll()  # the self-pipe and bells: while the WAL is quieted
         for poller in (self._any, self._bells_only):
-            poller.register(self._doorbell.fileno(), select.POLLIN)
+            poller.register(self._pipe.fileno(), select.POLLIN)
             if self._bells is not None:
                 poller.register(self._bells, select.POLLIN)
         if self._inotify is not None:
@@ -217,8 +217,8 @@ class FileWaiter:
         poller = self._bells_only if quiet > 0 else self._any
         ready = poller.poll(_millis(min(timeout, quiet) if quiet > 0 else timeout))
         fds = {fd for fd, _ in ready}
-        if self._doorbell.fileno() in fds:
-            self._doorbell.clear()
+        if self._pipe.fileno() in fds:
+            self._pipe.clear()
             return False
         if self._inotify is None:
             return True  # a nap ended: let the caller check data_version
@@ -239,7 +239,7 @@ class FileWaiter:
 
     def interrupt(self) -> None:
         """Wake a waiting ``wait`` at once. Safe to call from a signal handler."""
-        self._doorbell.ring()
+        self._pipe.ring()
 
     def _drain_events(self) -> bool:
         return any(name in self._names for _mask, name in _read_events(self._inotify))
@@ -253,7 +253,7 @@ class FileWaiter:
         return bool(events)
 
     def close(self) -> None:
-        self._doorbell.close()
+        self._pipe.close()
         for fd in (self._inotify, self._bells):
             if fd is not None:
                 try:

@@ -24,7 +24,7 @@ from rowfleet.queries import queries
 from rowfleet.store.base import Store
 from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
 from rowfleet.store.jobs import claim_forms, claim_params, outcome_detail
-from rowfleet.wake import Doorbell
+from rowfleet.wake import SelfPipe
 
 CONNECT_TIMEOUT = 10
 # TCP keepalives, so a network that silently drops packets (rather than closing the
@@ -309,7 +309,7 @@ class ListenWaiter:
         # where "*" is every host): only ours wake us.
         self._payloads = {item.encode() for item in ((payload,) if isinstance(payload, str) else payload)}
         self._listen_query = listen
-        self._doorbell = Doorbell()
+        self._pipe = SelfPipe()
         self._conn: Any = None
         self._listen()
 
@@ -328,9 +328,9 @@ class ListenWaiter:
                 self._nap(min(timeout, 1.0))
                 return False
             return True  # back after an outage: whatever was sent meanwhile is gone
-        readable, _, _ = select.select([self._conn.fileno(), self._doorbell], [], [], max(timeout, 0.0))
-        if self._doorbell in readable:
-            self._doorbell.clear()
+        readable, _, _ = select.select([self._conn.fileno(), self._pipe], [], [], max(timeout, 0.0))
+        if self._pipe in readable:
+            self._pipe.clear()
             return False
         return bool(readable) and self._take_notifications()
 
@@ -350,12 +350,12 @@ class ListenWaiter:
             self._take_notifications()
 
     def interrupt(self) -> None:
-        self._doorbell.ring()
+        self._pipe.ring()
 
     def _nap(self, seconds: float) -> None:
-        readable, _, _ = select.select([self._doorbell], [], [], max(seconds, 0.0))
+        readable, _, _ = select.select([self._pipe], [], [], max(seconds, 0.0))
         if readable:
-            self._doorbell.clear()
+            self._pipe.clear()
 
     def _drop(self) -> None:
         if self._conn is not None:
@@ -367,4 +367,4 @@ class ListenWaiter:
 
     def close(self) -> None:
         self._drop()
-        self._doorbell.close()
+        self._pipe.close()
