@@ -160,6 +160,22 @@ class FileWaiterTest(TempDirTestCase):
             self.commit_elsewhere()
             self.assertTrue(self.woke(waiter, LONG))
 
+    def test_a_bells_only_waiter_sleeps_through_commits_and_wakes_for_its_bell(self):
+        waiter = wake.FileWaiter(self.db, 1.0, (self.bell,), bells_only=True)
+        self.addCleanup(waiter.close)
+        self.commit_elsewhere()
+        self.assertFalse(self.woke(waiter, BRIEF), "a commit woke a waiter of bells alone")
+        self.assertEqual(waiter.settle_window, 0.0, "a bell rings after its commit: nothing to settle")
+        wake.ring([self.bell])
+        self.assertTrue(self.woke(waiter, LONG))
+
+    def test_a_bells_only_waiter_without_its_bell_watches_the_wal(self):
+        waiter = wake.FileWaiter(self.db, 1.0, (os.path.join("/proc", "rowfleet-no-such-folder", "b"),),
+                                 bells_only=True)
+        self.addCleanup(waiter.close)
+        self.commit_elsewhere()
+        self.assertTrue(self.woke(waiter, LONG), "with no bell, a bells-only waiter must fall back to the WAL")
+
     def test_a_bell_removed_under_it_is_made_again_and_heard(self):
         waiter = self.waiter()
         os.remove(self.bell)

@@ -756,5 +756,31 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class IdleWatchdogTest(TempDirTestCase):
+    """A watchdog with no job held sleeps until it is handed one, rather than ticking."""
+
+    def test_it_sleeps_without_a_timeout_until_handed_a_job_then_ticks(self):
+        from rowfleet import watchdog as module
+
+        watchdog = module.Watchdog(self.config(), lambda config: None, exit=lambda code: None)
+        timeouts: list[float | None] = []
+        real_wait = watchdog._nudge.wait
+
+        def wait(timeout: float | None = None) -> bool:
+            timeouts.append(timeout)
+            return real_wait(timeout)
+
+        watchdog._nudge.wait = wait  # type: ignore[method-assign]
+        watchdog.start()
+        self.addCleanup(watchdog.stop)
+        wait_until(lambda: timeouts, message="the watchdog's first wait")
+        self.assertEqual(timeouts, [None], "an idle watchdog woke on a timer")
+        store = self.open_store()
+        store.enqueue(JobSpec("note", project="default"))
+        watchdog.watch(store.claim(Claim("default", "default", "test:1", 30.0)))
+        wait_until(lambda: module.TICK in timeouts, message="the watchdog to tick once it holds a job")
+        watchdog.release()
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -19,6 +19,7 @@ from rowfleet.config import Config
 from rowfleet.control import Switch
 from rowfleet.keeper import Identity, SwitchCell
 from rowfleet.serving import Action, Moment, next_action
+from support import wait_until
 
 AWAIT, CLAIM, DONE, DONE_SWITCHED_OFF, EXIT_HARD, PARK, READ_SWITCH, RESUME, RUN, WAIT_SWITCH = (
     Action.AWAIT, Action.CLAIM, Action.DONE, Action.DONE_SWITCHED_OFF, Action.EXIT_HARD, Action.PARK,
@@ -178,6 +179,43 @@ class KeeperRenewalTest(unittest.TestCase):
         guard.release()
         guard._renew(SimpleNamespace(renew=lambda job, lease: self.fail("nothing held: no renewal")))
         self.assertEqual(exits, [])
+
+
+class KeeperLookoutTest(unittest.TestCase):
+    """While the idle main thread reads the switch (``lookout``), the keeper sleeps until
+    its next beat instead of waking once per poll; handed back, it reads at once."""
+
+    def test_the_keeper_leaves_the_switch_to_an_idle_main_thread_then_takes_it_back(self):
+        from rowfleet import wake
+
+        reads: list[float] = []
+        waits: list[float] = []
+        store = SimpleNamespace(switches_in_force=lambda project, host, queues: reads.append(1) or {"q": None},
+                                worker_beat=lambda *args, **kwargs: None)
+
+        class Recording(wake.Sleeper):
+            def wait(self, timeout: float) -> bool:
+                waits.append(timeout)
+                return super().wait(timeout)
+
+        identity = Identity("box:1:1", "", "box", "q", 1, lease=60.0, renew=60.0, heartbeat=60.0, poll=0.05,
+                            cancel_grace=0.5)
+        guard = keeper.Keeper(identity, SwitchCell(), lambda: None, SimpleNamespace(operator_stop=lambda r: None),
+                              exit=lambda code: None, wake=lambda: None)
+        guard._waiter = Recording()
+        guard.lookout(True)
+        thread = threading.Thread(target=guard._keep, args=(store,), daemon=True)
+        thread.start()
+        self.addCleanup(thread.join, 5)
+        self.addCleanup(guard._halt.set)
+        self.addCleanup(lambda: guard._waiter.interrupt())
+        wait_until(lambda: waits, message="the keeper's first wait")
+        self.assertEqual(len(reads), 1, "the keeper reads the switch once as it starts")
+        self.assertGreater(waits[0], 1.0, "with the lookout on, the keeper woke for the switch at the poll")
+        guard.lookout(False)
+        wait_until(lambda: len(reads) >= 2, message="the keeper to read the switch once handed back")
+        wait_until(lambda: len(waits) >= 2, message="the keeper's next wait")
+        self.assertLessEqual(waits[1], identity.poll, "handed back, the keeper reads the switch once per poll")
 
 
 JOB = SimpleNamespace(id=7, lease_token=4)  # all the keeper reads of the job in hand

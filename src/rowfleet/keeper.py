@@ -131,6 +131,8 @@ class Keeper(threading.Thread):
         self._state = control.SERVING  # what the heartbeat row shows
         self._released = 0  # jobs held and let go: the worker has run jobs
         self._lock = threading.Lock()
+        self._look_lock = threading.Lock()  # one look at the switch at a time, whichever thread looks
+        self._lookout = False  # the idle main thread reads the switch at its own looks (``lookout``)
         self._halt = threading.Event()
         self._waiter: Any = None  # the control waiter, made with the keeper's connection
 
@@ -162,6 +164,20 @@ class Keeper(threading.Thread):
             self._state = state
         self.beat(store)
 
+    def lookout(self, on: bool) -> None:
+        """An idle main thread takes over the switch's reading (``look`` at each of its own
+        looks for work), so that an idle worker wakes once per poll, not once per thread;
+        handed back (``on=False``) the keeper reads it at once and then once per poll again."""
+        with self._lock:
+            self._lookout = on
+        if not on and self._waiter is not None:
+            self._waiter.interrupt()
+
+    def look(self, store: Store) -> None:
+        """Read the switch now and act on a change, on ``store`` (the calling thread's)."""
+        with self._look_lock:
+            self._look(store)
+
     def stop(self) -> None:
         self._halt.set()
         if self._waiter is not None:
@@ -189,17 +205,26 @@ class Keeper(threading.Thread):
         # The renewal goes before the beat, and with every beat: a process frozen past its
         # staleness (SIGSTOP, a hang) whose job was handed on learns so from the renewal and
         # exits 77, before a beat could claim that it still holds the job.
-        chores = {"renew": (self.identity.renew, self._renew), "switch": (self.identity.poll, self._look),
+        chores = {"renew": (self.identity.renew, self._renew), "switch": (self.identity.poll, self.look),
                   "beat": (self.identity.heartbeat, self.beat)}
         due = dict.fromkeys(chores, 0.0)  # when each chore is next due (monotonic)
+        lookout = False
         while not self._halt.is_set():
             if time.monotonic() >= due["beat"]:
                 due["renew"] = 0.0
+            with self._lock:
+                if lookout and not self._lookout:
+                    due["switch"] = 0.0  # handed back: read it now
+                lookout = self._lookout
             for chore, (every, act) in chores.items():
+                # While the idle main thread reads the switch, a change we are told of is still read here.
+                if chore == "switch" and lookout and due[chore] != 0.0:
+                    continue
                 if time.monotonic() >= due[chore]:
                     act(store)
                     due[chore] = time.monotonic() + every
-            if self._waiter.wait(max(0.0, min(due.values()) - time.monotonic())):
+            next_due = min(due[chore] for chore in chores if chore != "switch" or not lookout)
+            if self._waiter.wait(max(0.0, next_due - time.monotonic())):
                 due["switch"] = 0.0  # told of a change: look now
 
     def _look(self, store: Store) -> None:

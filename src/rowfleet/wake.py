@@ -18,7 +18,8 @@ inotify (through ``ctypes``, stdlib), on two things:
   for one, it ignores the WAL for ``WAL_QUIET`` seconds (its bells still wake it at once):
   a neighbour taking a thousand commits a second costs ten cheap looks a second, and a
   plain-SQL enqueue amid such a storm waits at most that long. With no bell to watch (the
-  folder cannot be written) nothing is quieted.
+  folder cannot be written) nothing is quieted. An orchestrator, whose dispatch events only
+  rowfleet's store writes, watches its bell alone (``bells_only``).
 
 Where inotify is not available (not Linux, or the limit on watches is reached)
 ``FileWaiter`` falls back to a short fixed sleep, and the caller's data_version check does
@@ -178,40 +179,50 @@ def _events(buffer: bytes) -> list[tuple[int, bytes]]:
 
 class FileWaiter:
     """Block until one of its bells rings, the database file or its WAL is written (no
-    more than once per ``WAL_QUIET`` where bells are watched), a timeout, or ``interrupt()``."""
+    more than once per ``quiet`` seconds where bells are watched), a timeout, or
+    ``interrupt()``. With ``bells_only`` (for what only rowfleet's store writes, which rings)
+    the WAL is not watched at all once its bells are."""
 
     def __init__(self, db_path: str, poll: float, bells: Sequence[str] = (), *, quiet: float = WAL_QUIET,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 bells_only: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
         self.poll = poll
         self._quiet, self._clock = quiet, clock
         absolute = os.path.abspath(db_path)
         base = os.path.basename(absolute).encode()
         self._names = {base, base + b"-wal"}
         self._pipe = SelfPipe()
-        self._inotify = _watch(os.path.dirname(absolute))
+        self._wal = _watch(os.path.dirname(absolute))
         self._bell_paths = tuple(bells)
-        self._bells = _watch_bells(self._bell_paths) if self._inotify is not None else None
+        self._bells = _watch_bells(self._bell_paths) if self._wal is not None else None
+        if bells_only and self._bells is not None:
+            os.close(self._wal)  # the WAL would wake it only for others' commits
+            self._wal = None
         self._quiet_until = 0.0  # until then only bells wake it
-        self._any = select.poll()     # the self-pipe, bells, the WAL
+        self._any = select.poll()         # the self-pipe, bells, the WAL
         self._bells_only = select.poll()  # the self-pipe and bells: while the WAL is quieted
         for poller in (self._any, self._bells_only):
             poller.register(self._pipe.fileno(), select.POLLIN)
             if self._bells is not None:
                 poller.register(self._bells, select.POLLIN)
-        if self._inotify is not None:
-            self._any.register(self._inotify, select.POLLIN)
+        if self._wal is not None:
+            self._any.register(self._wal, select.POLLIN)
+
+    @property
+    def _napping(self) -> bool:
+        """No inotify at all: it naps, and the caller's data_version check does the rest."""
+        return self._wal is None and self._bells is None
 
     @property
     def settle_window(self) -> float:
         """The WAL write that raises an event can land before its commit is visible (the
         wal-index lives in the mmap'd -shm, which raises no event): after an event, keep
-        re-checking this long. A waiter that only naps has nothing to settle."""
-        return SETTLE_WINDOW if self._inotify is not None else 0.0
+        re-checking this long. A bell rings after its commit; a nap has nothing to settle."""
+        return SETTLE_WINDOW if self._wal is not None else 0.0
 
     def wait(self, timeout: float) -> bool:
         """True if the database may have changed; False on timeout, interrupt, or the end of
         a quiet spell (the caller waits again for what is left of its time)."""
-        if self._inotify is None:
+        if self._napping:
             timeout = min(timeout, FALLBACK_INTERVAL)
         quiet = self._quiet_until - self._clock()
         poller = self._bells_only if quiet > 0 else self._any
@@ -220,11 +231,11 @@ class FileWaiter:
         if self._pipe.fileno() in fds:
             self._pipe.clear()
             return False
-        if self._inotify is None:
+        if self._napping:
             return True  # a nap ended: let the caller check data_version
         if self._bells is not None and self._bells in fds and self._drain_bells():
             return True
-        if self._inotify in fds and self._drain_events():
+        if self._wal is not None and self._wal in fds and self._drain_wal():
             if self._bells is not None:
                 self._quiet_until = self._clock() + self._quiet
             return True
@@ -232,8 +243,8 @@ class FileWaiter:
 
     def drain(self) -> None:
         """Forget events already queued (our own commits while we were busy)."""
-        if self._inotify is not None:
-            self._drain_events()
+        if self._wal is not None:
+            self._drain_wal()
         if self._bells is not None:
             self._drain_bells()
 
@@ -241,8 +252,8 @@ class FileWaiter:
         """Wake a waiting ``wait`` at once. Safe to call from a signal handler."""
         self._pipe.ring()
 
-    def _drain_events(self) -> bool:
-        return any(name in self._names for _mask, name in _read_events(self._inotify))
+    def _drain_wal(self) -> bool:
+        return any(name in self._names for _mask, name in _read_events(self._wal))
 
     def _drain_bells(self) -> bool:
         """Whether a bell rang. A bell file removed under us drops its watch: watch it anew
@@ -254,13 +265,13 @@ class FileWaiter:
 
     def close(self) -> None:
         self._pipe.close()
-        for fd in (self._inotify, self._bells):
+        for fd in (self._wal, self._bells):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._inotify = self._bells = None
+        self._wal = self._bells = None
 
 
 def _millis(seconds: float) -> int:

@@ -41,7 +41,7 @@ from rowfleet.telemetry import gpu, memory
 
 log = logging.getLogger("rowfleet.watchdog")
 
-TICK = 0.1  # seconds between checks; a check is a few comparisons unless a reading is due
+TICK = 0.1  # seconds between checks while a job is held; a check is a few comparisons unless a reading is due
 
 
 def limits_of(config: Config) -> liveness.Limits:
@@ -71,6 +71,9 @@ class Watchdog(threading.Thread):
         self.exit = exit
         self._lock = threading.Lock()
         self._halt = threading.Event()
+        # Set by whatever gives the thread something to look at: with no job held it sleeps
+        # until then, rather than ticking ten times a second through an idle worker's life.
+        self._nudge = threading.Event()
         self._job: Job | None = None
         self._store: Any = None
         self._operator_stop: str | None = None  # kept across jobs: the process is going down
@@ -82,6 +85,7 @@ class Watchdog(threading.Thread):
     def watch(self, job: Job) -> None:
         with self._lock:
             self._reset(job)
+        self._nudge.set()
 
     def release(self) -> None:
         with self._lock:
@@ -93,12 +97,14 @@ class Watchdog(threading.Thread):
         ``grace`` seconds (its handler was asked to stop)."""
         with self._lock:
             self._cancel = (job, reason, time.monotonic() + grace)
+        self._nudge.set()
 
     def operator_stop(self, reason: str | None) -> None:
         """Stop the job in hand (and any job claimed after it) for an operator's hard switch;
         None withdraws a stop not yet carried out."""
         with self._lock:
             self._operator_stop = reason
+        self._nudge.set()
 
     def beat(self) -> None:
         """The job reported progress."""
@@ -110,6 +116,7 @@ class Watchdog(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
+        self._nudge.set()
         self.join()
 
     def _reset(self, job: Job | None) -> None:
@@ -129,7 +136,13 @@ class Watchdog(threading.Thread):
 
     def run(self) -> None:
         try:
-            while not self._halt.wait(TICK):
+            while True:
+                # The job is read before the wait and the nudge cleared after it: a job
+                # handed over in between has set the nudge, so the wait returns at once.
+                self._nudge.wait(TICK if self.held() is not None else None)
+                self._nudge.clear()
+                if self._halt.is_set():
+                    break
                 trip = self._check()
                 if trip is not None:
                     self._trip(*trip)

@@ -382,18 +382,32 @@ class Worker:
         self.store.changed()
         if self._due():
             return True
-        deadline = time.monotonic() + self.config.poll
-        while not self.stopping and self.switch.get() is None:
-            unload_in = self._unload_idle()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:  # the safety poll, in case a wake-up was lost
-                if self._due():
-                    return True
-                deadline = time.monotonic() + self.config.poll
-            elif self.waiter.wait(remaining if unload_in is None else min(remaining, max(unload_in, 0.01))) \
-                    and self._settle():
-                return True
-        return False
+        self.keeper.lookout(True)  # one wake-up per poll reads both its switch and the queue
+        try:
+            deadline = time.monotonic() + self.config.poll
+            while not self.stopping and self.switch.get() is None:
+                unload_in = self._unload_idle()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:  # the safety poll, in case a wake-up was lost
+                    if self._look():
+                        return True
+                    deadline = time.monotonic() + self.config.poll
+                elif self.waiter.wait(remaining if unload_in is None else min(remaining, max(unload_in, 0.01))) \
+                        and self._settled():
+                    if self._look():
+                        return True
+                    # That look was as good as the safety poll's: its time starts again from it, so
+                    # a fleet's heartbeats waking an idle worker do not add a poll of their own.
+                    deadline = time.monotonic() + self.config.poll
+            return False
+        finally:
+            self.keeper.lookout(False)
+
+    def _look(self) -> bool:
+        """An idle look: the switch (the keeper's read, made here meanwhile), then, while
+        still serving, whether work is due."""
+        self.keeper.look(self.store)
+        return self.switch.get() is None and self._due()
 
     def _unload_idle(self) -> float | None:
         """A GPU worker's chores while idle (and its heartbeat says what changed): unload its
@@ -437,12 +451,11 @@ class Worker:
         except Exception as exc:  # the exit goes ahead whatever happens here
             log.warning("could not record the sidecar's stop: %s", exc)
 
-    def _settle(self) -> bool:
-        """After a wake-up: is there work for us now? A wake-up can arrive before the commit
+    def _settled(self) -> bool:
+        """After a wake-up: has the database changed? A wake-up can arrive before the commit
         that raised it is visible, so look for a change for the waiter's settle window."""
-        return (waiting.settle(self.store.changed, self.waiter.settle_window, self.stop_event, SETTLE_STEP,
-                               SETTLE_STEP_MAX)
-                and self._due())
+        return waiting.settle(self.store.changed, self.waiter.settle_window, self.stop_event, SETTLE_STEP,
+                              SETTLE_STEP_MAX)
 
     def _due(self) -> bool:
         return any(self.store.has_due(self._claim_request(queue)) for queue in self._serving())

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import dag, gpu, harness, metrics, panel, postgres, sqlite, status, telemetry, walpages
+from . import dag, fleet, gpu, harness, metrics, panel, postgres, sqlite, status, telemetry, walpages
 from .harness import Bench, Lab, Row, progress
 
 import rowfleet
@@ -49,6 +49,7 @@ SECTIONS: dict[str, Section] = {
     "wake": Section(sqlite.wake, sqlite.LEGEND),
     "claim": Section(sqlite.claim, sqlite.LEGEND),
     "walpages": Section(walpages.run, walpages.LEGEND),
+    "fleet": Section(fleet.run, fleet.LEGEND),
     "status": Section(status.run, status.LEGEND),
     "metrics": Section(metrics.scrape, metrics.LEGEND),
     "panel": Section(panel.run, panel.LEGEND),

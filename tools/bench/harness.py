@@ -128,6 +128,7 @@ class Sizes:
     claim_warmup: int = 50            # claims not counted, on each fresh connection
     delayed_rows: int = 100_000       # not-yet-due jobs sorting ahead of 10k due ones
     walpages_jobs: int = 1000         # jobs each side of the WAL pages count finishes
+    fleet_seconds: float = 10.0       # the idle fleet's CPU is summed over this long
     # postgres also uses worker_counts, roundtrip_rounds, wake_samples, claim_rows, claims,
     # claim_seconds and claim_warmup
     pg_roundtrip_jobs: int = 20_000   # queued in the template each round-trip run copies
@@ -141,7 +142,7 @@ class Sizes:
 QUICK = Sizes(enqueue_jobs=300, enqueue_seconds=0.3, rounds=1, batch_jobs=10_000, roundtrip_jobs=10_000,
               roundtrip_window=0.5, roundtrip_rounds=1, wake_samples=40, polling_samples=20,
               idle_seconds=1.0, claim_rows=(10_000, 100_000), claims=300, claim_seconds=0.5,
-              delayed_rows=10_000, walpages_jobs=200, pg_roundtrip_jobs=10_000, pg_roundtrip_window=0.5,
+              delayed_rows=10_000, walpages_jobs=200, fleet_seconds=3.0, pg_roundtrip_jobs=10_000, pg_roundtrip_window=0.5,
               dag_nodes=100, dag_rounds=1, pg_dag_nodes=0)
 
 

@@ -339,7 +339,9 @@ class SQLiteStore(Store):
         return FileWaiter(self.path, self.config.poll, [self._bell("queue", queue) for queue in names])
 
     def dispatch_waiter(self, project: str) -> Waiter:
-        return FileWaiter(self.path, self.config.poll, [self._bell("dispatch", project)])
+        # Dispatch events are written by rowfleet's store alone (a node's outcome, a reconcile),
+        # which rings this bell: the WAL would wake an orchestrator only for others' commits.
+        return FileWaiter(self.path, self.config.poll, [self._bell("dispatch", project)], bells_only=True)
 
     def control_waiter(self, host: str) -> Waiter:
         # Every commit to the file would wake a file watcher; a switch is read once per poll.
