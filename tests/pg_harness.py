@@ -56,6 +56,9 @@ SERVER_SETTINGS = (
     "synchronous_commit=off",
     "max_connections=200",
 )
+# A server as users run it: every commit waits for its WAL to reach the disk (the bench's
+# stock-durability rows).
+STOCK_SETTINGS = ("listen_addresses=127.0.0.1", "max_connections=200")
 LOG_TAIL_LINES = 15
 PREFIX_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,39}\Z")
 INSTALL_PSYCOPG = 'pip install "psycopg[binary]>=3.1"'
@@ -229,8 +232,9 @@ def _traversable_by_all(folder: str) -> bool:
 class _Cluster:
     """One data directory and the postgres server running on it, owned by this process."""
 
-    def __init__(self, bindir: str):
+    def __init__(self, bindir: str, settings: tuple[str, ...] = SERVER_SETTINGS):
         self.bindir = bindir
+        self.settings = settings
         self.prefix, ids = _run_as_server_user()
         self.directory = tempfile.mkdtemp(prefix="rowfleet-pg-", dir=_temp_parent(ids is not None))
         self.data = os.path.join(self.directory, "data")
@@ -277,7 +281,7 @@ class _Cluster:
             )
 
     def start_options(self) -> str:
-        settings = " ".join(f"-c {shlex.quote(s)}" for s in SERVER_SETTINGS)
+        settings = " ".join(f"-c {shlex.quote(s)}" for s in self.settings)
         return f"-k {shlex.quote(self.sockets)} -p {self.port} {settings}"
 
     def start(self) -> None:
@@ -492,13 +496,14 @@ def wait_accepting(url: str, timeout: float = START_TIMEOUT) -> None:
         time.sleep(0.05)
 
 
-def start_local() -> PgServer:
-    """Start a new private server (not the shared one); raise Unavailable if it can't be done.
+def start_local(settings: tuple[str, ...] = SERVER_SETTINGS) -> PgServer:
+    """Start a new private server (not the shared one) with ``settings`` (the fast test ones,
+    or ``STOCK_SETTINGS``); raise Unavailable if it can't be done.
 
     The caller owns it and should ``stop()`` it; it is also stopped at exit.
     """
     _require_psycopg()
-    cluster = _Cluster(find_binaries())
+    cluster = _Cluster(find_binaries(), settings)
     atexit.register(cluster.stop)
     try:
         cluster.start()

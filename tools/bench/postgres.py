@@ -17,7 +17,9 @@ measured in the same run on the same server and schema:
 
 Every number comes from one throwaway server (the harness's ``pg_server``: started by
 tests/pg_harness.py, or the one ``ROWFLEET_TEST_PG`` names), which runs with fsync and
-synchronous_commit off: the durability column says so, read back from the server. Each
+synchronous_commit off: the durability column says so, read back from the server. The
+round trip with the most processes runs again on a second throwaway server with stock
+durability (``pg_harness.STOCK_SETTINGS``), labelled so; not with an external server. Each
 round-trip run gets a fresh database copied from one template, as the SQLite rows get a
 fresh file. Without psycopg or the server binaries the section prints one row saying why,
 and fails nothing.
@@ -59,7 +61,9 @@ LEGEND = """\
               over TCP (127.0.0.1 for the harness's own). Their durability is read from the
               server: "pg fsync=off" means fsync, full_page_writes and synchronous_commit
               are off (the harness's test settings), so no commit waits for a disk: these
-              rows measure round trips and CPU, not what a durable server pays. Baselines
+              rows measure round trips and CPU, not what a durable server pays. "pg
+              sync=on" rows ran on a second throwaway server with stock durability (all
+              three on), as users run it: every commit waits for its WAL flush. Baselines
               run on psycopg autocommit connections, one transaction per statement. Round
               trip: claim UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1)
               RETURNING, then the complete UPDATE; a busy rowfleet worker finishes a job
@@ -274,9 +278,10 @@ class PostgresBench:
 
         try:
             self._describe_server(time.perf_counter() - started)
-            self.roundtrip()
+            self.roundtrip(self.sizes.worker_counts)
             self.wake()
             self.claim()
+            self.stock_roundtrip()
         except psycopg.Error as exc:
             raise RuntimeError(f"PostgreSQL: {' '.join(str(exc).split())}") from exc
         finally:
@@ -284,10 +289,8 @@ class PostgresBench:
             self.server.stop()
 
     def _describe_server(self, took: float) -> None:
+        settings = self._durability_settings()
         with _connect(self.server.admin_url()) as conn:
-            settings = dict(conn.execute(
-                "SELECT name, setting FROM pg_settings WHERE name IN "
-                "('fsync', 'synchronous_commit', 'full_page_writes')").fetchall())
             version = conn.execute("SHOW server_version").fetchone()[0].split()[0]
             host = conn.info.host
         self.durability = harness.durability(settings)
@@ -295,6 +298,29 @@ class PostgresBench:
         self.add(Row("pg server", self.durability, "-", "-", "-",
                      f"PostgreSQL {version}, TCP {host}, {where}; "
                      + ", ".join(f"{k}={v}" for k, v in sorted(settings.items()))))
+
+    def _durability_settings(self) -> dict[str, str]:
+        with _connect(self.server.admin_url()) as conn:
+            return dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN "
+                                     "('fsync', 'synchronous_commit', 'full_page_writes')").fetchall())
+
+    def stock_roundtrip(self) -> None:
+        """The most processes' round trip again on a second throwaway server with stock
+        durability (fsync, full_page_writes and synchronous_commit on: each commit waits
+        for the WAL's flush), as users run it. An external server (ROWFLEET_TEST_PG) is
+        measured as it is, so it gets no second one."""
+        if self.server.external:
+            return
+        pg_harness = harness.pg_harness()
+        progress("postgres: starting a second throwaway server with stock durability")
+        fast, self.server = self.server, pg_harness.start_local(pg_harness.STOCK_SETTINGS)
+        try:
+            self.durability = harness.durability(self._durability_settings())
+            self.roundtrip((max(self.sizes.worker_counts),))
+        finally:
+            self._drop_databases()
+            self.server.stop()
+            self.server = fast
 
     # --- databases ---------------------------------------------------------------------
 
@@ -335,7 +361,7 @@ class PostgresBench:
 
     # 1. round trips with worker processes
 
-    def roundtrip(self) -> None:
+    def roundtrip(self, worker_counts: tuple[int, ...]) -> None:
         s = self.sizes
         template = self._new_database("roundtrip")
         with open_store(Config(db=template, project=PROJECT)) as store:
@@ -343,9 +369,9 @@ class PostgresBench:
         with _connect(template) as conn:
             conn.execute("VACUUM ANALYZE")
         template_name = harness.pg_harness().database_of(template)
-        for procs in s.worker_counts:
+        for procs in worker_counts:
             kinds = [("bare", roundtrip_bare), ("rowfleet", roundtrip_worker)]
-            if procs == max(s.worker_counts):
+            if procs == max(worker_counts):
                 kinds.append(("floor", roundtrip_floor))
             runs: dict[str, list[Run]] = {kind: [] for kind, _ in kinds}
             for round_no in range(s.roundtrip_rounds):
