@@ -88,12 +88,26 @@ class StoreRingsTest(TempDirTestCase):
         self.assertTrue(self.rung(bell), "a node's outcome did not ring the orchestrator")
         self.assertFalse(self.rung(other))
 
-    def test_a_store_that_migrated_the_schema_rings(self):
+    def test_a_store_that_made_the_schema_rings_for_a_retry(self):
+        from rowfleet.job import Outcome
+
         os.remove(self.db)
-        fresh = self.open_store()  # made the schema on its own connection, then enqueues on it
+        fresh = self.open_store()  # made the schema on its own connection: its trigger came after
+        fresh.enqueue(JobSpec("note", project="default", queue="a", max_attempts=3))
         bell = self.bell("queue", "a")
-        fresh.enqueue(JobSpec("note", queue="a"))
+        fresh.finish(fresh.claim(Claim("default", "a", "test:1", 30.0)),
+                     Outcome("queued", error="again", delay=0.0, event="retried"))
         self.assertTrue(self.rung(bell))
+
+    def test_an_enqueue_in_the_callers_transaction_rings_nothing_even_at_our_next_commit(self):
+        bell, other = self.bell("queue", "a"), self.bell("queue", "b")
+        with contextlib.closing(sqlite3.connect(self.db, isolation_level=None)) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            self.store.enqueue(JobSpec("note", queue="a"), conn=conn)
+            conn.execute("COMMIT")
+        self.store.enqueue(JobSpec("note", queue="b"))
+        self.assertTrue(self.rung(other))
+        self.assertFalse(self.rung(bell), "a bell rang for another connection's enqueue (the WAL watch hears it)")
 
     def test_plain_sql_rings_nothing(self):
         bell = self.bell("queue", "a")

@@ -88,6 +88,10 @@ class StoreCore(abc.ABC):
         (committed at once where the connection autocommits, else left for the caller's commit).
         """
 
+    def _queued_into(self, tx: Tx, queue: str) -> None:
+        """``tx`` inserted jobs into ``queue``: a dialect whose idle workers wait on doorbells
+        (SQLite) rings the queue's after the commit. PostgreSQL's trigger sends a NOTIFY."""
+
     @contextlib.contextmanager
     def _one_read(self) -> Iterator[Tx]:
         """Reader statements inside one read transaction (a snapshot of one moment, taking

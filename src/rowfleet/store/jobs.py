@@ -58,6 +58,7 @@ class JobStore(StoreCore):
         row = tx.one("job_by_key", project=spec.project, key=spec.key) if spec.key is not None else None
         if row is None:
             row = tx.one("enqueue", **_enqueue_params(spec, placement))
+            self._queued_into(tx, spec.queue)
         if row is None:  # a concurrent insert won the key (possible on a caller's connection)
             row = tx.one("job_by_key", project=spec.project, key=spec.key)
         return Job.from_row(row)
@@ -76,6 +77,7 @@ class JobStore(StoreCore):
         params = _enqueue_params(spec, placement)
         del params["args"], params["key"]
         params["args_list"] = jobs.encode_json([_encode_args(args) for args in args_list])
+        self._queued_into(tx, spec.queue)
         return tx.run("enqueue_many", **params)
 
     # --- claim, renew, finish ----------------------------------------------------------

@@ -196,7 +196,7 @@ class SQLiteStore(Store):
     dialect = "sqlite"
     # Queries only this dialect has: the TEMP triggers behind its doorbells (where
     # PostgreSQL has NOTIFY triggers in its schema and LISTEN queries).
-    own_queries = frozenset({"bell_enqueued", "bell_requeued", "bell_dispatched"})
+    own_queries = frozenset({"bell_requeued", "bell_dispatched"})
 
     def __init__(self, path: str, config: Config, *, create: bool = False,
                  clock: Callable[[], float] = time.time) -> None:
@@ -207,9 +207,11 @@ class SQLiteStore(Store):
         self._busy_timeout_pragma = f"PRAGMA busy_timeout = {int(config.busy_timeout * 1000)}"
         self._reads_wait = True  # the connection's busy timeout: the configured one, or 0 (see _begin)
         self._data_version = self._read_data_version()
-        # The doorbells a transaction rings after its commit (see rowfleet.wake), noted by
-        # this connection's TEMP triggers: the queues it put jobs in, the projects it wrote
-        # dispatch events for. set.add itself is the SQL function: no Python frame per row.
+        # The doorbells a transaction rings after its commit (see rowfleet.wake): the queues
+        # it put jobs in (noted by the enqueue itself, which knows its queue, so a batch pays
+        # nothing per row, and by this connection's TEMP trigger on a requeue), the projects
+        # it wrote dispatch events for (a TEMP trigger). set.add itself is the SQL function:
+        # no Python frame per row.
         self._queued: set[str] = set()
         self._dispatched: set[str] = set()
         self._bells: dict[tuple[str, str], str] = {}
@@ -279,6 +281,10 @@ class SQLiteStore(Store):
         except sqlite3.OperationalError:
             return
         self._bells_armed = True
+
+    def _queued_into(self, tx: Tx, queue: str) -> None:
+        if getattr(tx, "conn", None) is self.conn:  # a caller's own transaction commits after we return
+            self._queued.add(queue)
 
     def _ring_bells(self) -> None:
         """After a commit: ring the bells of what it made due (``rowfleet.wake.ring``)."""

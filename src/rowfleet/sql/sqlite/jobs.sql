@@ -471,18 +471,12 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
                                              OR (run_at = :run_at AND id < :id))))))
                               LIMIT :cap + 1)) AS n;
 
--- name: bell_enqueued
--- The doorbell of a job's queue (SQLite's stand-in for LISTEN rowfleet_jobs): a TEMP trigger,
--- so it lives on rowfleet's own connection only, where rowfleet_queued is defined; a plain-SQL
--- writer's connection never sees it. The store rings the queue's bell after the commit.
-CREATE TEMP TRIGGER IF NOT EXISTS rowfleet_bell_enqueued AFTER INSERT ON main.jobs
-WHEN NEW.state = 'queued'
-BEGIN
-    SELECT rowfleet_queued(NEW.queue);
-END;
-
 -- name: bell_requeued
--- A job queued again (a retry, a reclaim, a hand-back, an operator's requeue or move).
+-- The doorbell of a job's queue when a job is queued again (a retry, a reclaim, a hand-back,
+-- an operator's requeue or move): SQLite's stand-in for LISTEN rowfleet_jobs, which an
+-- enqueue notes itself. A TEMP trigger, so it lives on rowfleet's own connection only, where
+-- rowfleet_queued is defined; a plain-SQL writer's connection never sees it. The store rings
+-- the queue's bell after the commit.
 CREATE TEMP TRIGGER IF NOT EXISTS rowfleet_bell_requeued AFTER UPDATE OF state, run_at, queue ON main.jobs
 WHEN NEW.state = 'queued'
 BEGIN

@@ -142,7 +142,7 @@ SELECT project FROM runs WHERE id = :id;
 
 -- name: bell_dispatched
 -- The orchestrator's doorbell for a dispatch event of its project (the stand-in for LISTEN
--- rowfleet_dispatch); a TEMP trigger, as bell_enqueued is.
+-- rowfleet_dispatch); a TEMP trigger, as bell_requeued is.
 CREATE TEMP TRIGGER IF NOT EXISTS rowfleet_bell_dispatched AFTER INSERT ON main.dispatch_events
 BEGIN
     SELECT rowfleet_dispatched(NEW.project);
