@@ -127,6 +127,40 @@ class LifecycleContract:
             self.store.enqueue_many(JobSpec(task="lifecycle.add", key="k"), [{}])
         self.assertEqual(len(self.store.list_jobs("", limit=1000)), 250)
 
+    # --- a prefetching worker's batch ------------------------------------------------------
+
+    def test_a_batch_claim_takes_up_to_its_limit_in_claim_order_each_with_its_token(self):
+        ids = [self.enqueue(args={"a": i, "b": 0}).id for i in range(5)]
+        urgent = self.enqueue(run_next=True).id
+        other = self.enqueue(queue="elsewhere").id
+        taken = self.store.claim_batch(Claim("", "default", HOLDER, 60.0), 4)
+        self.assertEqual([job.id for job in taken], [urgent, *ids[:3]])
+        self.assertEqual({(job.state, job.attempts, job.lease_token, job.claimed_by) for job in taken},
+                         {(RUNNING, 1, 1, HOLDER)})
+        rest = self.store.claim_batch(Claim("", "default", HOLDER, 60.0), 4)
+        self.assertEqual([job.id for job in rest], ids[3:])
+        self.assertEqual(self.store.claim_batch(Claim("", "default", HOLDER, 60.0), 4), [])
+        self.assertEqual(self.store.get_job(other, "").state, QUEUED)
+        with self.assertRaises(ValueError):
+            self.store.claim_batch(Claim("", "default", HOLDER, 60.0, models=("llm",)), 4)
+
+    def test_a_prefetching_finish_hands_back_the_unstarted_and_claims_the_next_batch_in_one_go(self):
+        ids = [self.enqueue(args={"a": i, "b": 0}).id for i in range(6)]
+        first, *unstarted = self.store.claim_batch(Claim("", "default", HOLDER, 60.0), 3)
+        self.store.finish_prefetched(first, Outcome(COMPLETED, result=3), hand_back=unstarted, reason="stopping")
+        for job in unstarted:
+            back = self.store.get_job(job.id, "")
+            self.assertEqual((back.state, back.attempts, back.claimed_by), (QUEUED, 0, None))
+            self.assertIn("handed_back", self.kinds(job.id))
+        self.assertEqual(self.store.get_job(first.id, "").state, COMPLETED)
+        second, *_ = self.store.claim_batch(Claim("", "default", HOLDER, 60.0), 1)
+        following = self.store.finish_prefetched(second, Outcome(COMPLETED), claim_next=Claim("", "default", HOLDER, 60.0),
+                                                 limit=10)
+        self.assertEqual(sorted(job.id for job in following), sorted(set(ids) - {first.id, second.id}))
+        with self.assertRaises(LeaseLost):  # a holder whose job has ended writes nothing, hands nothing back
+            self.store.finish_prefetched(second, Outcome(FAILED, error="late"), hand_back=following, reason="late")
+        self.assertEqual({self.store.get_job(job.id, "").state for job in following}, {RUNNING})
+
     # --- claim order -------------------------------------------------------------------
 
     def test_claim_order_run_next_then_priority_then_creation(self):

@@ -288,6 +288,90 @@ class ProcessContract:
         self.assertEqual(len(stopped), 1)
         self.assertIsNotNone(stopped[0]["stopped_at"], "the worker did not record its stop")
 
+    # --- prefetch (worker --prefetch N) ---------------------------------------------------
+
+    def test_prefetching_workers_drain_600_jobs_each_exactly_once(self):
+        ids = self.enqueue("record", 600)
+        workers = [self.launch("worker", "--app", APP, "--burst", "--prefetch", "8") for _ in range(2)]
+        # Both hold a whole batch (one job running, seven waiting) before any handler may finish.
+        # PostgreSQL once took all 600 at once: its pick, run again per row, locked 8 more each time.
+        wait_until(lambda: _count(self.store(), "running") == 16, message="two workers holding a batch each")
+        holders = {job.claimed_by for job in self.store().list_jobs("", state="running")}
+        self.assertEqual(len(holders), 2)
+        open(os.path.join(self.dir, "go"), "w").close()
+        for worker in workers:
+            self.assert_exits(worker, 0, timeout=2 * DEADLINE)
+        self.assert_ran_once_each(ids)
+
+    def test_kill_9_of_a_prefetching_worker_leaves_its_unstarted_jobs_to_the_sweep_and_each_runs_once(self):
+        hung = self.enqueue("hang_first")[0]
+        waiting = self.enqueue("note", 4)
+        lease = ("--lease", "2", "--renew", "0.5", "--poll", "0.2")
+        first = self.launch("worker", "--app", APP, "--prefetch", "5", *lease)
+        wait_until(lambda: self.marker(f"started-{hung}"), message="the first job to start")
+        held = [self.job(job_id) for job_id in waiting]
+        self.assertEqual({(job.state, job.claimed_by) for job in held}, {("running", f"{held[0].host}:{first.pid}")})
+        wait_until(lambda: all(self.job(job.id).lease_expires_at > job.lease_expires_at for job in held),
+                   message="the keeper to renew the leases of the jobs it has not started")
+
+        first.send_signal(signal.SIGKILL)
+        self.assert_exits(first, -signal.SIGKILL)
+        orchestrator = self.launch("orchestrator", "--interval", "0.2")
+        second = self.launch("worker", "--app", APP, "--prefetch", "5", *lease)
+        for job_id in [hung, *waiting]:
+            self.wait_for_state(job_id, "completed")
+        self.assertEqual(self.ran(), collections.Counter(waiting), "a job waiting in the dead batch ran twice")
+        for job_id in waiting:
+            self.assertEqual(self.kinds(job_id), ["claimed", "reclaimed", "claimed", "completed"], f"job {job_id}")
+        self.assertEqual(self.job(hung).result, "recovered")
+        self.stop(second)
+        self.stop(orchestrator)
+
+    def test_a_prefetched_job_cancelled_before_it_starts_ends_cancelled_without_running(self):
+        first, cancelled, last = self.enqueue("record", 3)
+        worker = self.launch("worker", "--app", APP, "--prefetch", "3", "--burst", "--renew", "0.3")
+        wait_until(lambda: self.job(last).state == "running", message="the batch to be claimed")
+        self.cli("cancel", str(cancelled))
+        self.wait_for_state(cancelled, "cancelled")  # the keeper's renewal heard it and wrote it
+        open(os.path.join(self.dir, "go"), "w").close()
+        self.assert_exits(worker, 0)
+        self.assertEqual(self.ran(), collections.Counter([first, last]))
+        self.assertIn("before it started", self.job(cancelled).error)
+
+    def test_sigterm_of_a_prefetching_worker_finishes_its_job_and_hands_back_the_rest_with_it(self):
+        running = self.enqueue("until_term")[0]
+        waiting = self.enqueue("note", 3)
+        worker = self.launch("worker", "--app", APP, "--prefetch", "4", "--poll", "0.2")
+        wait_until(lambda: self.marker(f"started-{running}"), message="the job to start")
+        self.assertEqual({self.job(job_id).state for job_id in waiting}, {"running"})
+        worker.send_signal(signal.SIGTERM)
+        self.assert_exits(worker, 0)
+        done = self.job(running)
+        self.assertEqual((done.state, done.result), ("completed", "finished after SIGTERM"))
+        for job_id in waiting:
+            left = self.job(job_id)
+            self.assertEqual((left.state, left.attempts, left.claimed_by), ("queued", 0, None), f"job {job_id}")
+            [back] = [event for event in self.store().events(job_id) if event.kind == "handed_back"]
+            self.assertIn("stopping", back.detail["reason"])
+            self.assertEqual(back.at, done.finished_at, "handed back in another transaction than the finish")
+        self.assertEqual(self.ran(), collections.Counter())
+
+    def test_a_hard_switch_hands_back_a_prefetching_workers_unstarted_jobs_with_its_stop(self):
+        running = self.enqueue("hang_first")[0]
+        waiting = self.enqueue("note", 3)
+        worker = self.launch("worker", "--app", APP, "--prefetch", "4", "--poll", "0.2")
+        wait_until(lambda: self.marker(f"started-{running}"), message="the job to start")
+        self.cli("control", "--queue", "default", "--off", "--policy", "hard")
+        self.assert_exits(worker, 79)
+        [stop] = [event for event in self.store().events(running) if event.kind == "operator_stop"]
+        self.assertEqual((self.job(running).state, self.job(running).attempts), ("queued", 0))
+        for job_id in waiting:
+            left = self.job(job_id)
+            self.assertEqual((left.state, left.attempts), ("queued", 0), f"job {job_id}")
+            [back] = [event for event in self.store().events(job_id) if event.kind == "handed_back"]
+            self.assertEqual(back.at, stop.at, "not handed back in the transaction of the stop")
+        self.assertEqual(self.ran(), collections.Counter())
+
     def test_supervisor_restarts_a_killed_child_and_stops_all_on_sigterm(self):
         hung_id = self.enqueue("hang_first")[0]
         parent = self.launch("worker", "--app", APP, "--procs", "2", "--lease", "2", "--renew", "0.5",

@@ -19,6 +19,7 @@ Writes no SQL: everything goes through the store. Must not import ``rowfleet.wor
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import threading
@@ -29,7 +30,7 @@ from rowfleet import control, exitcodes, waiting
 from rowfleet.config import Config
 from rowfleet.control import Switch
 from rowfleet.errors import LeaseLost, RowfleetError
-from rowfleet.job import Job
+from rowfleet.job import CANCELLED, Job, Outcome
 from rowfleet.serving import describe_switch, stop_reason
 from rowfleet.store import Store
 from rowfleet.watchdog import Watchdog
@@ -75,6 +76,39 @@ class Identity:
         return f"{self.host}:{self.pid}"
 
 
+class Prefetched:
+    """The jobs a prefetching worker (``worker --prefetch N``) holds but has not started, in
+    claim order: its main thread takes them one at a time, its keeper renews their leases,
+    and a watchdog's trip hands them back. Shared by those threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: collections.deque[Job] = collections.deque()
+
+    def put(self, jobs: Sequence[Job]) -> None:
+        with self._lock:
+            self._jobs.extend(jobs)
+
+    def take(self) -> Job | None:
+        """The next job to start, or None."""
+        with self._lock:
+            return self._jobs.popleft() if self._jobs else None
+
+    def snapshot(self) -> list[Job]:
+        with self._lock:
+            return list(self._jobs)
+
+    def discard(self, jobs: Sequence[Job]) -> None:
+        """Let go of ``jobs`` (handed back, or found held by someone else)."""
+        gone = {id(job) for job in jobs}
+        with self._lock:
+            self._jobs = collections.deque(job for job in self._jobs if id(job) not in gone)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._jobs)
+
+
 class SwitchCell:
     """The off switch holding a worker (None: on) and the queues of its own that are
     switched off (a worker of several queues claims from the others), read and written by
@@ -116,7 +150,8 @@ class Keeper(threading.Thread):
 
     def __init__(self, identity: Identity, switch: SwitchCell, connect: Callable[[], Store], watchdog: Watchdog, *,
                  exit: Callable[[int], None], wake: Callable[[], None], gpu: "GpuBox | None" = None,
-                 sidecar: Callable[[], Mapping[str, Any] | None] = lambda: None) -> None:
+                 sidecar: Callable[[], Mapping[str, Any] | None] = lambda: None,
+                 prefetched: Prefetched | None = None) -> None:
         super().__init__(name=f"rowfleet-keeper-{identity.pid}", daemon=True)
         self.identity = identity
         self.switch = switch
@@ -126,6 +161,7 @@ class Keeper(threading.Thread):
         self.wake = wake  # tells the main thread the switch moved
         self.gpu = gpu  # a GPU worker's lease and advert; None for a worker without one
         self.sidecar = sidecar  # what its sidecar is doing (Sidecar.status), for the heartbeat
+        self.prefetched = prefetched if prefetched is not None else Prefetched()  # renewed with the job in hand
         self._job: Job | None = None
         self._cancel_reason: str | None = None  # an operator cancelled the job in hand: why
         self._state = control.SERVING  # what the heartbeat row shows
@@ -276,6 +312,7 @@ class Keeper(threading.Thread):
     def _renew(self, store: Store) -> None:
         if self.gpu is not None:
             self.gpu.renew(store)
+        self._renew_prefetched(store)
         job = self.held()
         if job is None:
             return
@@ -295,6 +332,29 @@ class Keeper(threading.Thread):
             return
         if renewal.cancel_requested_at is not None:
             self._cancel_seen(job, renewal.cancel_reason or "cancelled by an operator")
+
+    def _renew_prefetched(self, store: Store) -> None:
+        """Renew the leases of the jobs prefetched and not started. One held by someone else
+        now (its lease lapsed and it was reclaimed) is let go, as is one an operator has
+        cancelled meanwhile, which ends cancelled without running."""
+        for job in self.prefetched.snapshot():
+            try:
+                renewal = store.renew(job, self.identity.lease)
+            except LeaseLost as exc:
+                log.warning("prefetched job %d: %s; letting it go", job.id, exc)
+                self.prefetched.discard([job])
+                continue
+            except RowfleetError as exc:
+                log.warning("lease renewal of prefetched job %d failed (will retry): %s", job.id, exc)
+                continue
+            if renewal.cancel_requested_at is not None:
+                self.prefetched.discard([job])
+                reason = renewal.cancel_reason or "cancelled by an operator"
+                try:
+                    store.finish(job, Outcome(CANCELLED, error=f"{reason} (before it started)", event="cancelled"))
+                    log.warning("prefetched job %d: %s before it started", job.id, reason)
+                except RowfleetError as exc:  # its lease lapses, and the sweep ends it cancelled
+                    log.warning("prefetched job %d: could not record its cancel: %s", job.id, exc)
 
     def _cancel_seen(self, job: Job, reason: str) -> None:
         """An operator cancelled the job in hand: its handler is asked to stop (it may check

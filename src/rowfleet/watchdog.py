@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from rowfleet import exitcodes, liveness
 from rowfleet.config import Config
@@ -62,13 +62,15 @@ class Watchdog(threading.Thread):
     """Watches the job a worker holds; see the module docstring."""
 
     def __init__(self, config: Config, store_factory: Callable[[Config], Any], *, gpu_jobs: bool = False,
-                 exit: Callable[[int], None] = os._exit) -> None:
+                 exit: Callable[[int], None] = os._exit,
+                 unstarted: Callable[[], Sequence[Job]] = lambda: ()) -> None:
         super().__init__(name=f"rowfleet-watchdog-{os.getpid()}", daemon=True)
         self.config = config
         self.limits = limits_of(config)
         self.store_factory = store_factory
         self.gpu_jobs = gpu_jobs
         self.exit = exit
+        self.unstarted = unstarted  # a prefetching worker's jobs not started: handed back with a trip
         self._lock = threading.Lock()
         self._halt = threading.Event()
         # Set by whatever gives the thread something to look at: with no job held it sleeps
@@ -229,7 +231,7 @@ class Watchdog(threading.Thread):
         tripped = f"watchdog {trip.watchdog} trips (exit {trip.code}, {exitcodes.meaning(trip.code)}): {trip.reason}"
         try:
             written = self._connection().watchdog_trip(job, trip.detail(job.attempts, job.watchdog_retries + spent),
-                                                       outcome, spent, refund)
+                                                       outcome, spent, refund, hand_back=self.unstarted())
             # What the store wrote, which may differ from the policy's outcome: a node of a
             # run that has ended is cancelled rather than re-queued.
             log.error("job %d: %s; the job is %s", job.id, tripped, written)

@@ -49,7 +49,7 @@ from rowfleet.config import Config
 from rowfleet.errors import ConfigError, LeaseLost, RowfleetError, StoreUnavailable
 from rowfleet.gpu_worker import GpuBox, GpuSettings
 from rowfleet.job import CANCELLED, COMPLETED, Job, Outcome, decide_outcome, unreadable_outcome
-from rowfleet.keeper import Identity, Keeper, SwitchCell, read_switch
+from rowfleet.keeper import Identity, Keeper, Prefetched, SwitchCell, read_switch
 from rowfleet.sidecar import Sidecar, SidecarSpec
 from rowfleet.store import Store, open_store
 from rowfleet.watchdog import Watchdog
@@ -63,6 +63,10 @@ SETTLE_STEP_MAX = 0.005
 
 # Progress beats reach the database at most this often; the watchdog hears every one.
 PROGRESS_WRITE_EVERY = 1.0
+
+# The most jobs one claim of a prefetching worker takes (worker --prefetch N): each is held,
+# and its lease renewed, until it runs.
+MOST_PREFETCHED = 1000
 
 _current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("rowfleet_job", default=None)
 _reporter: contextvars.ContextVar[Callable[[float | None, str | None], None] | None] = \
@@ -106,9 +110,12 @@ class Worker:
 
     def __init__(self, config: Config, queue: str | Sequence[str], *, burst: bool = False, gpu: bool = False,
                  gpu_settings: GpuSettings | None = None, sidecar: SidecarSpec | None = None,
-                 store_factory: Callable[[Config], Store] = open_store,
+                 prefetch: int = 1, store_factory: Callable[[Config], Store] = open_store,
                  exit: Callable[[int], None] = os._exit) -> None:
+        check_prefetch(prefetch, routed=gpu_settings is not None, sidecar=sidecar is not None)
         self.config = config
+        self.prefetch = prefetch
+        self.prefetched = Prefetched()  # claimed with the job in hand, not started yet (prefetch > 1)
         self.queues = (queue,) if isinstance(queue, str) else tuple(dict.fromkeys(queue))
         self.queue = self.queues[0]
         self.burst = burst
@@ -164,14 +171,16 @@ class Worker:
         if self.store is None:
             return exitcodes.OK
         self.waiter = self.store.waiter(self.queues)
-        self.watchdog = Watchdog(self.config, self.store_factory, gpu_jobs=self.gpu, exit=self.exit)
+        self.watchdog = Watchdog(self.config, self.store_factory, gpu_jobs=self.gpu, exit=self.exit,
+                                 unstarted=self.prefetched.snapshot)
         self.watchdog.start()
         # After the watchdog: a switch the keeper reads may stop a job through it.
         if self.gpu_box is not None:
             models.install(self.gpu_box.resident)  # what rowfleet.model() in a handler gets
         self.keeper = Keeper(self.identity, self.switch, lambda: self.store_factory(self.config), self.watchdog,
                              exit=self.exit, wake=self._wake, gpu=self.gpu_box,
-                             sidecar=self.sidecar.status if self.sidecar is not None else lambda: None)
+                             sidecar=self.sidecar.status if self.sidecar is not None else lambda: None,
+                             prefetched=self.prefetched)
         self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
         log.info("worker %s serving %s %s of project %r", self.holder, "queues" if len(self.queues) > 1 else "queue",
@@ -180,6 +189,7 @@ class Worker:
             while self.step():
                 pass
         finally:
+            self._hand_back_prefetched("its worker stopped before it started")
             self.watchdog.stop()
             self.keeper.stop()
             if self.gpu_box is not None:
@@ -269,12 +279,48 @@ class Worker:
         return [queue for queue in self.queues if queue not in off]
 
     def _claim(self) -> Job | None:
-        """The first due job of its queues, in order."""
+        """The first due job of its queues, in order: with prefetch, the next one claimed
+        before, else the first of a batch, the rest held to run next."""
+        if self.prefetch > 1:
+            return self._next_prefetched() or self._claim_batch()
         for queue in self._serving():
             job = self.store.claim(self._claim_request(queue))
             if job is not None:
                 return job
         return None
+
+    def _claim_batch(self) -> Job | None:
+        for queue in self._serving():
+            taken = self.store.claim_batch(self._claim_request(queue), self.prefetch)
+            if taken:
+                return self._hold_batch(taken)
+        return None
+
+    def _hold_batch(self, taken: list[Job]) -> Job | None:
+        """The first of a batch just claimed, to run now; the rest held for later."""
+        if not taken:
+            return None
+        self.prefetched.put(taken[1:])
+        return taken[0]
+
+    def _next_prefetched(self) -> Job | None:
+        """The next job claimed before, whose queue still serves; one of a queue switched off
+        meanwhile is handed back (a switch of the whole worker hands all back at the finish)."""
+        while (job := self.prefetched.take()) is not None:
+            if job.queue not in self.switch.off():
+                return job
+            self.store.hand_back(job, "its queue was switched off before it started")
+        return None
+
+    def _hand_back_prefetched(self, reason: str) -> None:
+        """Give back every job claimed and not started (a stop, best effort: what cannot be
+        written lapses and is reclaimed, as after a crash)."""
+        for job in self.prefetched.snapshot():
+            try:
+                self.store.hand_back(job, reason)
+            except RowfleetError as exc:
+                log.warning("prefetched job %d: not handed back (%s); its lease will lapse", job.id, exc)
+        self.prefetched.discard(self.prefetched.snapshot())
 
     def run_job(self, job: Job) -> Job | None:
         """Run a claimed job and write its outcome; the next job when one was claimed with it.
@@ -323,6 +369,8 @@ class Worker:
             serving = self._serving() if not self.stopping and self.switch.get() is None else []
             claim_next = self._claim_request(serving[0]) if serving else None  # the others: the next claim
             try:
+                if self.prefetch > 1:
+                    return self._finish_prefetched(job, outcome, claim_next)
                 return self.store.finish(job, outcome, claim_next)
             except StoreUnavailable as exc:
                 if time.monotonic() + pause > give_up:
@@ -330,6 +378,22 @@ class Worker:
                 log.error("job %d: cannot write its outcome yet (retrying in %.1fs): %s", job.id, pause, exc)
                 time.sleep(pause)
                 pause = min(pause * 2, 10.0)
+
+    def _finish_prefetched(self, job: Job, outcome: Outcome, claim_next: Any) -> Job | None:
+        """A prefetching worker's finish: the next job held runs next (no claim); none held,
+        the finish claims the next batch; stopping or switched off, it hands back what it
+        holds unstarted, in the same transaction."""
+        if claim_next is None:
+            unstarted = self.prefetched.snapshot()
+            reason = "its worker is stopping" if self.stopping else "its worker was switched off"
+            self.store.finish_prefetched(job, outcome, hand_back=unstarted, reason=f"{reason} before it started")
+            self.prefetched.discard(unstarted)
+            return None
+        if len(self.prefetched):
+            self.store.finish(job, outcome)
+            return self._next_prefetched()
+        return self._hold_batch(self.store.finish_prefetched(job, outcome, claim_next=claim_next,
+                                                             limit=self.prefetch))
 
     def execute(self, job: Job) -> Outcome:
         """Run the handler; never raises for the handler's sake."""
@@ -472,6 +536,7 @@ class Worker:
         """Claim nothing from now until switched on, or stopped, or until a hard switch asks a
         worker that has run jobs to exit."""
         log.warning("worker %s parked: %s", self.holder, serving.describe_switch(moment.switch, control.PARK))
+        self._hand_back_prefetched("its worker was switched off before it started")
         self._parked = True
         self.keeper.publish(control.PARKED, self.store)
         return True
@@ -493,6 +558,24 @@ class Worker:
                     self.holder, switch.changed_by or "an operator", switch.scope(), exitcodes.OPERATOR_STOP)
         self.exit_code = exitcodes.OPERATOR_STOP
         return False
+
+
+def check_prefetch(prefetch: int, *, routed: bool, sidecar: bool) -> int:
+    """``prefetch`` (``worker --prefetch``), or ``ConfigError`` saying why a worker cannot.
+
+    >>> check_prefetch(10, routed=False, sidecar=False)
+    10
+    >>> check_prefetch(10, routed=True, sidecar=False)
+    Traceback (most recent call last):
+    ...
+    rowfleet.errors.ConfigError: --prefetch is for many short jobs: a worker that routes by model (--gpu with models) or owns a sidecar claims one job at a time
+    """
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 1 <= prefetch <= MOST_PREFETCHED:
+        raise ConfigError(f"--prefetch takes 1 to {MOST_PREFETCHED} jobs a claim, got {prefetch!r}")
+    if prefetch > 1 and (routed or sidecar):
+        raise ConfigError("--prefetch is for many short jobs: a worker that routes by model (--gpu with models) "
+                          "or owns a sidecar claims one job at a time")
+    return prefetch
 
 
 def _call(handler: Callable[..., Any], args: Any) -> Any:

@@ -351,6 +351,9 @@ def import_tasks(task_dir: str) -> None:
     tasks.import_apps([TASK_MODULE], task_dir)
 
 
+# The batch a prefetching worker claims in the round-trip rows (worker --prefetch N).
+PREFETCH = 10
+
 # How an idle SQLite worker hears of work: its doorbells and the WAL watch (as shipped); the
 # WAL watch alone (no bells, as before doorbells: every commit wakes it); no push path at all
 # (as on a system without inotify: a nap between data_version checks).

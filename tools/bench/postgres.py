@@ -67,10 +67,11 @@ LEGEND = """\
               run on psycopg autocommit connections, one transaction per statement. Round
               trip: claim UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1)
               RETURNING, then the complete UPDATE; a busy rowfleet worker finishes a job
-              and claims the next in one statement. With the most processes a third loop,
-              the "ceiling of one job per claim", runs that turn as one minimal statement
-              with no events: how far a claim of one job can beat the baseline here. Each
-              run copies one template database;
+              and claims the next in one statement. With the most processes two more
+              loops: "with --prefetch 10", rowfleet workers claiming 10 jobs a statement,
+              each finished in its own commit; and the "ceiling of one job per claim",
+              that turn as one minimal statement with no events: how far a claim of one
+              job can beat the baseline here. Each run copies one template database;
               its window opens once every process has claimed a job ("all claiming" =
               release to the last first claim, rowfleet/bare: a rowfleet worker imports
               psycopg, ~0.15 s here, and opens three connections after the release; the
@@ -180,6 +181,14 @@ def roundtrip_worker(url: str, task_dir: str, barrier: Any) -> None:
     """One rowfleet worker (burst mode), released with the others by ``barrier``."""
     harness.import_tasks(task_dir)
     worker = Worker(Config(db=url, project=PROJECT), QUEUE, burst=True)
+    barrier.wait()
+    worker.run()
+
+
+def roundtrip_prefetching(url: str, task_dir: str, barrier: Any) -> None:
+    """As ``roundtrip_worker``, claiming ``harness.PREFETCH`` jobs at a time (``--prefetch``)."""
+    harness.import_tasks(task_dir)
+    worker = Worker(Config(db=url, project=PROJECT), QUEUE, burst=True, prefetch=harness.PREFETCH)
     barrier.wait()
     worker.run()
 
@@ -372,7 +381,7 @@ class PostgresBench:
         for procs in worker_counts:
             kinds = [("bare", roundtrip_bare), ("rowfleet", roundtrip_worker)]
             if procs == max(worker_counts):
-                kinds.append(("floor", roundtrip_floor))
+                kinds += [("prefetch", roundtrip_prefetching), ("floor", roundtrip_floor)]
             runs: dict[str, list[Run]] = {kind: [] for kind, _ in kinds}
             for round_no in range(s.roundtrip_rounds):
                 progress(f"pg round trip, {procs} process(es), round {round_no + 1} of {s.roundtrip_rounds}: "
@@ -393,6 +402,10 @@ class PostgresBench:
             if not math.isnan(median(ours, "client_us")):
                 notes.append(f"CPU us/job: workers {median(ours, 'client_us'):.0f}/{median(bare, 'client_us'):.0f}, "
                              f"their server backends {median(ours, 'server_us'):.0f}/{median(bare, 'server_us'):.0f}")
+            if "prefetch" in runs:
+                batched = median(runs["prefetch"], "rate")
+                notes.append(f"with --prefetch {harness.PREFETCH}: {count(batched)} jobs/s, {ratio(batched, b)} "
+                             f"the bare loop")
             if "floor" in runs:
                 floor = median(runs["floor"], "rate")
                 notes.append(f"ceiling of one job per claim: a minimal finish-and-claim statement (no events) "

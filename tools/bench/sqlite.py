@@ -58,6 +58,8 @@ LEGEND = """\
               Both sides: processes released together by a barrier; jobs completed (by
               finished_at) within a fixed window opening at the first claim, on a queue deep
               enough not to run dry. "first claim" = release to first claim, rowfleet/bare.
+              "--prefetch 10": rowfleet's workers claim 10 jobs a statement and finish each
+              in its own commit (the batch's last with the next batch's claim).
               idle wake and CPU: rowfleet's worker hears its queue's doorbell and the WAL
               watch. Baselines: the same worker with its inotify push path switched off,
               so it naps 50 ms between data_version checks; or, with another queue busy,
@@ -130,6 +132,15 @@ def roundtrip_worker(path: str, synchronous: str, task_dir: str, barrier: Any) -
     """One rowfleet worker (burst mode), released with the others by ``barrier``."""
     harness.import_tasks(task_dir)
     worker = Worker(Config(db=path, project=PROJECT, synchronous=synchronous), QUEUE, burst=True)
+    barrier.wait()
+    worker.run()
+
+
+def roundtrip_prefetching(path: str, synchronous: str, task_dir: str, barrier: Any) -> None:
+    """As ``roundtrip_worker``, claiming ``harness.PREFETCH`` jobs at a time (``--prefetch``)."""
+    harness.import_tasks(task_dir)
+    worker = Worker(Config(db=path, project=PROJECT, synchronous=synchronous), QUEUE, burst=True,
+                    prefetch=harness.PREFETCH)
     barrier.wait()
     worker.run()
 
@@ -231,16 +242,18 @@ def roundtrip(bench: Bench) -> None:
     s = bench.sizes
     template = bench.lab.database("roundtrip-template")
     load_queued(template, s.roundtrip_jobs)
-    cases = [("FULL", k) for k in s.worker_counts]
-    cases += [("NORMAL", k) for k in s.worker_counts if k in (1, max(s.worker_counts))]
-    for sync, procs in cases:
+    cases = [("FULL", k, 1) for k in s.worker_counts]
+    cases += [("NORMAL", k, 1) for k in s.worker_counts if k in (1, max(s.worker_counts))]
+    cases += [("FULL", k, harness.PREFETCH) for k in (1, max(s.worker_counts))]
+    for sync, procs, prefetch in cases:
         ours, bare, our_shares, bare_shares, problems = [], [], [], [], set()
         our_start, bare_start = [], []
+        worker = roundtrip_worker if prefetch == 1 else roundtrip_prefetching
         for round_no in range(s.roundtrip_rounds):
-            progress(f"round trip, {procs} process(es), {sync}, round {round_no + 1} of {s.roundtrip_rounds}: "
-                     f"bare loop, then rowfleet, {s.roundtrip_window:g} s each")
+            progress(f"round trip, {procs} process(es), {sync}, prefetch {prefetch}, round {round_no + 1} of "
+                     f"{s.roundtrip_rounds}: bare loop, then rowfleet, {s.roundtrip_window:g} s each")
             for target, rates, split, starts in ((roundtrip_bare, bare, bare_shares, bare_start),
-                                                 (roundtrip_worker, ours, our_shares, our_start)):
+                                                 (worker, ours, our_shares, our_start)):
                 rate, split_now, started, problem = _run_workers(bench, target, template, procs, sync)
                 rates.append(rate)
                 split.append(split_now)
@@ -254,7 +267,8 @@ def roundtrip(bench: Bench) -> None:
         if procs > 1:
             notes.append(f"shares {shares(our_shares)}% (bare {shares(bare_shares)}%)")
         notes += sorted(problems)
-        label = f"round trip, {procs} worker proc{'s' if procs > 1 else ''} (jobs/s)"
+        label = f"round trip, {procs} worker proc{'s' if procs > 1 else ''}" \
+                + (f", --prefetch {prefetch}" if prefetch > 1 else "") + " (jobs/s)"
         bench.add(Row(label, sync, count(a), count(b), ratio(a, b), "; ".join(notes)))
 
 

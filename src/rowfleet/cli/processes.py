@@ -24,7 +24,7 @@ from rowfleet.orchestrator import Orchestrator
 from rowfleet.sidecar import SidecarSpec
 from rowfleet.store import Store, open_store
 from rowfleet.supervisor import Child, Supervisor, workers
-from rowfleet.worker import Worker
+from rowfleet.worker import Worker, check_prefetch
 
 log = logging.getLogger("rowfleet.orchestrator")
 
@@ -48,6 +48,9 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--gpu", action="store_true",
                      help="its jobs use a GPU: watch them with the GPU health watchdog (exit 78)")
     sub.add_argument("--burst", action="store_true", help="drain what is due, then exit")
+    sub.add_argument("--prefetch", type=positive_int, default=1, metavar="N",
+                     help="claim up to N due jobs at once and run them one at a time (default 1); for many "
+                          "short jobs, not for GPU or long ones (see the README)")
     sub.add_argument("--no-sampler", action="store_true",
                      help="with --procs: run no telemetry sampler for this host (by default the supervisor "
                           "runs one, which stands by while another sampler of the host writes)")
@@ -94,10 +97,11 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
         names.check_name("--queue", queue)  # '*' too: a switch's wildcard names no queue to serve
     gpu_settings = _gpu_settings(args)
     sidecar = _sidecar(args)
+    check_prefetch(args.prefetch, routed=gpu_settings is not None, sidecar=sidecar is not None)  # before a fork
 
     def one_worker() -> int:
         worker = Worker(config, queues, burst=args.burst, gpu=args.gpu, gpu_settings=gpu_settings,
-                        sidecar=sidecar)
+                        sidecar=sidecar, prefetch=args.prefetch)
         on_stop_signals(lambda *_: worker.request_stop())
         try:
             return worker.run()

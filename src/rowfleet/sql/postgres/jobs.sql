@@ -175,6 +175,24 @@ SET {{claimed_set}}
 WHERE id = {{claim_pick}} AND {{claim_candidates}}
 RETURNING *;
 
+-- name: claim_batch
+-- Up to :limit jobs at once, for a worker that prefetches (worker --prefetch): the plain
+-- claim's pick as a range of jobs_claim in claim order, locked (SKIP LOCKED), each row
+-- re-checked and given its own token. The pick is MATERIALIZED: as an IN (subquery) the
+-- planner may run it again per row, and each run would lock :limit more. RETURNING gives
+-- no order: the store sorts them.
+WITH picked AS MATERIALIZED (
+    SELECT id FROM jobs
+    WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s
+      AND run_at <= rowfleet_now(%(now)s)
+    ORDER BY run_next DESC, priority, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs
+SET {{claimed_set}}
+FROM picked
+WHERE jobs.id = picked.id AND {{claim_candidates}}
+RETURNING jobs.*;
+
 -- name: has_due
 -- A delayed job that has fallen due counts (if the claim may take it): the claim that
 -- follows promotes it. The delayed half is ordered as jobs_delayed is, so that the planner

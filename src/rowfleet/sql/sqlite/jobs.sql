@@ -148,6 +148,18 @@ SET {{claimed_set}}
 WHERE id = {{claim_pick}} AND {{claim_candidates}}
 RETURNING *;
 
+-- name: claim_batch
+-- Up to :limit jobs at once, for a worker that prefetches (worker --prefetch): the plain
+-- claim's pick written as a range of jobs_claim in claim order, each row re-checked and
+-- given its own token. RETURNING gives no order: the store sorts them as claimed.
+UPDATE jobs
+SET {{claimed_set}}
+WHERE id IN (SELECT id FROM jobs
+             WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+             ORDER BY run_next DESC, priority, run_at, id LIMIT :limit)
+  AND {{claim_candidates}}
+RETURNING *;
+
 -- name: has_due
 -- A delayed job that has fallen due counts (if the claim may take it): the claim that
 -- follows promotes it. The delayed half is ordered as jobs_delayed is, so that the planner
