@@ -113,8 +113,9 @@ class PostgresStore(Store):
     passes_between_threads = True  # its reads autocommit: an idle connection holds no snapshot
     # Queries only this dialect has: composite operations SQLite cannot do in one statement.
     own_queries = frozenset({*(f"finish_and_claim{form}" for form in ("", "[routed]", "[newest]", "[warm]")),
+                             "finish_terminal",
                              "database_time", "listen_jobs", "listen_dispatch", "listen_control"})
-    own_fragments: frozenset[str] = frozenset()  # fragments only this dialect's own queries include
+    own_fragments = frozenset({"finished_turn"})  # fragments only this dialect's own queries include
 
     def __init__(self, url: str, config: Config, *, clock: Callable[[], float] | None = None) -> None:
         super().__init__(config, self._database_time)
@@ -198,8 +199,11 @@ class PostgresStore(Store):
     def finish(self, job: Job, outcome: Outcome, claim_next: Claim | None = None) -> Job | None:
         """As ``Store.finish``; a terminal outcome followed by a claim is one statement here,
         since on Postgres a busy worker is bound by round trips, not by commits."""
-        if claim_next is None or outcome.state not in TERMINAL:
+        if outcome.state not in TERMINAL:
             return super().finish(job, outcome, claim_next)
+        if claim_next is None:
+            self._finish_terminal(job, outcome)
+            return None
         # The turn's statement claims by the claim's first form; any other is a claim of its own.
         first, *others = claim_forms("finish_and_claim", claim_next)
         row, promoted = self._claiming(
@@ -216,6 +220,15 @@ class PostgresStore(Store):
         if row["id"] is None:
             return None if promoted else self._claim_after_promotion(claim_next)
         return Job.from_row(row)
+
+    def _finish_terminal(self, job: Job, outcome: Outcome) -> None:
+        """A terminal outcome with no claim after it, in one statement."""
+        row = _AutocommitTx(self).one("finish_terminal", id=job.id, token=job.lease_token, state=outcome.state,
+                                      result=outcome.result_json, error=outcome.error, traceback=outcome.traceback,
+                                      kind=outcome.event or outcome.state, detail=outcome_detail(job, outcome))
+        if not row["finished"]:  # nothing was written: an idempotent repeat, or a stale holder
+            with self.transaction() as tx:
+                self._check_already_written(tx, job, outcome)
 
     def reader(self) -> Tx:
         return _AutocommitTx(self)

@@ -314,12 +314,11 @@ DELETE FROM job_events WHERE job_id IN ({{prunable}});
 -- name: prune_jobs
 DELETE FROM jobs WHERE id IN ({{prunable}});
 
--- name: finish_and_claim
--- A busy worker's whole turn in one statement (one round trip, atomic in autocommit): write
--- the finished job's terminal state and its event (none for a completion: the row holds it)
--- and a workflow node's dispatch event, then claim the next job of the queue, but only if
--- the finish still held the lease.
-WITH finished AS (
+-- fragment: finished_turn
+-- A terminal outcome as common table expressions: the job's terminal state (``finished``,
+-- only while the token still holds the lease), its event (none for a completion: the row
+-- holds it) and a workflow node's dispatch event.
+finished AS (
     UPDATE jobs
     SET state = %(state)s, result = %(result)s, error = %(error)s, traceback = %(traceback)s,
         lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
@@ -332,7 +331,19 @@ WITH finished AS (
     INSERT INTO dispatch_events (project, run_id, node_id, job_id, kind, created_at)
     SELECT project, run_id, node_id, id, 'job_finished', rowfleet_now(%(now)s) FROM finished
     WHERE run_id IS NOT NULL
-), claimed AS (
+)
+
+-- name: finish_terminal
+-- A terminal outcome with no claim after it in one statement (one round trip, atomic in
+-- autocommit): a prefetching worker's job whose next one it holds already.
+WITH {{finished_turn}}
+SELECT count(*) AS finished FROM finished;
+
+-- name: finish_and_claim
+-- A busy worker's whole turn in one statement (one round trip, atomic in autocommit): the
+-- terminal outcome, then the claim of the next job of the queue, but only if the finish
+-- still held the lease.
+WITH {{finished_turn}}, claimed AS (
     UPDATE jobs
     SET {{claimed_set}}
     WHERE id = {{claim_pick}} AND {{claim_candidates}}
