@@ -6,6 +6,9 @@ schema, with the same settings. The sections, in the table's order:
 
 * ``enqueue``, ``batch``, ``roundtrip``, ``wake``, ``claim`` (``sqlite.py``): rowfleet vs
   bare ``sqlite3`` loops on SQLite files;
+* ``walpages`` (``walpages.py``): the WAL pages a busy worker writes per job, by page owner;
+* ``fleet`` (``fleet.py``): the CPU of an idle fleet (1 orchestrator, 8 workers, 1
+  scheduler) as real processes, with and without doorbells;
 * ``status`` (``status.py``): the store work of ``rowfleet status --json`` at a million
   jobs vs a bare ``GROUP BY state`` on the same SQLite file;
 * ``dag`` (``dag.py``): workflow nodes/s through a wide fan-out and a map, vs as many plain
