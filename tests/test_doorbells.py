@@ -167,6 +167,29 @@ class FileWaiterTest(TempDirTestCase):
         self.assertTrue(self.woke(waiter, LONG), "its bell did not wake it inside the quiet spell")
         self.now += 0.11
         self.assertTrue(self.woke(waiter, LONG), "the commit made in the quiet spell was not heard after it")
+        # That wake-up began another spell: a storm costs one look per spell.
+        self.commit_elsewhere()
+        self.assertFalse(self.woke(waiter, BRIEF), "a storm's commit woke it inside the spell that followed")
+        self.now += 0.11
+        self.assertTrue(self.woke(waiter, LONG))
+
+    def test_what_was_written_before_a_drain_does_not_end_a_spell_as_a_wake_up(self):
+        waiter = self.waiter()
+        self.commit_elsewhere()
+        self.assertTrue(self.woke(waiter, LONG))
+        self.commit_elsewhere()  # as the worker's own commits while it ran a job
+        waiter.drain()
+        self.now += 0.11
+        self.assertFalse(self.woke(waiter, BRIEF), "a commit from before the drain woke it at the spell's end")
+
+    def test_a_spell_with_nothing_written_ends_with_the_wal_watched_again(self):
+        waiter = self.waiter()
+        self.commit_elsewhere()
+        self.assertTrue(self.woke(waiter, LONG))
+        self.now += 0.11
+        self.assertFalse(self.woke(waiter, BRIEF), "a spell in which nothing was written woke it")
+        self.commit_elsewhere()
+        self.assertTrue(self.woke(waiter, LONG), "after a quiet spell, a commit did not wake it at once")
 
     def test_without_bells_every_commit_wakes_it(self):
         waiter = self.waiter(bells=())

@@ -163,16 +163,16 @@ def event_names(buffer: bytes) -> list[bytes]:
     >>> event_names(raw)
     [b'a.db']
     """
-    return [name for _mask, name in _events(buffer)]
+    return [name for _wd, _mask, name in _events(buffer)]
 
 
-def _events(buffer: bytes) -> list[tuple[int, bytes]]:
-    """``(mask, name)`` of each raw ``inotify_event`` record in ``buffer``."""
+def _events(buffer: bytes) -> list[tuple[int, int, bytes]]:
+    """``(watch descriptor, mask, name)`` of each raw ``inotify_event`` record in ``buffer``."""
     events, offset = [], 0
     while offset + _EVENT_HEADER.size <= len(buffer):
-        _wd, mask, _cookie, length = _EVENT_HEADER.unpack_from(buffer, offset)
+        wd, mask, _cookie, length = _EVENT_HEADER.unpack_from(buffer, offset)
         offset += _EVENT_HEADER.size
-        events.append((mask, buffer[offset:offset + length].rstrip(b"\0")))
+        events.append((wd, mask, buffer[offset:offset + length].rstrip(b"\0")))
         offset += length
     return events
 
@@ -181,7 +181,13 @@ class FileWaiter:
     """Block until one of its bells rings, the database file or its WAL is written (no
     more than once per ``quiet`` seconds where bells are watched), a timeout, or
     ``interrupt()``. With ``bells_only`` (for what only rowfleet's store writes, which rings)
-    the WAL is not watched at all once its bells are."""
+    the WAL is not watched at all once its bells are.
+
+    One inotify instance holds every watch (Linux allows a user 128 by default, and a box
+    may run many workers). A quiet spell removes the folder's watch, so a neighbour's storm
+    of commits raises no event meanwhile. At its end the database files' sizes and times
+    say whether anything was written during it: if so, that is one wake-up and another
+    spell begins (a storm costs one look per spell); if not, the watch is back."""
 
     def __init__(self, db_path: str, poll: float, bells: Sequence[str] = (), *, quiet: float = WAL_QUIET,
                  bells_only: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
@@ -189,89 +195,124 @@ class FileWaiter:
         self._quiet, self._clock = quiet, clock
         absolute = os.path.abspath(db_path)
         base = os.path.basename(absolute).encode()
+        self._folder = os.path.dirname(absolute)
         self._names = {base, base + b"-wal"}
         self._pipe = SelfPipe()
-        self._wal = _watch(os.path.dirname(absolute))
+        self._fd = _inotify_init()
         self._bell_paths = tuple(bells)
-        self._bells = _watch_bells(self._bell_paths) if self._wal is not None else None
-        if bells_only and self._bells is not None:
-            os.close(self._wal)  # the WAL would wake it only for others' commits
-            self._wal = None
-        self._quiet_until = 0.0  # until then only bells wake it
-        self._any = select.poll()         # the self-pipe, bells, the WAL
-        self._bells_only = select.poll()  # the self-pipe and bells: while the WAL is quieted
-        for poller in (self._any, self._bells_only):
-            poller.register(self._pipe.fileno(), select.POLLIN)
-            if self._bells is not None:
-                poller.register(self._bells, select.POLLIN)
-        if self._wal is not None:
-            self._any.register(self._wal, select.POLLIN)
-
-    @property
-    def _napping(self) -> bool:
-        """No inotify at all: it naps, and the caller's data_version check does the rest."""
-        return self._wal is None and self._bells is None
+        self._bells = _watch_bells(self._fd, self._bell_paths) if self._fd is not None and bells else None
+        self._wal: int | None = None  # the folder's watch descriptor
+        if self._fd is not None and not (bells_only and self._bells):
+            self._wal = self._watch_wal()
+        self._watches_wal = self._wal is not None
+        if self._fd is not None and self._wal is None and not self._bells:
+            os.close(self._fd)  # nothing to watch: nap instead
+            self._fd = None
+        self._paths = (absolute, absolute + "-wal")
+        self._quiet_until: float | None = None  # while set, the folder is unwatched and only bells wake it
+        self._stamp: tuple[Any, ...] = ()  # the files as a quiet spell began
+        self._poller = select.poll()
+        self._poller.register(self._pipe.fileno(), select.POLLIN)
+        if self._fd is not None:
+            self._poller.register(self._fd, select.POLLIN)
 
     @property
     def settle_window(self) -> float:
         """The WAL write that raises an event can land before its commit is visible (the
         wal-index lives in the mmap'd -shm, which raises no event): after an event, keep
         re-checking this long. A bell rings after its commit; a nap has nothing to settle."""
-        return SETTLE_WINDOW if self._wal is not None else 0.0
+        return SETTLE_WINDOW if self._watches_wal else 0.0
 
     def wait(self, timeout: float) -> bool:
-        """True if the database may have changed; False on timeout, interrupt, or the end of
-        a quiet spell (the caller waits again for what is left of its time)."""
-        if self._napping:
+        """True if the database may have changed; False on timeout or interrupt."""
+        if self._fd is None:
             timeout = min(timeout, FALLBACK_INTERVAL)
-        quiet = self._quiet_until - self._clock()
-        poller = self._bells_only if quiet > 0 else self._any
-        ready = poller.poll(_millis(min(timeout, quiet) if quiet > 0 else timeout))
-        fds = {fd for fd, _ in ready}
-        if self._pipe.fileno() in fds:
+        elif self._quiet_until is not None:
+            left = self._quiet_until - self._clock()
+            if left <= 0 and self._written_in_spell():
+                self._start_quiet_spell()  # the look this wake-up brings covers the spell
+                return True
+            if left <= 0:  # a quiet end: watch again (and look if a commit slipped in meanwhile)
+                self._quiet_until = None
+                self._wal = self._watch_wal()
+                if self._written_in_spell():
+                    return True
+            else:
+                timeout = min(timeout, left)
+        ready = {fd for fd, _ in self._poller.poll(_millis(timeout))}
+        if self._pipe.fileno() in ready:
             self._pipe.clear()
             return False
-        if self._napping:
+        if self._fd is None:
             return True  # a nap ended: let the caller check data_version
-        if self._bells is not None and self._bells in fds and self._drain_bells():
+        if self._fd not in ready:
+            return False
+        rang, written = self._take_events()
+        if rang:
             return True
-        if self._wal is not None and self._wal in fds and self._drain_wal():
-            if self._bells is not None:
-                self._quiet_until = self._clock() + self._quiet
-            return True
-        return False
+        if written and self._bells:
+            self._start_quiet_spell()
+        return written
 
     def drain(self) -> None:
-        """Forget events already queued (our own commits while we were busy)."""
-        if self._wal is not None:
-            self._drain_wal()
-        if self._bells is not None:
-            self._drain_bells()
+        """Forget events already queued (our own commits while we were busy), and what a
+        quiet spell has seen written so far."""
+        if self._fd is not None:
+            self._take_events()
+            if self._quiet_until is not None:
+                self._stamp = self._files_now()
 
     def interrupt(self) -> None:
         """Wake a waiting ``wait`` at once. Safe to call from a signal handler."""
         self._pipe.ring()
 
-    def _drain_wal(self) -> bool:
-        return any(name in self._names for _mask, name in _read_events(self._wal))
+    def _take_events(self) -> tuple[bool, bool]:
+        """Read every queued event: (whether a bell rang, whether the database was written).
+        A bell file removed under us drops its watch (IN_IGNORED): it is made and watched
+        anew, so the next ring is heard, and this counts as a ring."""
+        rang = written = lost = False
+        for wd, mask, name in _read_events(self._fd):
+            if self._bells and wd in self._bells:
+                rang = True
+                lost = lost or bool(mask & IN_IGNORED)
+            elif wd == self._wal and name in self._names:
+                written = True
+        if lost:
+            self._bells = _watch_bells(self._fd, self._bell_paths) or self._bells
+        return rang, written
 
-    def _drain_bells(self) -> bool:
-        """Whether a bell rang. A bell file removed under us drops its watch: watch it anew
-        (made again), so the next ring is heard; this wake-up counts as one either way."""
-        events = _read_events(self._bells)
-        if any(mask & IN_IGNORED for mask, _name in events):
-            _rewatch_bells(self._bells, self._bell_paths)
-        return bool(events)
+    def _start_quiet_spell(self) -> None:
+        if self._wal is not None:
+            _libc().inotify_rm_watch(self._fd, self._wal)
+            self._wal = None
+        self._stamp = self._files_now()
+        self._quiet_until = self._clock() + self._quiet
+
+    def _written_in_spell(self) -> bool:
+        return self._files_now() != self._stamp
+
+    def _files_now(self) -> tuple[Any, ...]:
+        """The database file's and its WAL's size and times (None for one that is missing)."""
+        stamps = []
+        for path in self._paths:
+            try:
+                found = os.stat(path)
+                stamps.append((found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns))
+            except OSError:
+                stamps.append(None)
+        return tuple(stamps)
+
+    def _watch_wal(self) -> int | None:
+        return _add_watch(self._fd, self._folder, IN_MODIFY | IN_CREATE | IN_MOVED_TO)
 
     def close(self) -> None:
         self._pipe.close()
-        for fd in (self._wal, self._bells):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._wal = self._bells = None
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
 
 
 def _millis(seconds: float) -> int:
@@ -279,9 +320,9 @@ def _millis(seconds: float) -> int:
     return max(0, int(seconds * 1000 + 0.999))
 
 
-def _read_events(fd: int) -> list[tuple[int, bytes]]:
+def _read_events(fd: int) -> list[tuple[int, int, bytes]]:
     """Every event queued on an inotify descriptor, read without blocking."""
-    events: list[tuple[int, bytes]] = []
+    events: list[tuple[int, int, bytes]] = []
     while True:
         try:
             buffer = os.read(fd, 65536)
@@ -292,45 +333,32 @@ def _read_events(fd: int) -> list[tuple[int, bytes]]:
         events.extend(_events(buffer))
 
 
-def _watch_bells(paths: Sequence[str]) -> int | None:
-    """An inotify descriptor watching each bell (made if missing), or None: no bells, or
-    none could be made or watched (then the WAL watch wakes for every commit, unquieted)."""
-    if not paths:
-        return None
-    fd = _inotify_init()
-    if fd is None:
-        return None
-    if not _rewatch_bells(fd, paths):
-        os.close(fd)
-        return None
-    return fd
-
-
-def _rewatch_bells(fd: int, paths: Sequence[str]) -> bool:
-    """Make each bell and watch it on ``fd``; whether every one is watched."""
-    watched = 0
+def _watch_bells(fd: int, paths: Sequence[str]) -> dict[int, str] | None:
+    """Make each bell (an empty file) and watch it on ``fd``: watch descriptor -> path; None
+    when one could not be made or watched. Then no bell is relied on: the WAL wakes the
+    waiter for every commit, unquieted, so no queue of its waits out a quiet spell."""
+    watched = {}
     for path in paths:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
         except OSError as exc:
             log.info("cannot make the doorbell %s (%s): woken by every commit instead", path, exc)
-            continue
-        if _libc().inotify_add_watch(fd, os.fsencode(path), IN_ATTRIB | IN_MODIFY) >= 0:
-            watched += 1
-    return watched == len(paths)
+            return None
+        wd = _add_watch(fd, path, IN_ATTRIB | IN_MODIFY)
+        if wd is None:
+            return None
+        watched[wd] = path
+    return watched
 
 
-def _watch(folder: str) -> int | None:
-    """An inotify descriptor watching ``folder`` for writes, or None where unavailable."""
-    fd = _inotify_init()
-    if fd is None:
+def _add_watch(fd: int, path: str, mask: int) -> int | None:
+    """Watch ``path`` on ``fd``: its watch descriptor, or None (logged) where refused."""
+    wd = _libc().inotify_add_watch(fd, os.fsencode(path), mask)
+    if wd < 0:
+        log.warning("cannot watch %s (%s): it wakes nobody", path, os.strerror(ctypes.get_errno()))
         return None
-    if _libc().inotify_add_watch(fd, os.fsencode(folder), IN_MODIFY | IN_CREATE | IN_MOVED_TO) < 0:
-        log.warning("cannot watch %s (%s): falling back to polling", folder, os.strerror(ctypes.get_errno()))
-        os.close(fd)
-        return None
-    return fd
+    return wd
 
 
 def _inotify_init() -> int | None:
@@ -350,10 +378,11 @@ def _libc() -> Any:
     """The C library with its inotify calls typed, or None (not Linux)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        libc.inotify_init1, libc.inotify_add_watch
+        libc.inotify_init1, libc.inotify_add_watch, libc.inotify_rm_watch
     except (OSError, AttributeError):
         log.info("inotify is not available here: idle workers check for changes every %.0f ms",
                  FALLBACK_INTERVAL * 1000)
         return None
     libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
     return libc

@@ -367,10 +367,10 @@ def idle_worker(path: str, task_dir: str, watch: str, control: Any) -> None:
     if watch != "bells":
         from rowfleet import wake
 
-        switch = "_watch_bells" if watch == "wal" else "_watch"
+        switch = "_watch_bells" if watch == "wal" else "_inotify_init"
         if not hasattr(wake, switch):
             raise RuntimeError(f"rowfleet.wake.{switch} is gone: update the bench's {watch} switch")
-        setattr(wake, switch, lambda where: None)
+        setattr(wake, switch, lambda *where: None)
     worker = Worker(Config(db=path, project=PROJECT, poll=1.0), QUEUE)
     answer_cpu_requests(control, worker.request_stop)
     worker.run()
