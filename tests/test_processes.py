@@ -205,19 +205,22 @@ class ProcessContract:
         for job in self.store().list_jobs("", limit=1_000_000):
             self.assertEqual((job.attempts, job.lease_token), (1, 1), f"job {job.id}")
 
-    def drain_exactly_once(self, start_workers) -> None:
-        """2,000 jobs, four processes racing for them: each job runs once and completes.
+    def drain_exactly_once(self, start_workers, jobs: int = 2000, processes: int = 4, batch: int = 1) -> None:
+        """``jobs`` jobs, ``processes`` processes racing for them: each job runs once and
+        completes.
 
-        The handler waits at a gate until all four processes hold a job, so the race is
-        real however fast one process starts.
+        The handler waits at a gate until every process holds its first claim (``batch``
+        jobs each, one running and the rest prefetched), so the race is real however fast
+        one process starts.
         """
-        ids = self.enqueue("record", 2000)
-        processes = start_workers()
-        wait_until(lambda: _count(self.store(), "running") == 4, message="four workers holding a job each")
+        ids = self.enqueue("record", jobs)
+        started = start_workers()
+        wait_until(lambda: _count(self.store(), "running") == processes * batch,
+                   message=f"{processes} workers holding {batch} job(s) each")
         holders = {job.claimed_by for job in self.store().list_jobs("", state="running")}
-        self.assertEqual(len(holders), 4)
+        self.assertEqual(len(holders), processes)
         open(os.path.join(self.dir, "go"), "w").close()
-        for process in processes:
+        for process in started:
             self.assert_exits(process, 0, timeout=2 * DEADLINE)
         self.assert_ran_once_each(ids)
 
@@ -291,17 +294,9 @@ class ProcessContract:
     # --- prefetch (worker --prefetch N) ---------------------------------------------------
 
     def test_prefetching_workers_drain_600_jobs_each_exactly_once(self):
-        ids = self.enqueue("record", 600)
-        workers = [self.launch("worker", "--app", APP, "--burst", "--prefetch", "8") for _ in range(2)]
-        # Both hold a whole batch (one job running, seven waiting) before any handler may finish.
         # PostgreSQL once took all 600 at once: its pick, run again per row, locked 8 more each time.
-        wait_until(lambda: _count(self.store(), "running") == 16, message="two workers holding a batch each")
-        holders = {job.claimed_by for job in self.store().list_jobs("", state="running")}
-        self.assertEqual(len(holders), 2)
-        open(os.path.join(self.dir, "go"), "w").close()
-        for worker in workers:
-            self.assert_exits(worker, 0, timeout=2 * DEADLINE)
-        self.assert_ran_once_each(ids)
+        self.drain_exactly_once(lambda: [self.launch("worker", "--app", APP, "--burst", "--prefetch", "8")
+                                         for _ in range(2)], jobs=600, processes=2, batch=8)
 
     def test_kill_9_of_a_prefetching_worker_leaves_its_unstarted_jobs_to_the_sweep_and_each_runs_once(self):
         hung = self.enqueue("hang_first")[0]

@@ -219,11 +219,12 @@ class SqlFilesTest(unittest.TestCase):
 
 
 class WakeTest(unittest.TestCase):
-    def test_event_names_of_several_records(self):
-        raw = b"".join(struct.pack("iIII", 1, wake.IN_MODIFY, 0, len(name)) + name
-                       for name in (b"jobs.db-wal\0", b"other\0\0\0\0", b""))
-        self.assertEqual(wake.event_names(raw), [b"jobs.db-wal", b"other", b""])
-        self.assertEqual(wake.event_names(raw[:10]), [])
+    def test_inotify_events_of_several_records(self):
+        raw = b"".join(struct.pack("iIII", wd, wake.IN_MODIFY, 0, len(name)) + name
+                       for wd, name in ((1, b"jobs.db-wal\0"), (2, b"other\0\0\0\0"), (3, b"")))
+        self.assertEqual(wake.inotify_events(raw), [(1, wake.IN_MODIFY, b"jobs.db-wal"),
+                                                    (2, wake.IN_MODIFY, b"other"), (3, wake.IN_MODIFY, b"")])
+        self.assertEqual(wake.inotify_events(raw[:10]), [])
 
 
 class SupervisorTest(unittest.TestCase):

@@ -156,18 +156,13 @@ def ring(paths: Iterable[str]) -> None:
             pass
 
 
-def event_names(buffer: bytes) -> list[bytes]:
-    """The file names carried by a buffer of raw ``inotify_event`` records.
+def inotify_events(buffer: bytes) -> list[tuple[int, int, bytes]]:
+    """``(watch descriptor, mask, name)`` of each raw ``inotify_event`` record in ``buffer``.
 
     >>> raw = struct.pack("iIII", 1, IN_MODIFY, 0, 8) + b"a.db\\0\\0\\0\\0"
-    >>> event_names(raw)
-    [b'a.db']
+    >>> inotify_events(raw) == [(1, IN_MODIFY, b"a.db")]
+    True
     """
-    return [name for _wd, _mask, name in _events(buffer)]
-
-
-def _events(buffer: bytes) -> list[tuple[int, int, bytes]]:
-    """``(watch descriptor, mask, name)`` of each raw ``inotify_event`` record in ``buffer``."""
     events, offset = [], 0
     while offset + _EVENT_HEADER.size <= len(buffer):
         wd, mask, _cookie, length = _EVENT_HEADER.unpack_from(buffer, offset)
@@ -330,7 +325,7 @@ def _read_events(fd: int) -> list[tuple[int, int, bytes]]:
             return events
         if not buffer:
             return events
-        events.extend(_events(buffer))
+        events.extend(inotify_events(buffer))
 
 
 def _watch_bells(fd: int, paths: Sequence[str]) -> dict[int, str] | None:

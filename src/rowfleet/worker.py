@@ -379,7 +379,7 @@ class Worker:
                 time.sleep(pause)
                 pause = min(pause * 2, 10.0)
 
-    def _finish_prefetched(self, job: Job, outcome: Outcome, claim_next: Any) -> Job | None:
+    def _finish_prefetched(self, job: Job, outcome: Outcome, claim_next: Claim | None) -> Job | None:
         """A prefetching worker's finish: the next job held runs next (no claim); none held,
         the finish claims the next batch; stopping or switched off, it hands back what it
         holds unstarted, in the same transaction."""
