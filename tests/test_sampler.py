@@ -69,6 +69,25 @@ def lay_proc(root: str, moment: str) -> None:
         shutil.copy(os.path.join(PROC, source), os.path.join(proc, target))
 
 
+class StopSignalTest(unittest.TestCase):
+    """A stop signal interrupts sampling only, never the way out: one that arrived while a
+    supervised sampler was logging why it stopped used to end it in a traceback."""
+
+    def test_outside_sampling_a_signal_only_sets_the_event(self):
+        signal_ = sampler.StopSignal()
+        signal_(signal.SIGTERM, None)
+        self.assertTrue(signal_.event.is_set())
+
+    def test_while_sampling_the_first_signal_interrupts_and_a_second_does_not(self):
+        signal_ = sampler.StopSignal()
+        with self.assertRaises(sampler.Interrupted), signal_.interruptible():
+            signal_(signal.SIGTERM, None)
+        with signal_.interruptible():
+            pass
+        signal_(signal.SIGTERM, None)  # after the span: no raise
+        self.assertTrue(signal_.event.is_set())
+
+
 class SamplerTurnTest(TempDirTestCase):
     """What a turn reads and writes, over fixture trees, with a moved clock."""
 

@@ -25,13 +25,14 @@ logged and the next tries again. Imports the store, never a driver.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import os
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from rowfleet import exitcodes, waiting
 from rowfleet.config import Config
@@ -228,7 +229,7 @@ class Sampler:
             self.holding = False
             try:
                 self.store.release_sampler(self.host, self.holder)
-            except (RowfleetError, Interrupted):
+            except RowfleetError:
                 pass  # it lapses by itself
 
 
@@ -238,13 +239,29 @@ class Interrupted(BaseException):
     that no ``except Exception`` on the way swallows it."""
 
 
-def stop_handler(stop: threading.Event) -> Callable[..., None]:
-    """A signal handler for the sampler's process: sets ``stop`` and interrupts what the
-    sampler is doing; ``sample_host`` then lets its lease go and returns."""
-    def handler(*_: Any) -> None:
-        stop.set()
-        raise Interrupted()
-    return handler
+class StopSignal:
+    """The sampler process's stop signal, installed as its handler: it sets ``event`` and,
+    while ``sample_host`` is sampling, raises ``Interrupted`` so that nothing is waited
+    for. Outside that span (logging why sampling ended, the way out of the process) it only
+    sets the event: an exception raised there would escape every handler as a traceback."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._armed = False
+
+    def __call__(self, *_: Any) -> None:
+        self.event.set()
+        if self._armed:
+            self._armed = False  # once: the way out (letting the lease go) runs undisturbed
+            raise Interrupted()
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        self._armed = True
+        try:
+            yield
+        finally:
+            self._armed = False
 
 
 def disk_paths(config: Config) -> tuple[str, ...]:
@@ -260,17 +277,20 @@ def disk_paths(config: Config) -> tuple[str, ...]:
     return tuple(dict.fromkeys(config.sample_paths + folder))
 
 
-def sample_host(config: Config, stop: threading.Event, paths: Sequence[str] | None = None,
+def sample_host(config: Config, signal: StopSignal, paths: Sequence[str] | None = None,
                 holder: str | None = None) -> int:
     """The sampler process's body: wait for the database and its schema, then sample until
-    ``stop``; the exit code (0 once stopped). ``holder``: see ``holder_name``."""
+    ``signal`` arrives; the exit code (0 once stopped). ``holder``: see ``holder_name``."""
+    stop = signal.event
     try:
-        store = waiting.open_when_ready(lambda: open_store(config), stop, config.poll, log,
-                                        ready=lambda opened: opened.require_schema())
-        if store is None:
-            return exitcodes.OK
-        with store:
-            Sampler(store, config, paths=disk_paths(config) if paths is None else paths, holder=holder).run(stop)
+        with signal.interruptible():
+            store = waiting.open_when_ready(lambda: open_store(config), stop, config.poll, log,
+                                            ready=lambda opened: opened.require_schema())
+            if store is None:
+                return exitcodes.OK
+            with store:
+                Sampler(store, config, paths=disk_paths(config) if paths is None else paths,
+                        holder=holder).run(stop)
     except Interrupted:
         pass  # stopped mid-turn: the lease was let go on the way out, or lapses
     return exitcodes.OK

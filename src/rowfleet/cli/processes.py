@@ -134,10 +134,10 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
 def _sampler_child(config: configuration.Config) -> int:
     from rowfleet import sampler  # here: its parsers would slow every other command's start
 
-    stop = threading.Event()
-    on_stop_signals(sampler.stop_handler(stop))
+    signal = sampler.StopSignal()
+    on_stop_signals(signal)
     try:
-        return sampler.sample_host(config, stop, holder=sampler.holder_name(config.host, os.getppid()))
+        return sampler.sample_host(config, signal, holder=sampler.holder_name(config.host, os.getppid()))
     except RowfleetError as exc:  # a database no wait repairs: one line; the workers' own exit stops the box
         logging.getLogger("rowfleet.sampler").error("host sampling stopped: %s", exc)
         return exitcodes.USAGE
@@ -151,9 +151,9 @@ def cmd_sampler(args: argparse.Namespace, config: configuration.Config) -> int:
         config = config.replace(sample_every=args.every)
     if args.once:
         return _sample_once(config)
-    stop = threading.Event()
-    on_stop_signals(sampler.stop_handler(stop))
-    return sampler.sample_host(config, stop)
+    signal = sampler.StopSignal()
+    on_stop_signals(signal)
+    return sampler.sample_host(config, signal)
 
 
 def _sample_once(config: configuration.Config) -> int:
