@@ -13,7 +13,11 @@ after the first delay, and parks until its switch is on); a child exiting with o
 fatal codes (bad configuration) stops them all. Every ``check_every`` seconds the parent asks ``flagged()`` for the pids the
 dead-worker sweep flagged, and kills those of its children with SIGKILL: a frozen child
 (a hang holding the GIL) answers nothing else. SIGTERM/SIGINT are passed to the
-children, which finish their job in hand; the parent returns once all have exited.
+children, which finish their job in hand; the parent returns once all have exited. Children
+may stop in stages (``Child.stop_stage``, as ``rowfleet up`` declares them: the scheduler,
+then the workers, then the orchestrator, then the sampler and the panel): each stage is
+signalled once the one before it has exited, and then Ctrl-C (SIGINT, which a terminal sends
+to every process of its group) is left to the parent, so that the order holds.
 
 Holds no database connection: a forked child must not inherit one, so ``on_exit`` and
 ``flagged`` open their own and close it before returning.
@@ -46,13 +50,15 @@ class Child:
     code), ``fatal_codes`` the exits that mean restarting cannot help (they stop every
     child), ``reports_exits`` whether its non-zero exits go to the supervisor's ``on_exit``,
     ``auxiliary`` whether it only serves the others (the sampler): once no other child is
-    left (burst workers done), it is stopped too."""
+    left (burst workers done), it is stopped too. ``stop_stage``: on a stop, the children
+    of the lowest stage are signalled first, the next stage once they have all exited."""
 
     name: str
     main: Callable[[], int]
     fatal_codes: frozenset[int] = frozenset()
     reports_exits: bool = True
     auxiliary: bool = False
+    stop_stage: int = 0
 
 
 def workers(procs: int, main: Callable[[], int], fatal_codes: frozenset[int] = frozenset()) -> list[Child]:
@@ -94,10 +100,26 @@ class Supervisor:
         self.crashes = [0] * self.procs  # quick deaths in a row, per slot
         self.exit_code = 0
         self._auxiliaries_stopped = False
+        self._staged = len({spec.stop_stage for spec in self.specs}) > 1
+        self._stopping_stage: int | None = None  # the stage last told to stop
 
     def request_stop(self, signum: int = signal.SIGTERM, _frame: object = None) -> None:
+        """Stop every child, stage by stage; asked again, tell the current stage again."""
         self.stop.set()
-        for pid in list(self.children):
+        self._stopping_stage = None
+        self._stop_next_stage()
+
+    def _stop_next_stage(self) -> None:
+        """SIGTERM the children of the lowest stage still alive, unless already told."""
+        alive = {self.specs[slot].stop_stage for slot, _ in self.children.values()}
+        if not alive or min(alive) == self._stopping_stage:
+            return
+        self._stopping_stage = min(alive)
+        stopping = [(pid, self.specs[slot].name) for pid, (slot, _) in self.children.items()
+                    if self.specs[slot].stop_stage == self._stopping_stage]
+        if self._staged:
+            log.info("stopping %s", ", ".join(dict.fromkeys(name for _, name in stopping)))
+        for pid, _ in stopping:
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -121,6 +143,8 @@ class Supervisor:
                 next_check = now + self.check_every
             if not self._auxiliaries_stopped and self._main_children_done():
                 self._stop_auxiliaries()
+            if self.stop.is_set():
+                self._stop_next_stage()
             time.sleep(REAP_EVERY)  # a signal handler may run meanwhile: stops are seen next turn
         return self.exit_code
 
@@ -197,7 +221,8 @@ class Supervisor:
                 code = 1
                 try:
                     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                    # staged: Ctrl-C reaches the whole group, and only the parent keeps the order
+                    signal.signal(signal.SIGINT, signal.SIG_IGN if self._staged else signal.SIG_DFL)
                     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                     code = spec.main()
                 except BaseException:

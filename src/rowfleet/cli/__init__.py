@@ -6,7 +6,8 @@ traceback. The environment is read here and in ``config`` only.
 
 Each module of this package adds one family of commands with ``add_commands(command)``:
 ``jobs`` (schema and single jobs), ``processes`` (worker, orchestrator), ``workflows``,
-``fleet`` (switches and the fleet's views), ``models`` (the GPU fleet's models).
+``up`` (a whole box), ``fleet`` (switches and the fleet's views), ``models`` (the GPU
+fleet's models).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Callable, Sequence
 import rowfleet
 from rowfleet import config as configuration
 from rowfleet import exitcodes
-from rowfleet.cli import fleet, hosts, jobs, metrics, models, panel, processes, schedules, workflows
+from rowfleet.cli import fleet, hosts, jobs, metrics, models, panel, processes, schedules, up, workflows
 from rowfleet.cli.arguments import (Parser, UsageError, add_global_flags, add_setting_flags, config_overrides,
                                     positive_int)
 from rowfleet.cli.output import report
@@ -28,7 +29,7 @@ from rowfleet.errors import ConfigError, RowfleetError
 
 __all__ = ["Parser", "UsageError", "build_parser", "main", "positive_int", "report"]
 
-COMMAND_FAMILIES = (jobs, processes, workflows, fleet, schedules, models, hosts, metrics, panel)
+COMMAND_FAMILIES = (jobs, processes, up, workflows, fleet, schedules, models, hosts, metrics, panel)
 
 
 def build_parser() -> Parser:

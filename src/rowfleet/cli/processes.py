@@ -55,17 +55,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
                      help="with --procs: run no telemetry sampler for this host (by default the supervisor "
                           "runs one, which stands by while another sampler of the host writes)")
     sample_path_flag(sub)
-    gpu = sub.add_argument_group("GPU workers (with --gpu: claims routed by model)")
-    gpu.add_argument("--models", metavar="A,B", default=None,
-                     help="the models this worker may load (default: every model the --app modules register)")
-    gpu.add_argument("--vram-mb", type=mib, default=None, help="GPU memory to claim by, MiB (default: nvidia-smi's total)")
-    gpu.add_argument("--gpu-index", type=non_negative_int, default=None, help="which GPU of the host (default 0)")
-    gpu.add_argument("--lane", choices=routing.LANES, default=None,
-                     help="any (default), model (only jobs that need a model) or plain (only jobs that need none)")
-    gpu.add_argument("--host-priority", type=host_priority, default=None,
-                     help="negative: an overflow box, which takes the newest work first (default 0)")
-    gpu.add_argument("--idle-unload", type=positive_float, default=None, metavar="SECONDS",
-                     help="unload the warm model after this long without a job (default: never)")
+    gpu_flags(sub)
     side = sub.add_argument_group("an inference server the worker owns")
     side.add_argument("--sidecar", metavar="CMD", help="start CMD (in its own process group) before a job, "
                                                       "e.g. 'vllm serve MODEL --port 8000'")
@@ -89,28 +79,61 @@ def add_commands(command: Callable[..., Parser]) -> None:
                           "naming the reason (default: never; it stays queued, flagged)")
 
 
+def gpu_flags(sub: Parser) -> None:
+    """A GPU worker's routing flags (``ROUTING_FLAGS``), read by ``gpu_settings_of``."""
+    gpu = sub.add_argument_group("GPU workers (with --gpu: claims routed by model)")
+    gpu.add_argument("--models", metavar="A,B", default=None,
+                     help="the models this worker may load (default: every model the --app modules register)")
+    gpu.add_argument("--vram-mb", type=mib, default=None, help="GPU memory to claim by, MiB (default: nvidia-smi's total)")
+    gpu.add_argument("--gpu-index", type=non_negative_int, default=None, help="which GPU of the host (default 0)")
+    gpu.add_argument("--lane", choices=routing.LANES, default=None,
+                     help="any (default), model (only jobs that need a model) or plain (only jobs that need none)")
+    gpu.add_argument("--host-priority", type=host_priority, default=None,
+                     help="negative: an overflow box, which takes the newest work first (default 0)")
+    gpu.add_argument("--idle-unload", type=positive_float, default=None, metavar="SECONDS",
+                     help="unload the warm model after this long without a job (default: never)")
+
+
 def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
     config = trusted(config, args)
     tasks.import_apps(args.app)
     queues = tuple(dict.fromkeys(args.queue or ["default"]))
     for queue in queues:
         names.check_name("--queue", queue)  # '*' too: a switch's wildcard names no queue to serve
-    gpu_settings = _gpu_settings(args)
+    gpu_settings = gpu_settings_of(args)
     sidecar = _sidecar(args)
     check_prefetch(args.prefetch, routed=gpu_settings is not None, sidecar=sidecar is not None)  # before a fork
-
-    def one_worker() -> int:
-        worker = Worker(config, queues, burst=args.burst, gpu=args.gpu, gpu_settings=gpu_settings,
-                        sidecar=sidecar, prefetch=args.prefetch)
-        on_stop_signals(lambda *_: worker.request_stop())
-        try:
-            return worker.run()
-        except RowfleetError as exc:  # in a forked child main() is not there to catch it
-            return report(exc)
-
+    one_worker = partial(run_worker, config, queues, burst=args.burst, gpu=args.gpu, gpu_settings=gpu_settings,
+                         sidecar=sidecar, prefetch=args.prefetch)
     if args.procs is None:
         return one_worker()
+    children = workers(args.procs, one_worker, fatal_codes=frozenset({exitcodes.USAGE}))
+    if not args.no_sampler:
+        children.append(sampler_child(with_sample_paths(config, args)))
+    return supervise(config, children)
 
+
+def run_worker(config: configuration.Config, queues: tuple[str, ...], **options: Any) -> int:
+    """One worker in this process until it is stopped (or drained, with ``burst``)."""
+    worker = Worker(config, queues, **options)
+    on_stop_signals(lambda *_: worker.request_stop())
+    try:
+        return worker.run()
+    except RowfleetError as exc:  # in a forked child main() is not there to catch it
+        return report(exc)
+
+
+def sampler_child(config: configuration.Config, stop_stage: int = 0) -> Child:
+    """The host's telemetry sampler as a supervised child: it serves the workers, so it
+    stops once they are done."""
+    return Child("sampler", partial(_sampler_child, config), reports_exits=False, auxiliary=True,
+                 stop_stage=stop_stage)
+
+
+def supervise(config: configuration.Config, children: list[Child]) -> int:
+    """Run ``children`` under one supervisor until they are done or it is stopped: worker
+    exits are recorded (and their jobs handed back at once), workers the dead-worker sweep
+    flagged are killed, and a stop signal stops the children in their stages."""
     def record_exit(pid: int, code: int) -> None:
         with open_store(config) as store:  # opened and closed here: no connection may cross a fork
             for item in store.worker_exited(config.host, pid, code):
@@ -121,10 +144,6 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
         with open_store(config) as store:
             return store.flagged_workers(config.host)
 
-    children = workers(args.procs, one_worker, fatal_codes=frozenset({exitcodes.USAGE}))
-    if not args.no_sampler:
-        children.append(Child("sampler", partial(_sampler_child, with_sample_paths(config, args)),
-                              reports_exits=False, auxiliary=True))
     supervisor = Supervisor(children, on_exit=record_exit, flagged=flagged, check_every=config.heartbeat,
                             first_delay=config.restart_delay, max_delay=config.restart_delay_max)
     on_stop_signals(supervisor.request_stop)
@@ -176,7 +195,7 @@ def _sample_once(config: configuration.Config) -> int:
     return exitcodes.OK
 
 
-def _gpu_settings(args: argparse.Namespace) -> GpuSettings | None:
+def gpu_settings_of(args: argparse.Namespace) -> GpuSettings | None:
     """A GPU worker's settings: ``--gpu`` and at least one model to load (``--models``, else
     those the ``--app`` modules register); None for a worker that routes nothing (it claims
     as before). A routing flag without them is a usage error."""
@@ -214,13 +233,22 @@ def cmd_orchestrator(args: argparse.Namespace, config: configuration.Config) -> 
             sweeps = Orchestrator(store, config, args.fail_unplaceable_after)
             print_json({"schema_version": version, **sweeps.run_once().to_dict()})
         return exitcodes.OK
+    return run_orchestrator(config, args.fail_unplaceable_after)
+
+
+def run_orchestrator(config: configuration.Config, fail_unplaceable_after: float | None = None) -> int:
+    """The orchestrator in this process until it is stopped: the schema migrated first (a
+    server that does not answer yet is waited for), then its sweeps on their timers."""
     stop = threading.Event()
     on_stop_signals(lambda *_: stop.set())
-    store = _migrated_store(config, stop)
-    if store is None:
-        return exitcodes.OK
-    with store:
-        Orchestrator(store, config, args.fail_unplaceable_after).run(stop)
+    try:
+        store = _migrated_store(config, stop)
+        if store is None:
+            return exitcodes.OK
+        with store:
+            Orchestrator(store, config, fail_unplaceable_after).run(stop)
+    except RowfleetError as exc:  # in a forked child main() is not there to catch it
+        return report(exc)
     return exitcodes.OK
 
 
@@ -233,5 +261,9 @@ def _migrated_store(config: configuration.Config, stop: threading.Event) -> Stor
 
 
 def on_stop_signals(handler: Callable[..., Any]) -> None:
+    """``handler`` for SIGTERM, and for SIGINT unless this process was started ignoring it
+    (a child of a staged supervisor, as under ``rowfleet up``, or a shell's background job):
+    Ctrl-C is then someone else's to pass on."""
     signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, handler)

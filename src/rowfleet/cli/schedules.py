@@ -4,18 +4,21 @@ what the database knows of them."""
 from __future__ import annotations
 
 import argparse
+import logging
 import threading
 from typing import Any, Callable
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, tasks
+from rowfleet import exitcodes, tasks, waiting
 from rowfleet.cli.arguments import Parser, positive_int
-from rowfleet.cli.output import print_json, table
+from rowfleet.cli.output import print_json, report, table
 from rowfleet.cli.processes import on_stop_signals
-from rowfleet.errors import ConfigError
+from rowfleet.errors import ConfigError, RowfleetError
 from rowfleet.job import iso
-from rowfleet.scheduler import Scheduler, load_schedule_file, registered_schedules
+from rowfleet.scheduler import Schedule, Scheduler, load_schedule_file, registered_schedules
 from rowfleet.store import open_store
+
+log = logging.getLogger("rowfleet.scheduler")
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
@@ -35,21 +38,38 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
 
 def cmd_scheduler(args: argparse.Namespace, config: configuration.Config) -> int:
-    tasks.import_apps(args.app)  # first: a file's schedules take their task's queue from the registry
-    schedules = [schedule for path in args.schedule for schedule in load_schedule_file(path)]
-    schedules += registered_schedules()
+    schedules = schedules_of(args.schedule, args.app)
     if not schedules:
         raise ConfigError("no schedules to run: give --schedule FILE (a JSON list of schedules) or --app MODULE "
                           "(a module with @rowfleet.periodic functions)")
+    if not args.once:
+        return run_scheduler(config, schedules)
     with open_store(config) as store:
         store.require_schema()
-        scheduler = Scheduler(config, schedules, store)
-        if args.once:
-            _show_fired([fired.to_dict() for fired in scheduler.run_once()], args.json)
+        _show_fired([fired.to_dict() for fired in Scheduler(config, schedules, store).run_once()], args.json)
+    return exitcodes.OK
+
+
+def schedules_of(files: list[str], apps: list[str]) -> list[Schedule]:
+    """The schedules of ``files`` and of the ``apps`` modules' ``@rowfleet.periodic``."""
+    tasks.import_apps(apps)  # first: a file's schedules take their task's queue from the registry
+    return [schedule for path in files for schedule in load_schedule_file(path)] + registered_schedules()
+
+
+def run_scheduler(config: configuration.Config, schedules: list[Schedule]) -> int:
+    """The scheduler in this process until it is stopped; like the other long-running
+    processes it waits for the database and its schema first."""
+    stop = threading.Event()
+    on_stop_signals(lambda *_: stop.set())
+    try:
+        store = waiting.open_when_ready(lambda: open_store(config), stop, config.poll, log,
+                                        ready=lambda opened: opened.require_schema())
+        if store is None:
             return exitcodes.OK
-        stop = threading.Event()
-        on_stop_signals(lambda *_: stop.set())
-        scheduler.run(stop)
+        with store:
+            Scheduler(config, schedules, store).run(stop)
+    except RowfleetError as exc:  # in a forked child main() is not there to catch it
+        return report(exc)
     return exitcodes.OK
 
 

@@ -298,15 +298,21 @@ def make_server(config: configuration.Config, bind: str, port: int, token: str |
     """A panel of ``config``'s database on ``bind``:``port`` (0: a free one), listening but
     not yet serving. ``ConfigError`` when ``bind`` is not loopback and there is no token, or
     when it cannot listen there."""
-    token = check_token("the panel token", token)
-    if not loopback(bind) and token is None:
-        raise ConfigError(f"the panel can switch workers off: binding {names.shown(bind)} (reachable from other "
-                          f"machines) needs a token (--token or ROWFLEET_PANEL_TOKEN), or bind 127.0.0.1")
+    token = check_bind(bind, token)
     try:
         return PanelServer((bind, port), lambda: open_store(config), token, read_only)
     except OSError as exc:
         raise ConfigError(f"cannot serve the panel on {names.shown(bind)} port {port}: "
                           f"{exc.strerror or one_line(exc)} (choose another --port or --bind)") from None
+
+
+def check_bind(bind: str, token: str | None) -> str | None:
+    """The token checked, or ``ConfigError``: beyond loopback the panel needs one."""
+    token = check_token("the panel token", token)
+    if not loopback(bind) and token is None:
+        raise ConfigError(f"the panel can switch workers off: binding {names.shown(bind)} (reachable from other "
+                          f"machines) needs a token (--token or ROWFLEET_PANEL_TOKEN), or bind 127.0.0.1")
+    return token
 
 
 def serve(config: configuration.Config, bind: str, port: int, stop: threading.Event, *, token: str | None = None,
@@ -319,7 +325,12 @@ def serve(config: configuration.Config, bind: str, port: int, stop: threading.Ev
     once the server is made (the modules, their functions and classes, which live as long
     as the process) is frozen out of those walks (``gc.freeze``), so a full collection
     walks only what serving made (those pauses were the Flight Deck's slowest refreshes)."""
-    server = make_server(config, bind, port, token, read_only=read_only)
+    serve_made(make_server(config, bind, port, token, read_only=read_only), stop, listening)
+
+
+def serve_made(server: PanelServer, stop: threading.Event, listening: Callable[[str], None] | None = None) -> None:
+    """Serve a panel ``make_server`` made (in this process, or in the parent it was forked
+    from: ``rowfleet up`` binds before it forks, so a taken port stops it at once)."""
     gc.freeze()
     serve_until(server, stop, "panel-http", listening, server.url)
 
