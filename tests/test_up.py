@@ -13,8 +13,11 @@ import doctest
 import json
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
+import tempfile
 import urllib.request
 import unittest
 
@@ -123,6 +126,60 @@ class UpCheckTest(UpTestCase):
         self.assertIn("cannot serve the panel", result.stderr)
         self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
         self.assertFalse(os.path.exists(self.db))
+
+
+class SystemdUnitsTest(unittest.TestCase):
+    """examples/systemd: every ExecStart is a command rowfleet accepts, every variable of the
+    environment file is a setting, the supervising units leave the stop order to rowfleet,
+    and systemd itself accepts each unit where systemd-analyze is installed."""
+
+    FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "systemd")
+    PYZ = "/usr/bin/python3 /opt/rowfleet/rowfleet.pyz "
+
+    def units(self) -> dict[str, dict[str, str]]:
+        found = {}
+        for name in sorted(os.listdir(self.FOLDER)):
+            if name.endswith(".service"):
+                with open(os.path.join(self.FOLDER, name)) as handle:
+                    found[name] = dict(line.split("=", 1) for line in handle.read().splitlines()
+                                       if "=" in line and not line.startswith("#"))
+        return found
+
+    def test_every_unit_runs_a_command_rowfleet_accepts(self):
+        from rowfleet.cli import build_parser
+
+        units = self.units()
+        self.assertIn("rowfleet-up.service", units)
+        for name, keys in units.items():
+            with self.subTest(name):
+                self.assertTrue(keys["ExecStart"].startswith(self.PYZ), keys["ExecStart"])
+                self.assertEqual(keys["EnvironmentFile"], "/etc/rowfleet/rowfleet.env")
+                argv = keys["ExecStart"].removeprefix(self.PYZ).replace("%i", "gpu").split()
+                build_parser().parse_args(argv)  # a UsageError fails the test
+                if argv[0] == "up" or "--procs" in argv:
+                    self.assertEqual(keys.get("KillMode"), "mixed", "the supervisor must get SIGTERM alone")
+
+    def test_the_environment_file_names_only_settings(self):
+        from rowfleet.config import SETTINGS
+
+        known = {setting.env for setting in SETTINGS}
+        with open(os.path.join(self.FOLDER, "rowfleet.env")) as handle:
+            named = {line.split("=", 1)[0] for line in handle.read().splitlines()
+                     if line.strip() and not line.startswith("#")}
+        self.assertTrue(named)
+        self.assertEqual(named - known, set())
+
+    def test_systemd_accepts_every_unit(self):
+        analyze = shutil.which("systemd-analyze")
+        if analyze is None:
+            self.skipTest("systemd-analyze is not installed: the units' syntax is not verified by systemd")
+        folder = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, folder)
+        for name in self.units():
+            target = os.path.join(folder, name.replace("@.", "@gpu."))  # a template verifies as an instance
+            shutil.copy(os.path.join(self.FOLDER, name), target)
+            result = subprocess.run([analyze, "verify", target], capture_output=True, text=True, timeout=DEADLINE)
+            self.assertEqual((result.returncode, result.stderr), (0, ""), name)
 
 
 class UpProcessTest(UpTestCase):
