@@ -63,6 +63,16 @@ def bench(args: list[str]) -> int:
     return 128 - code if code < 0 else code
 
 
+def chaos(args: list[str]) -> int:
+    """Storm the built .pyz with kills, freezes and restarts; exit 1 on any lost or doubled job."""
+    return run_script("tools/chaos.py", args)
+
+
+def docs(args: list[str]) -> int:
+    """Serve the docs site in web/ (--write regenerates its generated parts, --check compares)."""
+    return run_script("tools/docs.py", args)
+
+
 def demo(args: list[str]) -> int:
     """Run the end-to-end demo."""
     return run_script("examples/demo.py", args)
@@ -118,6 +128,8 @@ TASKS = {
     "settings-table": settings_table,
     "bench": bench,
     "demo": demo,
+    "chaos": chaos,
+    "docs": docs,
     "clean": clean,
 }
 

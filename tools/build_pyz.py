@@ -43,8 +43,10 @@ def stage(package: Path, staging: Path) -> None:
     shutil.copytree(package, staging / package.name,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for source in sorted((staging / package.name).rglob("*.py")):
-        py_compile.compile(str(source), cfile=str(source.with_suffix(".pyc")), doraise=True,
-                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        # dfile: the path inside the archive, not the staging folder's random name, so that
+        # tracebacks name the module and the same sources always make the same archive size
+        py_compile.compile(str(source), cfile=str(source.with_suffix(".pyc")), dfile=str(source.relative_to(staging)),
+                           doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     (staging / "__main__.py").write_text(ENTRY_POINT)
 
 

@@ -13,7 +13,8 @@ well under the time of one; each lane is one process, so a module's tests still 
 after another and a PostgreSQL harness starts once per lane. The longest-first order comes
 from the durations the last run recorded (``.test-times.json``, untracked), else file sizes.
 
-Usage: ``python tools/run_tests.py [--quick] [-v] [-k PATTERN] [--jobs N] [test_module ...]``.
+Usage: ``python tools/run_tests.py [--quick] [-v] [-k PATTERN] [--jobs N] [--count] [test_module ...]``
+(``--count`` runs nothing and prints ``N tests in M modules``).
 Exit 0 only when at least one test ran and none failed. Stdlib only; imports nothing from
 rowfleet itself (the test modules do).
 """
@@ -196,6 +197,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=None,
                         help="lanes of test modules run at once (default: 3 where there are 2 cores or more, "
                              "2 with --quick)")
+    parser.add_argument("--count", action="store_true",
+                        help="run nothing: print how many tests the selection holds (`N tests in M modules`)")
     parser.add_argument("--lane", nargs=2, type=int, metavar=("TASK_FD", "RESULT_FD"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jobs is None:
@@ -301,12 +304,24 @@ def record_times(seconds: dict[str, float]) -> None:
         pass  # a read-only checkout: the next run orders by file size
 
 
+def print_count(names: list[str], args: argparse.Namespace) -> int:
+    """``N tests in M modules``: what a run of this selection would count as passed, failed
+    or skipped, found by loading the modules, not running them (the docs record it)."""
+    loader = unittest.TestLoader()
+    loader.testNamePatterns = [p if "*" in p else f"*{p}*" for p in args.patterns] or None
+    suite, _ = build_suite(loader, names, args.quick)
+    print(f"{suite.countTestCases()} tests in {len(names)} modules")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     prepare_paths()
     if args.lane:
         return serve_lane(args)
     names = [module_name(a) for a in args.tests] or discover_module_names(TESTS)
+    if args.count:
+        return print_count(names, args)
     started = time.monotonic()
     if args.jobs > 1 and len(names) > 1:
         lanes = Lanes(longest_first(names, recorded_times()), args)
