@@ -106,6 +106,7 @@ class UpCheckTest(UpTestCase):
             "an unreadable schedule file": (["--schedule", missing], "cannot read it"),
             "an app that is not there": (["--app", "no_such_module"], "no_such_module"),
             "routing without --gpu": (["--lane", "model"], "--gpu"),
+            "--json without --check": (["--json"], "--json goes with --check"),
         }
         for case, (flags, says) in cases.items():
             with self.subTest(case):

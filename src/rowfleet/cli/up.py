@@ -188,6 +188,8 @@ def render_plan(plan: Sequence[Role], config: configuration.Config) -> str:
 
 
 def cmd_up(args: argparse.Namespace, config: configuration.Config) -> int:
+    if args.json and not args.check:
+        raise ConfigError("--json goes with --check: a running box logs, it prints no JSON")
     config = trusted(config, args)
     queues = queue_counts(args.queue or ["default"])
     schedules = schedules_of(args.schedule, args.app)  # imports the --app modules
