@@ -1,0 +1,351 @@
+"""The chaos checker: pure judgement of a finished storm, from rows and records alone.
+
+Owns what counts as a fault after a storm and how the verdict is printed. Its input is
+plain data read elsewhere (``Evidence``): the ids the seeder enqueued, the ``jobs``,
+``job_events`` (completed only) and ``runs`` rows as dicts, the handlers' execution
+records, and the storm's own log of what it killed and froze. Nothing here touches a
+database, a file or a clock, so tests plant faults in copies of that data and see each
+one caught. Imports only the stdlib; nothing from rowfleet (it judges the built archive).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+TERMINAL_JOB_STATES = frozenset({"completed", "failed", "cancelled"})
+TERMINAL_RUN_STATES = frozenset({"completed", "failed", "cancelled"})
+OK, FAIL, INFO = "ok", "FAIL", ""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One line a handler appended: an execution of ``job`` under ``token`` began or ended."""
+
+    job: int
+    token: int
+    pid: int
+    event: str  # "start" or "end"
+    at: float
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing the storm did: ``kill`` a worker child, ``freeze`` one (until ``until``),
+    kill the ``orchestrator``, ``restart-db``."""
+
+    kind: str
+    at: float
+    pid: int = 0
+    until: float = 0.0
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One run of a handler: from its start record to its end record, or, where it died
+    first, to the last moment it is known to have been alive."""
+
+    job: int
+    token: int
+    pid: int
+    start: float
+    end: float
+    ended: bool  # an end record was written
+
+
+@dataclass
+class Evidence:
+    """Everything the checker judges; the rows are dicts keyed by column name."""
+
+    enqueued: list[int]
+    run_ids: list[int]
+    jobs: list[dict[str, Any]]
+    completions: list[dict[str, Any]]  # job_events rows of kind 'completed'
+    runs: list[dict[str, Any]]
+    records: list[Record]
+    actions: list[Action]
+    db_restarts_wanted: bool = False
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the verdict table."""
+
+    check: str
+    value: str
+    verdict: str = INFO
+    detail: str = ""
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(row.verdict == FAIL for row in self.rows)
+
+    def row(self, check: str) -> Row:
+        return next(row for row in self.rows if row.check == check)
+
+
+# --- reading records ------------------------------------------------------------------
+
+
+def parse_records(text: str) -> list[Record]:
+    """The records of one handler file. A process killed mid-write leaves at most a torn
+    last line, which is skipped; a torn line anywhere else is corruption and raises.
+
+    >>> parse_records('{"job": 1, "token": 2, "pid": 9, "event": "start", "at": 5.0}\\n{"job": 1, "tok')
+    [Record(job=1, token=2, pid=9, event='start', at=5.0)]
+    """
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines):
+        if not line:
+            continue
+        try:
+            data = json.loads(line)
+            records.append(Record(int(data["job"]), int(data["token"]), int(data["pid"]), str(data["event"]),
+                                  float(data["at"])))
+        except (ValueError, KeyError, TypeError):
+            if number < len(lines) - 1:
+                raise ValueError(f"handler record line {number + 1} is damaged: {line[:80]!r}") from None
+    return records
+
+
+def executions(records: Iterable[Record], actions: Iterable[Action]) -> list[Execution]:
+    """Pair each start record with its end. One without an end lasted until its process was
+    killed, else until its freeze ended, else until that process's last record.
+
+    >>> [e.end for e in executions([Record(1, 1, 7, "start", 1.0)], [Action("kill", 3.0, pid=7)])]
+    [3.0]
+    """
+    records = sorted(records, key=lambda r: r.at)
+    actions = list(actions)
+    last_seen: dict[int, float] = {}
+    ends: dict[tuple[int, int, int], float] = {}
+    for record in records:
+        last_seen[record.pid] = record.at
+        if record.event == "end":
+            ends[(record.job, record.token, record.pid)] = record.at
+    found = []
+    for record in records:
+        if record.event != "start":
+            continue
+        end = ends.get((record.job, record.token, record.pid))
+        found.append(Execution(record.job, record.token, record.pid, record.at,
+                               end if end is not None else _alive_until(record, actions, last_seen),
+                               end is not None))
+    return found
+
+
+def _alive_until(start: Record, actions: list[Action], last_seen: dict[int, float]) -> float:
+    mine = sorted((a for a in actions if a.pid == start.pid and a.at >= start.at), key=lambda a: a.at)
+    for action in mine:
+        if action.kind == "kill":
+            return action.at
+        if action.kind == "freeze":
+            return action.until
+    return last_seen.get(start.pid, start.at)
+
+
+# --- the checks -------------------------------------------------------------------------
+
+
+def check(evidence: Evidence) -> Report:
+    """Judge a finished storm: every check is one row, faults marked FAIL."""
+    jobs = {int(row["id"]): row for row in evidence.jobs}
+    runs = [execution for execution in executions(evidence.records, evidence.actions)]
+    report = Report()
+    report.rows += _counts(evidence)
+    report.rows.append(_lost(evidence.enqueued, jobs))
+    report.rows.append(_runs_unfinished(evidence.run_ids, evidence.runs))
+    report.rows.append(_completed_twice(jobs, evidence.completions))
+    report.rows.append(_foreign_results(jobs))
+    report.rows.append(_nodes_twice(evidence.jobs))
+    report.rows += _overlaps(runs, evidence.actions)
+    report.rows.append(_stale_finishes(runs, evidence.actions, jobs))
+    report.rows += _actions(evidence.actions, evidence.db_restarts_wanted)
+    report.rows.append(_rerun_latency(runs, evidence.actions))
+    return report
+
+
+def _counts(evidence: Evidence) -> list[Row]:
+    nodes = sum(1 for row in evidence.jobs if row.get("run_id") is not None)
+    return [Row("jobs enqueued", str(len(evidence.enqueued))),
+            Row("workflow runs started", str(len(evidence.run_ids)), detail=f"{nodes} node jobs"),
+            Row("handler executions", str(sum(1 for r in evidence.records if r.event == "start")))]
+
+
+def _lost(enqueued: list[int], jobs: dict[int, dict[str, Any]]) -> Row:
+    lost = [job_id for job_id in enqueued if jobs.get(job_id, {}).get("state") != "completed"]
+    return Row("jobs lost (not completed)", str(len(lost)), _verdict(lost), _describe_lost(lost, jobs))
+
+
+def _describe_lost(lost: list[int], jobs: dict[int, dict[str, Any]]) -> str:
+    return ", ".join(f"{job_id}:{jobs[job_id]['state'] if job_id in jobs else 'missing'}" for job_id in lost[:5])
+
+
+def _runs_unfinished(run_ids: list[int], runs: list[dict[str, Any]]) -> Row:
+    states = {int(row["id"]): row["state"] for row in runs}
+    unfinished = [run_id for run_id in run_ids if states.get(run_id) != "completed"]
+    return Row("runs not completed", str(len(unfinished)), _verdict(unfinished),
+               ", ".join(f"run {r}:{states.get(r, 'missing')}" for r in unfinished[:5]))
+
+
+def _completed_twice(jobs: dict[int, dict[str, Any]], completions: list[dict[str, Any]]) -> Row:
+    """A completion the attempt history keeps, plus the row's own state: more than one is a
+    job that finished, was taken again and finished again."""
+    count = {job_id: int(row["state"] == "completed") for job_id, row in jobs.items()}
+    for event in completions:
+        count[int(event["job_id"])] = count.get(int(event["job_id"]), 0) + 1
+    twice = sorted(job_id for job_id, n in count.items() if n > 1)
+    return Row("jobs completed twice", str(len(twice)), _verdict(twice), _ids(twice))
+
+
+def _foreign_results(jobs: dict[int, dict[str, Any]]) -> Row:
+    """A completed job's result names the token of the execution that produced it; any
+    other token than the one the row was completed under is a stale worker's write."""
+    foreign = []
+    for job_id, row in sorted(jobs.items()):
+        if row["state"] != "completed":
+            continue
+        result = _decoded(row.get("result"))
+        if not isinstance(result, dict) or result.get("token") != int(row["lease_token"]):
+            foreign.append(job_id)
+    return Row("results by a token that did not complete", str(len(foreign)), _verdict(foreign), _ids(foreign))
+
+
+def _nodes_twice(jobs: list[dict[str, Any]]) -> Row:
+    seen: dict[tuple[Any, ...], int] = {}
+    for row in jobs:
+        if row.get("run_id") is None:
+            continue
+        key = (row["run_id"], row["node_id"], row.get("node_item"), row.get("node_generation"))
+        seen[key] = seen.get(key, 0) + 1
+    twice = sorted((key for key, n in seen.items() if n > 1), key=str)
+    return Row("workflow nodes enqueued twice", str(len(twice)), _verdict(twice),
+               ", ".join(f"run {k[0]} {k[1]}[{k[2]}]" for k in twice[:5]))
+
+
+def overlapping(runs: list[Execution]) -> list[tuple[Execution, Execution]]:
+    """Pairs of executions of one job whose time spans cross, the earlier first.
+
+    >>> a, b = Execution(1, 1, 7, 0.0, 5.0, False), Execution(1, 2, 8, 3.0, 4.0, True)
+    >>> overlapping([a, b]) == [(a, b)]
+    True
+    """
+    by_job: dict[int, list[Execution]] = {}
+    for run in runs:
+        by_job.setdefault(run.job, []).append(run)
+    pairs = []
+    for job_runs in by_job.values():
+        job_runs.sort(key=lambda r: r.start)
+        for i, earlier in enumerate(job_runs):
+            pairs += [(earlier, later) for later in job_runs[i + 1:] if later.start < earlier.end]
+    return pairs
+
+
+def _after_freeze(earlier: Execution, later: Execution, actions: list[Action]) -> bool:
+    """The earlier holder was frozen while it held the job, before the later one began."""
+    return any(a.kind == "freeze" and a.pid == earlier.pid and earlier.start <= a.at <= later.start
+               for a in actions)
+
+
+def _overlaps(runs: list[Execution], actions: list[Action]) -> list[Row]:
+    pairs = overlapping(runs)
+    unexplained = [(a, b) for a, b in pairs if not _after_freeze(a, b, actions)]
+    return [Row("overlapping executions of one job", str(len(pairs)),
+                detail="each after its holder froze past the lease" if pairs and not unexplained else ""),
+            Row("overlaps not after a freeze", str(len(unexplained)), _verdict(unexplained),
+                ", ".join(f"job {a.job} pids {a.pid}/{b.pid}" for a, b in unexplained[:5]))]
+
+
+def _stale_finishes(runs: list[Execution], actions: list[Action], jobs: dict[int, dict[str, Any]]) -> Row:
+    """Each freeze that caught a job in hand which another worker then re-ran: the frozen
+    holder's finish must have been refused, so the row cannot carry its token."""
+    reclaimed, accepted = 0, []
+    for freeze in (a for a in actions if a.kind == "freeze"):
+        for held in (r for r in runs if r.pid == freeze.pid and r.start <= freeze.at < r.end):
+            if not any(r.job == held.job and r.token > held.token for r in runs):
+                continue
+            reclaimed += 1
+            row = jobs.get(held.job)
+            if row is not None and int(row["lease_token"]) == held.token:
+                accepted.append(held.job)
+    value = f"{reclaimed - len(accepted)}/{reclaimed}"
+    return Row("stale finishes refused (re-run while frozen)", value, _verdict(accepted),
+               _ids(accepted) if accepted else ("" if reclaimed else "no frozen job was re-run"))
+
+
+def _actions(actions: list[Action], db_restarts_wanted: bool) -> list[Row]:
+    def count(kind: str) -> str:
+        return str(sum(1 for a in actions if a.kind == kind))
+
+    restarts = count("restart-db") if db_restarts_wanted else "n/a"
+    return [Row("worker children killed (SIGKILL)", count("kill")),
+            Row("orchestrator kills (kill -9, restarted)", count("orchestrator")),
+            Row("worker freezes past the lease (SIGSTOP)", count("freeze")),
+            Row("database restarts (immediate)", restarts, detail="" if db_restarts_wanted else "SQLite")]
+
+
+def _rerun_latency(runs: list[Execution], actions: list[Action]) -> Row:
+    """From each kill of a worker holding a job to the job's next start elsewhere."""
+    waits = []
+    for kill in (a for a in actions if a.kind == "kill"):
+        for held in (r for r in runs if r.pid == kill.pid and not r.ended and r.start <= kill.at):
+            later = [r.start for r in runs if r.job == held.job and r.start > kill.at]
+            if later:
+                waits.append(min(later) - kill.at)
+    if not waits:
+        return Row("kill to re-run p50 / max", "n/a", detail="no kill caught a job in hand")
+    return Row("kill to re-run p50 / max", f"{statistics.median(waits):.2f}s / {max(waits):.2f}s",
+               detail=f"{len(waits)} jobs re-run after a kill")
+
+
+def _verdict(faults: Any) -> str:
+    return FAIL if faults else OK
+
+
+def _ids(ids: list[Any]) -> str:
+    shown = ", ".join(f"job {i}" for i in ids[:5])
+    return shown + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+
+def _decoded(text: Any) -> Any:
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return None
+
+
+# --- printing ---------------------------------------------------------------------------
+
+
+def render(report: Report) -> str:
+    """The verdict as one aligned table, with a last line saying pass or fail.
+
+    >>> print(render(Report([Row("jobs lost", "0", OK), Row("kills", "12")])))
+    check      value  verdict
+    ---------  -----  -------
+    jobs lost  0      ok
+    kills      12
+    chaos: PASS (no job lost or completed twice)
+    """
+    header = Row("check", "value", "verdict")
+    rows = [header, *report.rows]
+    widths = [max(len(r.check) for r in rows), max(len(r.value) for r in rows), max(len(r.verdict) for r in rows)]
+    lines = [_line(header, widths), _line(Row(*("-" * w for w in widths)), widths)]
+    lines += [_line(row, widths) for row in report.rows]
+    lines.append("chaos: FAIL (see the rows marked FAIL)" if report.failed
+                 else "chaos: PASS (no job lost or completed twice)")
+    return "\n".join(lines)
+
+
+def _line(row: Row, widths: list[int]) -> str:
+    cells = [row.check.ljust(widths[0]), row.value.ljust(widths[1]), row.verdict.ljust(widths[2])]
+    text = "  ".join(cells)
+    return (text + "  " + row.detail if row.detail else text).rstrip()

@@ -1,0 +1,255 @@
+"""``python make.py chaos``: storm the built archive, then judge what is left.
+
+Owns the tool's command line and its flow: make sure ``dist/rowfleet.pyz`` is built and
+newer than ``src/``, make a fresh folder and database, ``init``, seed jobs and workflow
+runs through the archive's API, start the fleet, storm it, wait (with a deadline) for
+every job and run to finish, stop the fleet with SIGTERM, read the database and the
+handlers' records, and print the checker's table. Exit codes: 0 all well, 1 a fault (a
+job lost or completed twice, a stale write, a node enqueued twice, an unexplained
+overlap), 2 bad input or a storm that could not be set up. Imports nothing from rowfleet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import check, database
+from .storm import Fleet, Storm, Timing
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+PYZ = ROOT / "dist" / "rowfleet.pyz"
+HERE = Path(__file__).resolve().parent
+SQLITE_FILE = "jobs.db"
+SETTLE_POLL = 0.25
+OK, FAULT, BAD_INPUT = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Input the tool cannot work with; the message says what to change."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, as every rowfleet command
+        raise UsageError(message)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = Parser(prog="python make.py chaos", description=(
+        "Storm the built dist/rowfleet.pyz (SIGKILLed workers, a killed orchestrator, a worker "
+        "frozen past its lease, on PostgreSQL a server restart) and check that no job was lost or "
+        "completed twice."))
+    parser.add_argument("--jobs", type=int, default=2000, help="standalone jobs to enqueue (default 2000)")
+    parser.add_argument("--runs", type=int, default=20, help="workflow runs to start (default 20)")
+    parser.add_argument("--width", type=int, default=4, help="items of each run's map node (default 4)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="length of the storm (default 60)")
+    parser.add_argument("--procs", type=int, default=4, help="worker processes under the supervisor (default 4)")
+    parser.add_argument("--job-ms", type=float, default=None,
+                        help="milliseconds each handler takes (default: enough that the work spans the storm)")
+    parser.add_argument("--settle", type=float, default=180.0,
+                        help="seconds after the storm for every job and run to finish (default 180)")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the storm's random choices")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--db", help="a postgresql:// URL to storm instead of a fresh SQLite file "
+                                    "(its jobs and runs tables should be empty)")
+    where.add_argument("--postgres", action="store_true",
+                       help="start a throwaway PostgreSQL server (as the tests do) and restart it mid-storm")
+    where.add_argument("--recheck", metavar="FOLDER", help="only judge a storm folder kept earlier")
+    parser.add_argument("--pg-restart-cmd", metavar="CMD",
+                        help="with --db: a shell command that restarts that server at once, run mid-storm")
+    parser.add_argument("--folder", help="put the storm's files here (kept); default a temp folder, "
+                                         "removed after a pass")
+    args = parser.parse_args(argv)
+    _validate(args)
+    return args
+
+
+def _validate(args: argparse.Namespace) -> None:
+    for name, least in (("jobs", 1), ("runs", 0), ("width", 1), ("procs", 1)):
+        if getattr(args, name) < least:
+            raise UsageError(f"--{name} must be at least {least}, got {getattr(args, name)}")
+    for name in ("seconds", "settle"):
+        if not getattr(args, name) > 0:
+            raise UsageError(f"--{name} must be more than 0 seconds, got {getattr(args, name)}")
+    if args.job_ms is not None and not 0 <= args.job_ms <= 60_000:
+        raise UsageError(f"--job-ms must be between 0 and 60000, got {args.job_ms}")
+    if args.db is not None and not database.is_postgres(args.db):
+        raise UsageError(f"--db must be a postgresql:// URL (SQLite storms use a fresh file), got {args.db!r}")
+    if args.pg_restart_cmd and args.db is None:
+        raise UsageError("--pg-restart-cmd needs --db URL (with --postgres the tool restarts its own server)")
+    if args.folder and Path(args.folder).exists() and any(Path(args.folder).iterdir()):
+        raise UsageError(f"--folder {args.folder} is not empty; name a new or empty folder")
+    if args.recheck and not (Path(args.recheck) / "seed.json").is_file():
+        raise UsageError(f"--recheck {args.recheck}: no seed.json there; name a folder a storm kept")
+
+
+def job_ms(args: argparse.Namespace) -> float:
+    """Handler time that keeps the workers busy for most of the storm, within 5-500 ms.
+
+    >>> job_ms(argparse.Namespace(job_ms=None, procs=4, seconds=60.0, jobs=2000, runs=20, width=4))
+    84.9
+    """
+    if args.job_ms is not None:
+        return args.job_ms
+    total = args.jobs + args.runs * (args.width + 2)
+    return round(min(500.0, max(5.0, 0.75 * 1000.0 * args.procs * args.seconds / total)), 1)
+
+
+def stale_archive() -> str | None:
+    """Why the archive must be built first, or None when it is newer than every source."""
+    if not PYZ.is_file():
+        return "it is missing"
+    newest = max(p.stat().st_mtime for p in (ROOT / "src").rglob("*") if p.is_file())
+    return "it is older than src/" if newest > PYZ.stat().st_mtime else None
+
+
+def ensure_archive() -> None:
+    reason = stale_archive()
+    if reason is None:
+        return
+    print(f"chaos: building dist/rowfleet.pyz first ({reason}): python make.py build", flush=True)
+    if subprocess.call([sys.executable, str(ROOT / "make.py"), "build"], cwd=ROOT) != 0:
+        raise UsageError("python make.py build failed; fix the build, then run chaos again")
+
+
+# --- one storm ---------------------------------------------------------------------------
+
+
+def prepare(folder: Path, db: str) -> None:
+    """The folder the fleet runs in: the handlers, the workflow, the records, the schema."""
+    (folder / "records").mkdir(parents=True, exist_ok=True)
+    shutil.copy(HERE / "chaos_tasks.py", folder / "chaos_tasks.py")
+    shutil.copy(HERE / "workflow.json", folder / "workflow.json")
+    _archive(folder, db, "init")
+
+
+def _archive(folder: Path, db: str, *args: str) -> str:
+    from .storm import fleet_env
+
+    done = subprocess.run([sys.executable, str(PYZ), "--db", db, *args], cwd=folder, env=fleet_env(folder),
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise UsageError(f"rowfleet {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def seed(folder: Path, db: str, args: argparse.Namespace) -> dict:
+    """Enqueue the jobs and start the runs through the archive; the ids, saved as seed.json."""
+    from .storm import fleet_env
+
+    env = fleet_env(folder)
+    env["PYTHONPATH"] = f"{PYZ}:{folder}"
+    command = [sys.executable, str(HERE / "seed.py"), db, str(args.jobs), str(args.runs), str(args.width),
+               str(job_ms(args)), str(folder / "workflow.json")]
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise UsageError(f"seeding the storm failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
+    # A SQLite database is named relative to its folder, so a copied folder judges its own copy.
+    postgres = database.is_postgres(db)
+    seeded = {"db": db if postgres else SQLITE_FILE, "runs": json.loads(done.stdout)["runs"], "postgres": postgres,
+              "jobs": [row["id"] for row in database.query(db, database.STANDALONE_IDS)]}
+    (folder / "seed.json").write_text(json.dumps(seeded))
+    return seeded
+
+
+def settle(db: str, deadline: float) -> float:
+    """Wait until every job and run is terminal, or the deadline; the seconds it took."""
+    started = time.monotonic()
+    while database.unfinished(db) and time.monotonic() - started < deadline:
+        time.sleep(SETTLE_POLL)
+    return time.monotonic() - started
+
+
+def storm(args: argparse.Namespace, folder: Path) -> check.Report:
+    server, restart = _database(args)
+    db = args.db or (server.url if server else str(folder / SQLITE_FILE))
+    try:
+        prepare(folder, db)
+        seeded = seed(folder, db, args)
+        print(f"chaos: {len(seeded['jobs'])} jobs and {len(seeded['runs'])} runs ({job_ms(args)} ms each) on "
+              f"{'PostgreSQL' if seeded['postgres'] else 'SQLite'}; storming {args.seconds:.0f}s in {folder}",
+              flush=True)
+        timing = Timing(seconds=args.seconds)
+        fleet = Fleet(PYZ, db, folder, args.procs, timing)
+        try:
+            Storm(fleet, timing, random.Random(args.seed), restart).run()
+            waited = settle(db, args.settle)
+        finally:
+            clean = fleet.stop()
+        report = judge(folder)
+        report.rows.append(check.Row("settled after the storm", f"{waited:.1f}s"))
+        report.rows.append(check.Row("SIGTERM shutdown", "clean" if clean else "NOT clean",
+                                     detail="" if clean else "see process-*.log"))
+        return report
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _database(args: argparse.Namespace):
+    """(the throwaway server or None, the immediate restart to run mid-storm or None)."""
+    if args.postgres:
+        from .postgres import LocalServer
+
+        try:
+            server = LocalServer()
+        except RuntimeError as exc:
+            raise UsageError(str(exc)) from None
+        return server, server.restart_immediately
+    if args.pg_restart_cmd:
+        from .postgres import CommandRestart
+
+        return None, CommandRestart(args.pg_restart_cmd).restart_immediately
+    return None, None
+
+
+def judge(folder: Path) -> check.Report:
+    """Read a storm folder and its database; the checker's report."""
+    seeded = json.loads((folder / "seed.json").read_text())
+    db = seeded["db"] if seeded["postgres"] else str(folder / seeded["db"])
+    records = [record for path in sorted((folder / "records").glob("*.jsonl"))
+               for record in check.parse_records(path.read_text())]
+    log = folder / "storm.jsonl"
+    actions = [check.Action(**json.loads(line)) for line in log.read_text().splitlines() if line] \
+        if log.exists() else []
+    evidence = check.Evidence(enqueued=seeded["jobs"], run_ids=seeded["runs"],
+                              jobs=database.query(db, database.JOBS),
+                              completions=database.query(db, database.COMPLETIONS),
+                              runs=database.query(db, database.RUNS), records=records, actions=actions,
+                              db_restarts_wanted=seeded["postgres"])
+    return check.check(evidence)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        if args.recheck:
+            report = judge(Path(args.recheck))
+        else:
+            ensure_archive()
+            report = _storm_in_folder(args)
+    except UsageError as exc:
+        print(f"chaos: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    print(check.render(report), flush=True)
+    return FAULT if report.failed else OK
+
+
+def _storm_in_folder(args: argparse.Namespace) -> check.Report:
+    folder = Path(args.folder) if args.folder else Path(tempfile.mkdtemp(prefix="rowfleet-chaos-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    report = storm(args, folder.resolve())
+    if args.folder is None and not report.failed:
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        print(f"chaos: the storm's files are kept in {folder}", flush=True)
+    return report
