@@ -288,6 +288,23 @@ class GenerationTest(TempDirTestCase):
         result = self.run_docs("--write", "--bench-log", log)
         self.assertEqual((result.returncode, len(result.stderr.splitlines())), (2, 1), result.stderr)
 
+    def test_a_chaos_storm_is_recorded_by_its_database(self):
+        log = os.path.join(self.dir, "chaos.log")
+        with open(log, "w", encoding="utf-8") as handle:
+            handle.write("chaos: 10 jobs and 1 runs (5.0 ms each) on PostgreSQL; storming 5s in /tmp/x\n"
+                         "check  value  verdict\n-----  -----  -------\njobs lost  0  ok\n"
+                         "chaos: PASS (no job lost or completed twice)\n")
+        self.assertEqual(self.run_docs("--write", "--chaos-log", log).returncode, 0)
+        readme = Path(self.readme).read_text(encoding="utf-8")
+        block = re.search(r"<!-- generated:chaos-postgres -->\n```\n(.*?)\n```", readme, re.S).group(1)
+        self.assertEqual(block.splitlines()[0], "check  value  verdict")
+        self.assertEqual(block.splitlines()[-1], "chaos: PASS (no job lost or completed twice)")
+        self.assertNotIn("/tmp/x", readme)
+        with open(log, "w", encoding="utf-8") as handle:
+            handle.write("check  value\n")
+        result = self.run_docs("--write", "--chaos-log", log)
+        self.assertEqual((result.returncode, len(result.stderr.splitlines())), (2, 1), result.stderr)
+
     def test_the_measured_numbers_are_measured_again_by_check(self):
         numbers = json.loads(Path(self.web, "numbers.json").read_text(encoding="utf-8"))
         Path(self.web, "numbers.json").write_text(json.dumps({**numbers, "pyz": {"bytes": 1}}), encoding="utf-8")

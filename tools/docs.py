@@ -20,8 +20,10 @@ The sources are the code and the README, never a hand-typed copy:
   make.py build``, into a temp folder) itself, and ``--check`` measures them again and
   reports a drift; the last full test run's summary line (``--test-log FILE``, the output
   of ``python make.py test``) and the benchmark run (``--bench-log FILE``, the output of
-  ``python make.py bench``) are recorded as given, and the README's bench block
-  (``<!-- generated:bench-run -->``) is rewritten from that record and checked like a page;
+  ``python make.py bench``) and the chaos storms (``--chaos-log FILE``, repeatable, the
+  output of ``python make.py chaos``) are recorded as given, and the README's blocks of them
+  (``<!-- generated:bench-run -->``, ``chaos-sqlite``, ``chaos-postgres``) are rewritten
+  from that record and checked like a page;
 * one page per ``examples/scenarios/NN_slug.py`` (its docstring, its command and its
   recorded ``NN_slug.out``), written whole, and the list of them.
 
@@ -67,6 +69,8 @@ REGION = re.compile(r"(<!-- generated:([a-z0-9-]+) -->)(.*?)(<!-- /generated:\2 
 TEST_SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$")
 BUILD_SUMMARY = re.compile(r"^build: OK .*\(([\d,]+) bytes\)")
 SUITE_SIZE = re.compile(r"^\d+ tests in \d+ modules$")
+CHAOS_START = re.compile(r"^chaos: \d+ jobs and \d+ runs .* on (SQLite|PostgreSQL);")
+CHAOS_VERDICT = re.compile(r"^chaos: (PASS|FAIL)\b")
 BENCH_FOOTER = re.compile(r"^rowfleet \S+ at \S+;")  # the bench's last table line names the revision
 
 # The site's pages in navigation order: (file under web/, label).
@@ -434,6 +438,16 @@ def gen_bench(src: Sources, page: str) -> str:
     return "\n".join(table) + ("\n" + pre(tail) if tail else "")
 
 
+def gen_chaos_run(database: str) -> Callable[[Sources, str], str]:
+    def generate(src: Sources, page: str) -> str:
+        chaos = src.numbers.get(f"chaos-{database}")
+        if not isinstance(chaos, dict) or not isinstance(chaos.get("text"), str):
+            raise DocsError(f"web/{NUMBERS} records no chaos storm on {database}: `python make.py chaos > chaos.log`, "
+                            f"then `python make.py docs --write --chaos-log chaos.log`")
+        return "```\n" + chaos["text"] + "\n```"
+    return generate
+
+
 # --- scenarios ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -516,6 +530,8 @@ GENERATORS: dict[str, Callable[[Sources, str], str]] = {
     "numbers": gen_numbers,
     "bench": gen_bench,
     "bench-run": gen_bench_run,
+    "chaos-sqlite": gen_chaos_run("sqlite"),
+    "chaos-postgres": gen_chaos_run("postgres"),
     "scenario-list": gen_scenario_list,
 }
 
@@ -567,10 +583,14 @@ def load_sources(web: Path, scenarios_folder: Path, readme_path: Path = README) 
     return Sources(web, scenarios_folder, readme, numbers if isinstance(numbers, dict) else {}, readme_path)
 
 
-def record_logs(numbers: dict, test_log: Path | None, bench_log: Path | None) -> dict:
+def record_logs(numbers: dict, test_log: Path | None, bench_log: Path | None,
+                chaos_logs: list[Path] = ()) -> dict:
     """``numbers`` with what the given logs say: the last summary line of a test run, the
-    table and footer a bench run printed."""
+    table and footer a bench run printed, the table of each chaos storm (by its database)."""
     numbers = dict(numbers)
+    for log in chaos_logs:
+        database, table = chaos_table(_read_log(log), log)
+        numbers[f"chaos-{database}"] = {"text": table}
     if test_log is not None:
         lines = [line.strip() for line in _read_log(test_log).splitlines() if TEST_SUMMARY.match(line.strip())]
         if not lines:
@@ -593,6 +613,18 @@ def bench_table(output: str, where: Path) -> str:
     while end < len(lines) and lines[end].strip():  # the footer's second line: fsync and load
         end += 1
     return "\n".join(lines[starts[-1]:end]).rstrip()
+
+
+def chaos_table(output: str, where: Path) -> tuple[str, str]:
+    """(``sqlite`` or ``postgres``, the table) of a ``python make.py chaos`` run's output:
+    from its header line to its verdict line (the first line names a temp folder: left out)."""
+    lines = output.splitlines()
+    database = next((m.group(1) for line in lines if (m := CHAOS_START.match(line))), None)
+    starts = [n for n, line in enumerate(lines) if line.startswith("check ")]
+    ends = [n for n, line in enumerate(lines) if CHAOS_VERDICT.match(line)]
+    if database is None or not starts or not ends or ends[-1] < starts[-1]:
+        raise DocsError(f"{where} holds no table of `python make.py chaos` (its first line, header and verdict)")
+    return {"SQLite": "sqlite", "PostgreSQL": "postgres"}[database], "\n".join(lines[starts[-1]:ends[-1] + 1])
 
 
 def _read_log(path: Path) -> str:
@@ -628,8 +660,9 @@ def expected_readme(src: Sources) -> str:
     return fill(src.readme, src, "../README.md")
 
 
-def write(src: Sources, test_log: Path | None, bench_log: Path | None, measure: bool = True) -> int:
-    numbers = {**record_logs(src.numbers, test_log, bench_log), **(measured() if measure else {})}
+def write(src: Sources, test_log: Path | None, bench_log: Path | None, chaos_logs: list[Path],
+          measure: bool = True) -> int:
+    numbers = {**record_logs(src.numbers, test_log, bench_log, chaos_logs), **(measured() if measure else {})}
     if numbers != src.numbers:
         (src.web / NUMBERS).write_text(json.dumps(numbers, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         src.numbers = numbers
@@ -734,6 +767,8 @@ def main(argv: list[str] | None = None) -> int:
                         "`python make.py test` output")
     parser.add_argument("--bench-log", type=Path, help="with --write: record the table this "
                         "`python make.py bench` output printed (the README's and the site's)")
+    parser.add_argument("--chaos-log", type=Path, action="append", default=[], help="with --write: record the "
+                        "table this `python make.py chaos` output printed (repeatable: one per database)")
     parser.add_argument("--web", type=Path, default=WEB, help=argparse.SUPPRESS)  # tests: a copy of the site
     parser.add_argument("--scenarios", type=Path, default=SCENARIOS, help=argparse.SUPPRESS)
     parser.add_argument("--readme", type=Path, default=README, help=argparse.SUPPRESS)  # tests: a copy
@@ -741,15 +776,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-measures", action="store_true", help=argparse.SUPPRESS)
     try:
         args = parser.parse_args(argv)
-        if (args.test_log or args.bench_log) and not args.write:
-            raise DocsError("--test-log and --bench-log go with --write")
+        if (args.test_log or args.bench_log or args.chaos_log) and not args.write:
+            raise DocsError("--test-log, --bench-log and --chaos-log go with --write")
         if not (args.web / "index.html").is_file():
             raise DocsError(f"{args.web} holds no index.html")
         if not (args.write or args.check):
             return serve(args.web, args.port)
         src = load_sources(args.web, args.scenarios, args.readme)
         measure = not args.keep_measures
-        return write(src, args.test_log, args.bench_log, measure) if args.write else check(src, measure)
+        return (write(src, args.test_log, args.bench_log, args.chaos_log, measure) if args.write
+                else check(src, measure))
     except DocsError as exc:
         print(f"docs: {exc}", file=sys.stderr)
         return 2
