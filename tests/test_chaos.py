@@ -151,6 +151,7 @@ def chaos(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 
 class CommandLineTests(unittest.TestCase):
+    SLOW = True  # a process per case: the whole suite runs them
     def test_bad_input_is_one_line_and_exit_2(self):
         cases = (
             (["--jobs", "0"], "--jobs must be at least 1"),

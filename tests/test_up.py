@@ -95,6 +95,9 @@ class UpCheckTest(UpTestCase):
         self.assertRegex(text, r"panel +not asked for: add --panel")
         self.assertIn("stops the scheduler, then the workers", text)
 
+class UpBadInputTest(UpTestCase):
+    SLOW = True  # a process per case: the whole suite runs them
+
     def test_bad_input_is_one_line_exit_2_and_no_database(self):
         missing = os.path.join(self.dir, "missing.json")
         cases = {
