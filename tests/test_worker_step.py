@@ -12,6 +12,7 @@ import threading
 import unittest
 
 from types import SimpleNamespace
+from typing import Any, Callable
 
 from rowfleet import control, exitcodes, keeper, serving
 from rowfleet.errors import LeaseLost
@@ -216,6 +217,40 @@ class KeeperLookoutTest(unittest.TestCase):
         wait_until(lambda: len(reads) >= 2, message="the keeper to read the switch once handed back")
         wait_until(lambda: len(waits) >= 2, message="the keeper's next wait")
         self.assertLessEqual(waits[1], identity.poll, "handed back, the keeper reads the switch once per poll")
+
+
+class PrefetchedRenewalTest(unittest.TestCase):
+    """The keeper renews the prefetched jobs of a snapshot; one the main thread took and
+    finished meanwhile is no loss (a bench of short jobs logged a warning for each), while
+    one still waiting that someone else holds now is let go, with a warning."""
+
+    def renew_with(self, between: Callable[[keeper.Prefetched, Any], None]) -> tuple[keeper.Prefetched, list[str]]:
+        waiting = [SimpleNamespace(id=n, lease_token=1) for n in (1, 2)]
+        prefetched = keeper.Prefetched()
+        prefetched.put(waiting)
+
+        def renew(job, lease):
+            between(prefetched, job)
+            raise LeaseLost(job.id, job.lease_token, message=f"job {job.id} is already completed")
+
+        identity = Identity("box:1:1", "", "box", "q", 1, lease=60.0, renew=60.0, heartbeat=60.0, poll=0.05,
+                            cancel_grace=0.5)
+        guard = keeper.Keeper(identity, SwitchCell(), lambda: None, SimpleNamespace(operator_stop=lambda r: None),
+                              exit=lambda code: None, wake=lambda: None, prefetched=prefetched)
+        with self.assertLogs(keeper.log, "DEBUG") as logged:
+            keeper.log.debug("renewing")  # assertLogs needs one record
+            guard._renew_prefetched(SimpleNamespace(renew=renew))
+        return prefetched, [line for line in logged.output if "letting it go" in line]
+
+    def test_a_job_taken_and_finished_since_the_snapshot_is_no_warning(self):
+        prefetched, warned = self.renew_with(lambda jobs, job: jobs.take())  # the worker took it meanwhile
+        self.assertEqual(warned, [])
+        self.assertEqual(len(prefetched), 0)
+
+    def test_a_waiting_job_held_by_someone_else_is_let_go_with_a_warning(self):
+        prefetched, warned = self.renew_with(lambda jobs, job: None)
+        self.assertEqual(len(warned), 2)
+        self.assertEqual(len(prefetched), 0)
 
 
 JOB = SimpleNamespace(id=7, lease_token=4)  # all the keeper reads of the job in hand

@@ -69,6 +69,10 @@ REGION = re.compile(r"(<!-- generated:([a-z0-9-]+) -->)(.*?)(<!-- /generated:\2 
 TEST_SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$")
 BUILD_SUMMARY = re.compile(r"^build: OK .*\(([\d,]+) bytes\)")
 SUITE_SIZE = re.compile(r"^\d+ tests in \d+ modules$")
+# The README's tables that quote the bench run (the goals read against it): hand-written, but
+# each figure of their second column must be one the recorded run printed.
+QUOTES = re.compile(r"<!-- quotes:bench -->(.*?)<!-- /quotes:bench -->", re.S)
+FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?")
 CHAOS_START = re.compile(r"^chaos: \d+ jobs and \d+ runs .* on (SQLite|PostgreSQL);")
 CHAOS_VERDICT = re.compile(r"^chaos: (PASS|FAIL)\b")
 BENCH_FOOTER = re.compile(r"^rowfleet \S+ at \S+;")  # the bench's last table line names the revision
@@ -655,6 +659,22 @@ def _tool_output(script: str, *args: str) -> str:
     return result.stdout
 
 
+def unrecorded_quotes(src: Sources) -> list[str]:
+    """The figures the README's quoting tables give that the recorded bench run never printed."""
+    printed = bench_text(src)
+    problems = []
+    for region in QUOTES.finditer(src.readme):
+        for line in region.group(1).splitlines():
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if len(cells) < 3 or set(cells[1]) <= set("- :"):
+                continue
+            for figure in FIGURE.findall(cells[1]):
+                if not re.search(rf"(?<![\d.,]){re.escape(figure)}(?![\d,]|\.\d)", printed):
+                    problems.append(f"docs: README.md quotes {figure} for {cells[0]!r}, which the recorded bench "
+                                    f"run does not print")
+    return problems
+
+
 def expected_readme(src: Sources) -> str:
     """The README as --write leaves it: its generated parts (the bench run) refilled."""
     return fill(src.readme, src, "../README.md")
@@ -699,8 +719,10 @@ def check(src: Sources, measure: bool = True) -> int:
     drifted += [f"docs: web/{page} has no scenario left" for page in sorted(stale)]
     if expected_readme(src) != src.readme:
         drifted.append(f"docs: README.md is stale ({', '.join(_drifted_parts(src.readme, expected_readme(src)))})")
+    drifted = [line + ": run `python make.py docs --write`" for line in drifted]
+    drifted += [line + ": quote the run as it printed" for line in unrecorded_quotes(src)]
     for line in drifted:
-        print(line + ": run `python make.py docs --write`", file=sys.stderr)
+        print(line, file=sys.stderr)
     if not drifted:
         print(f"docs: web/ is up to date ({len(pages)} pages)")
     return 1 if drifted else 0

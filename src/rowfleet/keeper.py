@@ -98,6 +98,11 @@ class Prefetched:
         with self._lock:
             return list(self._jobs)
 
+    def holds(self, job: Job) -> bool:
+        """Whether ``job`` still waits its turn here (the main thread has not taken it)."""
+        with self._lock:
+            return any(waiting is job for waiting in self._jobs)
+
     def discard(self, jobs: Sequence[Job]) -> None:
         """Let go of ``jobs`` (handed back, or found held by someone else)."""
         gone = {id(job) for job in jobs}
@@ -336,13 +341,15 @@ class Keeper(threading.Thread):
     def _renew_prefetched(self, store: Store) -> None:
         """Renew the leases of the jobs prefetched and not started. One held by someone else
         now (its lease lapsed and it was reclaimed) is let go, as is one an operator has
-        cancelled meanwhile, which ends cancelled without running."""
+        cancelled meanwhile, which ends cancelled without running. One the main thread took
+        and finished since the snapshot is no loss: short jobs often end between the two."""
         for job in self.prefetched.snapshot():
             try:
                 renewal = store.renew(job, self.identity.lease)
             except LeaseLost as exc:
-                log.warning("prefetched job %d: %s; letting it go", job.id, exc)
-                self.prefetched.discard([job])
+                if self.prefetched.holds(job):
+                    log.warning("prefetched job %d: %s; letting it go", job.id, exc)
+                    self.prefetched.discard([job])
                 continue
             except RowfleetError as exc:
                 log.warning("lease renewal of prefetched job %d failed (will retry): %s", job.id, exc)
