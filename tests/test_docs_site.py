@@ -297,6 +297,18 @@ class GenerationTest(TempDirTestCase):
         result = self.run_docs("--write", "--bench-log", log)
         self.assertEqual((result.returncode, len(result.stderr.splitlines())), (2, 1), result.stderr)
 
+    def test_a_goal_table_may_quote_only_what_the_recorded_run_printed(self):
+        readme = Path(self.readme).read_text(encoding="utf-8")
+        self.assertIn("<!-- quotes:bench -->", readme)
+        self.assertEqual(self.run_docs("--write").returncode, 0)  # the copy's own (empty) scenarios
+        self.assertEqual(self.run_docs("--check").returncode, 0)
+        quoted = readme.replace("<!-- quotes:bench -->\n", "<!-- quotes:bench -->\n| a goal | 123,456.7 ms | met |\n", 1)
+        Path(self.readme).write_text(quoted, encoding="utf-8")
+        result = self.run_docs("--check")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("README.md quotes 123,456.7 for 'a goal', which the recorded bench run does not print",
+                      result.stderr)
+
     def test_a_chaos_storm_is_recorded_by_its_database(self):
         log = os.path.join(self.dir, "chaos.log")
         with open(log, "w", encoding="utf-8") as handle:
