@@ -280,6 +280,8 @@ class GenerationTest(TempDirTestCase):
                          "fsync of 4 KB in the temp folder: median 1 us before, 2 us after.\n"
                          "\n"
                          "legend: what each side does\n")
+        goals = re.compile(r"<!-- quotes:bench -->.*?<!-- /quotes:bench -->", re.S)  # they quote the real run
+        Path(self.readme).write_text(goals.sub("", Path(self.readme).read_text(encoding="utf-8")), encoding="utf-8")
         self.assertEqual(self.run_docs("--write", "--bench-log", log).returncode, 0)
         readme = Path(self.readme).read_text(encoding="utf-8")
         block = re.search(r"<!-- generated:bench-run -->\n```\n(.*?)\n```\n<!-- /generated:bench-run -->", readme, re.S)
