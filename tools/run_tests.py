@@ -209,12 +209,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_modules(names: list[str], args: argparse.Namespace, stream: io.TextIOBase) -> tuple[dict[str, int], list[str]]:
-    """Run ``names`` in this process, reporting to ``stream``: the counts, and the modules left out as slow."""
+def _loader(args: argparse.Namespace) -> unittest.TestLoader:
     loader = unittest.TestLoader()
     # Same rule as `python -m unittest -k`: a plain word matches as a substring.
     loader.testNamePatterns = [p if "*" in p else f"*{p}*" for p in args.patterns] or None
-    suite, left_out = build_suite(loader, names, args.quick)
+    return loader
+
+
+def run_modules(names: list[str], args: argparse.Namespace, stream: io.TextIOBase) -> tuple[dict[str, int], list[str]]:
+    """Run ``names`` in this process, reporting to ``stream``: the counts, and the modules left out as slow."""
+    suite, left_out = build_suite(_loader(args), names, args.quick)
     runner = unittest.TextTestRunner(stream=stream, verbosity=2 if args.verbose else 1, buffer=True,
                                      resultclass=CountingResult)
     return counts(runner.run(suite)), left_out
@@ -308,9 +312,7 @@ def record_times(seconds: dict[str, float]) -> None:
 def print_count(names: list[str], args: argparse.Namespace) -> int:
     """``N tests in M modules``: what a run of this selection would count as passed, failed
     or skipped, found by loading the modules, not running them (the docs record it)."""
-    loader = unittest.TestLoader()
-    loader.testNamePatterns = [p if "*" in p else f"*{p}*" for p in args.patterns] or None
-    suite, _ = build_suite(loader, names, args.quick)
+    suite, _ = build_suite(_loader(args), names, args.quick)
     print(f"{suite.countTestCases()} tests in {len(names)} modules")
     return 0
 

@@ -239,15 +239,25 @@ def cmd_orchestrator(args: argparse.Namespace, config: configuration.Config) -> 
 def run_orchestrator(config: configuration.Config, fail_unplaceable_after: float | None = None) -> int:
     """The orchestrator in this process until it is stopped: the schema migrated first (a
     server that does not answer yet is waited for), then its sweeps on their timers."""
+    return run_until_stopped(lambda stop: _migrated_store(config, stop),
+                             lambda store, stop: Orchestrator(store, config, fail_unplaceable_after).run(stop))
+
+
+def run_until_stopped(ready_store: Callable[[threading.Event], Store | None],
+                      body: Callable[[Store, threading.Event], None]) -> int:
+    """A long-running process's frame: stop signals set ``stop``; ``ready_store(stop)``
+    waits for the database (None: stopped first), then ``body`` runs on it until ``stop``.
+    The exit code; a database no wait repairs is one line and exit 2, here too, since in a
+    forked child main() is not there to catch it."""
     stop = threading.Event()
     on_stop_signals(lambda *_: stop.set())
     try:
-        store = _migrated_store(config, stop)
+        store = ready_store(stop)
         if store is None:
             return exitcodes.OK
         with store:
-            Orchestrator(store, config, fail_unplaceable_after).run(stop)
-    except RowfleetError as exc:  # in a forked child main() is not there to catch it
+            body(store, stop)
+    except RowfleetError as exc:
         return report(exc)
     return exitcodes.OK
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import threading
 from typing import Any, Callable
 
 from rowfleet import config as configuration
 from rowfleet import exitcodes, tasks, waiting
 from rowfleet.cli.arguments import Parser, positive_int
-from rowfleet.cli.output import print_json, report, table
-from rowfleet.cli.processes import on_stop_signals
-from rowfleet.errors import ConfigError, RowfleetError
+from rowfleet.cli.output import print_json, table
+from rowfleet.cli.processes import run_until_stopped
+from rowfleet.errors import ConfigError
 from rowfleet.job import iso
 from rowfleet.scheduler import Schedule, Scheduler, load_schedule_file, registered_schedules
 from rowfleet.store import open_store
@@ -59,18 +58,10 @@ def schedules_of(files: list[str], apps: list[str]) -> list[Schedule]:
 def run_scheduler(config: configuration.Config, schedules: list[Schedule]) -> int:
     """The scheduler in this process until it is stopped; like the other long-running
     processes it waits for the database and its schema first."""
-    stop = threading.Event()
-    on_stop_signals(lambda *_: stop.set())
-    try:
-        store = waiting.open_when_ready(lambda: open_store(config), stop, config.poll, log,
-                                        ready=lambda opened: opened.require_schema())
-        if store is None:
-            return exitcodes.OK
-        with store:
-            Scheduler(config, schedules, store).run(stop)
-    except RowfleetError as exc:  # in a forked child main() is not there to catch it
-        return report(exc)
-    return exitcodes.OK
+    return run_until_stopped(
+        lambda stop: waiting.open_when_ready(lambda: open_store(config), stop, config.poll, log,
+                                             ready=lambda opened: opened.require_schema()),
+        lambda store, stop: Scheduler(config, schedules, store).run(stop))
 
 
 def _show_fired(fired: list[dict[str, Any]], as_json: bool) -> None:

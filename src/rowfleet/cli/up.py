@@ -57,7 +57,8 @@ class PanelAsk:
     read_only: bool
 
     @property
-    def url(self) -> str:
+    def shown(self) -> str:
+        """Where it serves, as the plan shows it."""
         host = f"[{self.bind}]" if ":" in self.bind else self.bind
         return f"http://{host}:{self.port}/" + (" (a free port)" if self.port == 0 else "") + (
             " (read-only)" if self.read_only else "")
@@ -196,7 +197,7 @@ def cmd_up(args: argparse.Namespace, config: configuration.Config) -> int:
     gpu = gpu_settings_of(args)
     panel = _panel_request(args, config)
     plan = box_plan(queues, orchestrator=not args.no_orchestrator, schedules=[s.name for s in schedules],
-                    sampler=not args.no_sampler, panel_url=panel.url if panel else None,
+                    sampler=not args.no_sampler, panel_url=panel.shown if panel else None,
                     sqlite=sqlite_path(config.db) is not None,
                     gpu=("GPU watchdog" + (f", models {', '.join(gpu.models)}" if gpu else "")) if args.gpu else None)
     if args.check:
