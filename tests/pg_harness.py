@@ -303,8 +303,8 @@ class _Cluster:
     def wait_options(self) -> tuple[str, ...]:
         return ("-w", "-t", str(START_TIMEOUT), "-l", self.log, "-o", self.start_options())
 
-    def restart(self) -> None:
-        self.run(self.pg_ctl("restart", "-m", "fast", *self.wait_options()), "pg_ctl restart")
+    def restart(self, mode: str = "fast") -> None:
+        self.run(self.pg_ctl("restart", "-m", mode, *self.wait_options()), "pg_ctl restart")
 
     def stop(self) -> None:
         """Stop the server at once and delete its files; a forked child never does."""
@@ -440,15 +440,17 @@ class PgServer:
                 if not cursor.nextset():
                     return rows
 
-    def restart(self) -> None:
-        """Restart the server (``pg_ctl restart -m fast``) and wait until it accepts connections.
+    def restart(self, mode: str = "fast") -> None:
+        """Restart the server (``pg_ctl restart -m MODE``: ``fast``, or ``immediate``, which
+        kills every backend without a checkpoint, as a crash does, so the server replays its
+        WAL) and wait until it accepts connections.
 
         Every open connection breaks, as in a real database restart.
         """
         if self._cluster is None:
             raise unittest.SkipTest("cannot restart an external server")
         try:
-            self._cluster.restart()
+            self._cluster.restart(mode)
             wait_accepting(self.admin_url())
         except Unavailable as exc:
             raise RuntimeError(f"PostgreSQL did not come back after a restart: {exc}") from None

@@ -33,7 +33,6 @@ class LocalServer:
             sys.path.insert(0, str(TESTS))
         import pg_harness
 
-        self.harness = pg_harness
         try:
             self.server = pg_harness.start_local()
         except pg_harness.Unavailable as exc:
@@ -43,9 +42,7 @@ class LocalServer:
     def restart_immediately(self) -> None:
         """``pg_ctl restart -m immediate``: every backend dies without a checkpoint, as in a
         crash, and the server replays its WAL before it accepts connections again."""
-        cluster = self.server._cluster  # the harness's restart is -m fast; a crash needs immediate
-        cluster.run(cluster.pg_ctl("restart", "-m", "immediate", *cluster.wait_options()), "pg_ctl restart")
-        self.harness.wait_accepting(self.server.admin_url())
+        self.server.restart(mode="immediate")
 
     def stop(self) -> None:
         self.server.stop()
