@@ -247,6 +247,10 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
     return {}
 
 
+OPTIONS_HEADER = ("<table class=\"options\">\n<tr><th>option</th><th>takes</th><th>what it does</th>"
+                  "<th>notes</th></tr>")
+
+
 def _option_row(action: argparse.Action, formatter: argparse.HelpFormatter, groups: dict) -> str:
     if action.option_strings:
         name = ", ".join(action.option_strings)
@@ -278,7 +282,7 @@ def gen_cli_commands(src: Sources, page: str) -> str:
     shared = set.intersection(*({id(a) for a in sub._actions} for sub in commands.values()))
     formatter = parser._get_formatter()
     out = ["<h3 id=\"cli-global\">Before (or after) any command</h3>",
-           "<table class=\"options\">\n<tr><th>option</th><th>takes</th><th>what it does</th><th></th></tr>"]
+           OPTIONS_HEADER]
     out += [_option_row(a, formatter, {}) for a in parser._actions
             if a.option_strings and a.dest != "help"]
     out.append("</table>")
@@ -301,7 +305,7 @@ def gen_cli_commands(src: Sources, page: str) -> str:
         out.append(f"<p>{esc(sub.description or '')}</p>")
         out.append(pre(synopsis))
         if own:
-            out.append("<table class=\"options\">\n<tr><th>option</th><th>takes</th><th>what it does</th><th></th></tr>")
+            out.append(OPTIONS_HEADER)
             out += [_option_row(a, formatter, groups) for a in own]
             out.append("</table>")
     return "\n".join(out)
