@@ -38,6 +38,7 @@ MAX_TEXT = 4096  # characters of other text: idempotency keys, database paths
 MAX_JSON_DEPTH = 100  # nesting of JSON values (args, results, definitions)
 WILDCARD = "*"  # worker switches use it for "every project, host or queue"
 
+_ASCII_INT = re.compile(r"-?[0-9]+")
 _NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _SHOWN = 80  # characters of a refused value a message repeats
 _DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[smhd])+")
@@ -159,6 +160,27 @@ def check_int(what: str, value: Any, least: int | None = None, most: int = INT64
         bounds = f" from {floor} to {most}" if least is None else f"{at_least} and at most {most}"
         raise InvalidValue(what, f"an integer{bounds}", value)
     return value
+
+
+def parse_int(what: str, text: Any, least: int | None = None, most: int = INT64_MAX) -> int:
+    """An integer written as people and programs write one: ASCII digits with an optional
+    leading ``-``, nothing else (Python's ``int()`` also takes spaces, ``_`` and other
+    scripts' digits, so ``' 3'`` and ``'٣'`` would be job 3); then as ``check_int``.
+
+    >>> parse_int("id", "42"), parse_int("id", "-7")
+    (42, -7)
+    >>> parse_int("id", " 3")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: id must be a whole number in ASCII digits, got ' 3'
+    >>> parse_int("id", "\u0663")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: id must be a whole number in ASCII digits, got '\u0663'
+    """
+    if not isinstance(text, str) or not _ASCII_INT.fullmatch(text):
+        raise InvalidValue(what, "a whole number in ASCII digits", text)
+    if len(text) > 25:  # far past 64 bits: refuse before int() meets thousands of digits
+        raise InvalidValue(what, f"an integer from {INT64_MIN if least is None else least} to {most}", text)
+    return check_int(what, int(text), least, most)
 
 
 def check_number(what: str, value: Any, *, positive: bool = False, most: float | None = None) -> float:
