@@ -85,6 +85,7 @@ AT_LEAST_ZERO = _count(0)
 TEXT = Kind("str", str, "text")
 MODULES = Kind("tuple[str, ...]", _comma_list, "module names", repeated=True)
 PATHS = Kind("tuple[str, ...]", _comma_list, "paths", repeated=True)
+HOST_NAMES = Kind("tuple[str, ...]", _comma_list, "host names", repeated=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +236,26 @@ def _paths(what: str, value: Any) -> tuple[str, ...]:
     return paths
 
 
+def _host_names(what: str, value: Any) -> tuple[str, ...]:
+    """Host names as a tuple, lower case (a ``Host`` header's name is compared without case):
+    a comma list or an iterable of names, each a name by ``names.check_name`` and without
+    a port or brackets (an address in digits needs no allowing).
+
+    >>> _host_names("allowed_hosts", "Panel.example, box")
+    ('panel.example', 'box')
+    >>> _host_names("allowed_hosts", "box:8465")
+    Traceback (most recent call last):
+    rowfleet.errors.ConfigError: allowed_hosts: 'box:8465' is not a host name (give the name alone, like panel.example)
+    """
+    hosts = _items(what, value, "host names")
+    for host in hosts:
+        names.check_name(what, host)
+        if any(mark in host for mark in ":/[]@"):
+            raise ConfigError(f"{what}: {names.shown(host)} is not a host name (give the name alone, like "
+                              f"panel.example)")
+    return tuple(host.lower() for host in hosts)
+
+
 def _seconds(name: str, default: float, help: str, doc: str, **more: Any) -> Setting:
     return Setting(name, default, SECONDS, help, doc, **more)
 
@@ -311,6 +332,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("allow_modules", (), MODULES, "also run module:function tasks of this module and its submodules, "
             "besides the --app modules", "module prefixes a worker runs `module:function` tasks of",
             check=_module_prefixes, flag="--allow-module", scope=OWN, shown="only the `--app` modules"),
+    # Read by `rowfleet panel`, `rowfleet metrics` and `rowfleet up --panel`: the names a browser may
+    # reach them by besides localhost and addresses in digits (see rowfleet.webserver).
+    Setting("allowed_hosts", (), HOST_NAMES, "also answer requests whose Host header names this host (with any "
+            "port), besides localhost and IP addresses", "host names the panel and /metrics answer to",
+            check=_host_names, flag="--allow-host", scope=OWN, shown="localhost and IP addresses"),
 )
 SETTING = {setting.name: setting for setting in SETTINGS}
 CONFIG_SETTINGS = tuple(setting for setting in SETTINGS if setting.in_config)
