@@ -326,7 +326,8 @@ class PanelSecurityTest(TempDirTestCase):
             self.assertNotIn(b"Traceback", answer)
         # A POST without a length: 411, not a hang.
         with socket.create_connection(("127.0.0.1", client.port), timeout=10) as sock:
-            sock.sendall(b"POST /workers/switch HTTP/1.1\r\nHost: x\r\nSec-Fetch-Site: same-origin\r\n\r\n")
+            sock.sendall(b"POST /workers/switch HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nSec-Fetch-Site: same-origin\r\n\r\n"
+                         % client.port)
             self.assertIn(b" 411 ", sock.recv(65536))
         self.assertEqual(client.get("/")[0], 200, "still serving")
         self.assertEqual(self.store.find_job(self.job).state, QUEUED)

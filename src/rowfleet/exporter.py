@@ -11,6 +11,11 @@ each request and closing it after: an open costs under a millisecond on SQLite a
 new connection (about 10 ms) on PostgreSQL, against a scrape every few seconds at most,
 and then no connection outlives its request, crosses threads or outlives a server restart. ``serve(config, bind, port, stop)`` runs it until ``stop`` is set.
 
+Every request's head passes the shared rules of ``rowfleet.webserver`` first: a ``Host``
+it answers to (localhost, an IP address, the names in ``allowed_hosts``; else a 421, so a
+page on another name that resolves here reads nothing), one plain body length, a deadline
+for the head, a bound on the connections served at once.
+
 It binds where it is told (`rowfleet metrics`: 127.0.0.1 by default). The metrics name hosts, queues and tasks, so
 binding any other address without a token logs one warning saying that anyone who can
 reach the port can read them.
@@ -135,10 +140,11 @@ class MetricsServer(Server):
 
     log = log
 
-    def __init__(self, address: tuple[str, int], opener: Callable[[], Store], token: str | None = None) -> None:
+    def __init__(self, address: tuple[str, int], opener: Callable[[], Store], token: str | None = None,
+                 allowed_hosts: tuple[str, ...] = ()) -> None:
         self.opener = opener
         self.token = token
-        super().__init__(address, MetricsHandler)
+        super().__init__(address, MetricsHandler, allowed_hosts)
 
     def respond(self) -> Answer:
         """A scrape with a store of its own: 503 when it cannot be opened either."""
@@ -162,12 +168,13 @@ class MetricsServer(Server):
 
 def make_server(config: configuration.Config, bind: str, port: int,
                 token: str | None = None) -> MetricsServer:
-    """A server of ``config``'s database on ``bind``:``port`` (0: a free one), listening but
-    not yet serving; ``ConfigError`` when it cannot listen there (the port taken, no such
-    address). Warns once when the address is reachable from elsewhere and no token is set."""
+    """A server of ``config``'s database on ``bind``:``port`` (0: a free one), answering to
+    ``config.allowed_hosts`` too, listening but not yet serving; ``ConfigError`` when it
+    cannot listen there (the port taken, no such address). Warns once when the address is
+    reachable from elsewhere and no token is set."""
     token = check_token("the metrics token", token)
     try:
-        server = MetricsServer((bind, port), lambda: open_store(config), token)
+        server = MetricsServer((bind, port), lambda: open_store(config), token, config.allowed_hosts)
     except OSError as exc:
         raise ConfigError(f"cannot serve metrics on {names.shown(bind)} port {port}: {exc.strerror or one_line(exc)} "
                           f"(choose another --port or --bind)") from None

@@ -209,8 +209,9 @@ def dumps(data: Any) -> bytes:
 HTML = "text/html; charset=utf-8"
 JSON = "application/json; charset=utf-8"
 _REASONS = {400: "bad request", 403: "forbidden", 404: "not found", 405: "method not allowed",
-            409: "conflict", 411: "length required", 413: "too large", 414: "address too long",
-            415: "unsupported form", 503: "database unavailable"}
+            408: "request timeout", 409: "conflict", 411: "length required", 413: "too large",
+            414: "address too long", 415: "unsupported form", 421: "misdirected request",
+            503: "database unavailable"}
 
 
 def escape_note(note: str | None) -> str | None:

@@ -1,7 +1,11 @@
 """The panel's HTTP server: who may ask what, and the headers every answer carries.
 
 It binds 127.0.0.1 by default; any other address needs a token (``make_server`` refuses
-without one). With a token, every page but the login page and the static files needs it:
+without one). Before anything else, every request's head passes the shared rules of
+``rowfleet.webserver``: a ``Host`` this panel answers to (localhost, an IP address, the
+names in ``allowed_hosts``; else a 421, so a page on another name that resolves here, DNS
+rebinding, reads and changes nothing), one plain body length, a head and a body each on a
+deadline, and a bound on the connections served at once. With a token, every page but the login page and the static files needs it:
 as the session cookie the login page sets (an HMAC of the token, never the token itself;
 HttpOnly, SameSite=Strict) or as ``Authorization: Bearer``. Every mutation is a POST that
 
@@ -9,7 +13,7 @@ HttpOnly, SameSite=Strict) or as ``Authorization: Bearer``. Every mutation is a 
   old to send that, an ``Origin`` naming this server's ``Host`` (neither: refused);
 - carries the form's CSRF token (an HMAC of the panel's secret: the token, or a random one
   per start when there is none), compared in constant time;
-- is a form of at most ``BODY_MOST`` bytes;
+- is a form of at most ``BODY_MOST`` bytes that arrives in time, whole;
 - and is refused outright when the panel runs ``--read-only``.
 
 Every answer carries a strict Content-Security-Policy (scripts, styles and everything else
@@ -45,8 +49,8 @@ from rowfleet.errors import ConfigError, RowfleetError
 from rowfleet.panel import app, pages
 from rowfleet.panel.html import Markup, page, tag
 from rowfleet.store import Store, open_store
-from rowfleet.webserver import (Answer, Handler, Server, bearer, check_token, loopback, one_line, same_secret,
-                                serve_until)
+from rowfleet.webserver import (Answer, Handler, Refusal, Server, bearer, check_token, loopback, one_line,
+                                same_secret, serve_until)
 
 log = logging.getLogger("rowfleet.panel")
 
@@ -88,7 +92,8 @@ class PanelHandler(Handler):
         raise AttributeError(name)
 
     def refusal(self, code: int, line: str) -> Answer:
-        return _page_answer(app.HttpError(code, line), as_json=False)
+        status, headers, body = _page_answer(app.HttpError(code, line), as_json=False)
+        return status, headers + SECURITY_HEADERS + [("Cache-Control", "no-store")], body
 
     def _answer(self) -> None:
         as_json = self.path.startswith("/api")
@@ -175,14 +180,10 @@ class PanelHandler(Handler):
         return 200, [("Content-Type", content_type)], asset(name)
 
     def _form(self) -> dict[str, str]:
-        length = self.headers.get("Content-Length")
-        if length is None:
-            raise app.HttpError(411, "a POST needs a Content-Length")
-        if not length.isdigit():
-            raise app.HttpError(400, "Content-Length must be a number")
-        if int(length) > BODY_MOST:
-            raise app.HttpError(413, f"a form may hold at most {BODY_MOST // 1024} KiB")
-        body = self.rfile.read(int(length))
+        try:
+            body = self.body(BODY_MOST)
+        except Refusal as refused:
+            raise app.HttpError(refused.status, refused.line) from None
         kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if body and kind != "application/x-www-form-urlencoded":
             raise app.HttpError(415, "a POST must be a form (application/x-www-form-urlencoded)")
@@ -243,7 +244,7 @@ class PanelServer(Server):
     log = log
 
     def __init__(self, address: tuple[str, int], opener: Callable[[], Store], token: str | None,
-                 read_only: bool) -> None:
+                 read_only: bool, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.opener = opener
         self.token = token
         self.read_only = read_only
@@ -253,7 +254,7 @@ class PanelServer(Server):
         self.memo: dict[str, Any] = {}  # what pages keep between requests (see Request.memo)
         self._idle: list[Store] = []
         self._idle_lock = threading.Lock()
-        super().__init__(address, PanelHandler)
+        super().__init__(address, PanelHandler, allowed_hosts)
 
     def borrow(self) -> Store:
         """A store for one request: an idle one kept from an earlier request, else a new one."""
@@ -295,12 +296,12 @@ class PanelServer(Server):
 
 def make_server(config: configuration.Config, bind: str, port: int, token: str | None = None, *,
                 read_only: bool = False) -> PanelServer:
-    """A panel of ``config``'s database on ``bind``:``port`` (0: a free one), listening but
-    not yet serving. ``ConfigError`` when ``bind`` is not loopback and there is no token, or
-    when it cannot listen there."""
+    """A panel of ``config``'s database on ``bind``:``port`` (0: a free one), answering to
+    ``config.allowed_hosts`` too, listening but not yet serving. ``ConfigError`` when
+    ``bind`` is not loopback and there is no token, or when it cannot listen there."""
     token = check_bind(bind, token)
     try:
-        return PanelServer((bind, port), lambda: open_store(config), token, read_only)
+        return PanelServer((bind, port), lambda: open_store(config), token, read_only, config.allowed_hosts)
     except OSError as exc:
         raise ConfigError(f"cannot serve the panel on {names.shown(bind)} port {port}: "
                           f"{exc.strerror or one_line(exc)} (choose another --port or --bind)") from None
