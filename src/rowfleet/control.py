@@ -15,7 +15,13 @@ newest. The worker acts on that one switch (``next_step``):
   it again and the fresh process parks. A fresh process that has run nothing parks at
   once instead of exiting, so hard off cannot become a restart loop.
 
-Imports only ``rowfleet.job.by_name``, the one way a row is read by column name.
+What a switch may name is ``check_scope``: a project, host and queue by the rules of
+``rowfleet.names`` (the project may be empty: the default one), each or ``*``. Every
+entry point writes a switch through ``Store.set_switch``, which asks it, so the panel's
+form is refused what the command line is refused.
+
+Imports only ``rowfleet.job.by_name``, the one way a row is read by column name, and
+``rowfleet.names``, what a name may be.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Mapping
 
+from rowfleet import names
 from rowfleet.job import by_name
 
 ON, OFF = "on", "off"
@@ -86,6 +93,28 @@ class Switch:
 
 
 _SWITCH_COLUMNS = frozenset(field.name for field in dataclasses.fields(Switch))
+
+
+def check_scope(project: Any, host: Any, queue: Any) -> tuple[str, str, str]:
+    """The (project, host, queue) a switch names, each a name as ``names.check_name``
+    allows it (the project may be empty, the default project's name) or ``*`` for every
+    one; else ``names.InvalidValue`` naming the field.
+
+    >>> check_scope("", "box", "gpu"), check_scope("*", "*", "*")
+    (('', 'box', 'gpu'), ('*', '*', '*'))
+    >>> check_scope("two words", "box", "gpu")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: project must be a non-empty word, got 'two words'
+    >>> check_scope("", "", "gpu")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: host must be a non-empty word, got ''
+    """
+    return (_name_or_any("project", project, empty=True), _name_or_any("host", host),
+            _name_or_any("queue", queue))
+
+
+def _name_or_any(what: str, value: Any, empty: bool = False) -> str:
+    return value if value == ANY else names.check_name(what, value, empty=empty)
 
 
 def in_force(switches: Iterable[Switch], project: str, host: str, queue: str) -> Switch | None:

@@ -158,9 +158,7 @@ class FleetStore(StoreCore):
             raise ConfigError(f"a switch is {control.ON!r} or {control.OFF!r}, got {desired!r}")
         if policy not in control.POLICIES:
             raise ConfigError(f"a stop policy is {control.HARD!r} or {control.DRAIN!r}, got {policy!r}")
-        for what, value in (("project", project), ("host", host), ("queue", queue)):
-            if not isinstance(value, str) or (what != "project" and not value):
-                raise ConfigError(f"a switch's {what} must be a non-empty string (or '*' for all), got {value!r}")
+        project, host, queue = control.check_scope(project, host, queue)
         if not isinstance(reason, str) or len(reason) > REASON_MOST:
             raise ConfigError(f"a switch's reason is text of at most {REASON_MOST} characters")
         with self.transaction() as tx:

@@ -4,8 +4,8 @@ OFF-drain and OFF-hard per (host, queue) and per box (every queue of the host), 
 a reason; and the log of who switched what when.
 
 A switch from the panel is the same ``worker_controls`` row the command line writes
-(``Store.set_switch``, logged in the same transaction), recorded as by ``panel`` or the
-name the operator gives.
+(``Store.set_switch``, logged in the same transaction, its project, host and queue checked
+there by the command line's rule), recorded as by ``panel`` or the name the operator gives.
 """
 
 from __future__ import annotations
@@ -65,11 +65,9 @@ def switch(req: Request) -> Redirect:
     if chosen is None:
         raise HttpError(400, f"set= one of {', '.join(CHOICES)}")
     desired, policy = CHOICES[chosen]
-    project = req.form.get("project", "")
-    host, queue = req.form.get("host") or "", req.form.get("queue") or ""
-    for what, value in (("host", host), ("queue", queue)):
-        if value != control.ANY:
-            req.word(what, source="form")
+    # Checked where every switch is written (Store.set_switch, by control.check_scope), as
+    # the command line's are: a refusal is a 400 and writes nothing.
+    project, host, queue = (req.form.get(field, "") for field in ("project", "host", "queue"))
     reason = " ".join((req.form.get("reason") or "").split())
     by = " ".join((req.form.get("by") or "").split())[:80] or "panel"
     written = req.store.set_switch(project, host, queue, desired, policy, changed_by=by, reason=reason)
