@@ -357,6 +357,7 @@ class Job:
 
 _JOB_COLUMNS = tuple(field.name for field in dataclasses.fields(Job) if field.name != "unreadable")
 _JOB_COLUMN_SET = frozenset(_JOB_COLUMNS)
+JOB_COLUMNS = _JOB_COLUMN_SET  # the columns of ``jobs``, as the current schema has them
 # Each column with the exact types a sound value of it has; JSON columns are always decoded.
 _JOB_COLUMN_TYPES = tuple((name, () if name in _JSON_COLUMNS else (int,) if name in _INTEGER_COLUMNS
                            else (int, float) if name in _NUMBER_COLUMNS else (str,)) for name in _JOB_COLUMNS)
@@ -395,6 +396,7 @@ class Event:
 
 
 _EVENT_COLUMNS = frozenset(field.name for field in dataclasses.fields(Event))
+EVENT_COLUMNS = _EVENT_COLUMNS  # the columns of ``job_events``
 
 
 def attempt_events(job_id: int, stored: list[Event], attempt: Mapping[str, Any]) -> list[Event]:

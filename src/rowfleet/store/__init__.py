@@ -39,12 +39,13 @@ def sqlite_path(url: str) -> str | None:
 def open_store(config: Config, *, create: bool = False, clock: Callable[[], float] = time.time) -> Store:
     """Open the database ``config.db`` names. Only ``create=True`` may create a new file.
 
-    Every store checks the recorded schema version once, here: one newer than this rowfleet
-    is refused (``MigrationError``) before any command reads or writes with it.
+    Every store checks the database once, here, before any command reads or writes with it
+    (``refuse_unusable``): another program's (``DatabaseBroken``, which no wait repairs) and a
+    schema newer than this rowfleet (``MigrationError``) are refused, the file left untouched.
     """
     store = _connect(config, create, clock)
     try:
-        store.refuse_newer_schema()
+        store.refuse_unusable()
     except BaseException:
         store.close()
         raise

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
+from collections.abc import Mapping, Set
 from typing import Any, Callable, Iterable, Iterator
 
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBroken, MigrationError, RowfleetError, SchemaMissing
-from rowfleet.job import Job, JobSpec
+from rowfleet.job import EVENT_COLUMNS, JOB_COLUMNS, Job, JobSpec
 from rowfleet.queries import latest_version, migrations, queries
 from rowfleet.wake import Waiter
 
@@ -165,6 +166,34 @@ class StoreCore(abc.ABC):
 
     # --- schema ------------------------------------------------------------------------
 
+    # Where a message about a database that is not rowfleet's sends the operator instead.
+    elsewhere = "another database"
+
+    def refuse_unusable(self) -> int:
+        """The recorded schema version, once the database is known to be one this rowfleet
+        may use: ``DatabaseBroken`` when it is not rowfleet's (``foreign_schema``), which no
+        wait repairs, and ``MigrationError`` when its schema is newer than this rowfleet.
+        Every store is checked once, when it is opened (``open_store``), before any command
+        reads or writes with it, so that a refused database is left as it was found."""
+        self.refuse_foreign()
+        return self.refuse_newer_schema()
+
+    def refuse_foreign(self) -> None:
+        """``DatabaseBroken`` when the database holds another program's tables under the
+        names rowfleet's schema needs (``foreign_schema``), read from its tables' columns
+        and the version its ``schema_migrations`` records, if that table is rowfleet's."""
+        tx = self.reader()
+        found: dict[str, set[str]] = {}
+        for row in tx.all("schema_columns"):
+            found.setdefault(row["table_name"], set()).add(row["column_name"])
+        problem = foreign_bookkeeping(found)
+        if problem is None and found:
+            version = recorded_version(tx) if MIGRATIONS_TABLE in found else 0
+            problem = foreign_schema(found, version, expected_tables(version, latest_version(self.dialect)))
+        if problem is not None:
+            raise DatabaseBroken(f"the database {self.config.db_shown!r} is not a rowfleet database: {problem}; "
+                                 f"point --db at {self.elsewhere}")
+
     def schema_version(self) -> int:
         """The schema version the database records (0: none yet)."""
         return recorded_version(self.reader())
@@ -229,6 +258,81 @@ def savepoint(tx: Tx) -> Iterator[Tx]:
             tx.run("savepoint_release")
         raise
     tx.run("savepoint_release")
+
+
+MIGRATIONS_TABLE = "schema_migrations"
+# The columns of rowfleet's own bookkeeping table (``migrations_table``): a table of that name
+# without them is another program's (web frameworks keep one of the same name).
+MIGRATIONS_COLUMNS = frozenset({"version", "name", "applied_at"})
+
+
+def foreign_bookkeeping(found: Mapping[str, Set[str]]) -> str | None:
+    """Why the ``schema_migrations`` table among ``found`` (table -> its column names) is
+    another program's, or None (it is rowfleet's, or there is none).
+
+    >>> foreign_bookkeeping({"schema_migrations": {"version"}})
+    'it has a table schema_migrations of its own (with no column applied_at, name)'
+    >>> foreign_bookkeeping({"schema_migrations": {"version", "name", "applied_at"}}), foreign_bookkeeping({})
+    (None, None)
+    """
+    columns = found.get(MIGRATIONS_TABLE)
+    if columns is None or columns >= MIGRATIONS_COLUMNS:
+        return None
+    return f"it has a table {MIGRATIONS_TABLE} of its own (with no column {', '.join(sorted(MIGRATIONS_COLUMNS - columns))})"
+
+
+def foreign_schema(found: Mapping[str, Set[str]], version: Any, ours: Mapping[str, Set[str]]) -> str | None:
+    """Why a database is not rowfleet's, or None: ``found`` is its tables, each with its
+    column names; ``version`` the schema version its ``schema_migrations`` records (0 when
+    it records none); ``ours`` rowfleet's tables at that version, each with the columns it
+    must have. Recording no version, it may hold tables of any other name (rowfleet shares an
+    application's database), but a table of one of rowfleet's names is another program's,
+    which ``init`` cannot make its own. Recording one, each of those tables must have its
+    columns. Pure: the store reads what it decides on.
+
+    >>> ours = {"jobs": {"id", "queue"}, "workers": {"id"}}
+    >>> foreign_schema({}, 0, ours), foreign_schema({"users": {"id"}}, 0, ours)
+    (None, None)
+    >>> foreign_schema({"jobs": {"id", "title"}, "users": {"id"}}, 0, ours)
+    'it has a table jobs of its own'
+    >>> foreign_schema({"jobs": {"id"}, "workers": {"pid"}}, 0, ours)
+    'it has tables jobs, workers of its own'
+    >>> foreign_schema({"jobs": {"id", "title"}}, 16, ours)
+    'its table jobs lacks column queue of rowfleet schema version 16'
+    >>> foreign_schema({"jobs": {"id", "queue", "extra"}}, 16, ours) is None
+    True
+    >>> foreign_schema({"schema_migrations": {"version"}}, "20240101120000", ours)
+    "its table schema_migrations records version '20240101120000', which is no rowfleet schema version"
+    """
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        return (f"its table {MIGRATIONS_TABLE} records version {version!r}, which is no rowfleet schema "
+                f"version")
+    if version == 0:
+        taken = sorted(set(found) & set(ours))
+        if not taken:
+            return None
+        return f"it has {'a table' if len(taken) == 1 else 'tables'} {', '.join(taken)} of its own"
+    for table in sorted(set(found) & set(ours)):
+        missing = sorted(set(ours[table]) - set(found[table]))
+        if missing:
+            return (f"its table {table} lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                    f"of rowfleet schema version {version}")
+    return None
+
+
+def expected_tables(version: Any, latest: int) -> Mapping[str, Set[str]]:
+    """rowfleet's tables at schema ``version`` with the columns ``foreign_schema`` holds
+    each to: recording none, every table its migrations make (by name, from the migrated
+    schema); at the current version, the tables the engine's rows are read from, with the
+    columns of their row types (``Job``, ``Event``: a test ties each to its table on both
+    databases); at an older one, none (the migration to come makes them whole)."""
+    if version == 0:
+        from rowfleet.store.sqlite import migrated_tables  # the schema a memory database reaches
+
+        return migrated_tables()
+    if version == latest:
+        return {"jobs": JOB_COLUMNS, "job_events": EVENT_COLUMNS}
+    return {}
 
 
 def recorded_version(tx: Tx) -> int:

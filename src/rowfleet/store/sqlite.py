@@ -10,6 +10,7 @@ timeout, and ``synchronous`` as configured (FULL by default: a commit survives p
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import random
@@ -19,6 +20,7 @@ from typing import Any, Callable, Iterator
 
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, DatabaseBroken, DatabaseBusy, RowfleetError, SchemaMissing, StoreUnavailable
+from rowfleet.queries import migrations
 from rowfleet.store.base import Store
 from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
 from rowfleet.wake import FileWaiter, Sleeper, Waiter, bell_path, ring
@@ -49,8 +51,7 @@ def connect(path: str, config: Config, *, create: bool = False) -> sqlite3.Conne
         raise kind(f"cannot open database {path!r}: {exc}") from None
     try:
         conn.row_factory = sqlite3.Row
-        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA journal_mode").fetchone()  # a file that is no database says so here
         # Fixed fragments only: Config validated the value to FULL or NORMAL.
         conn.execute("PRAGMA synchronous = " + ("FULL" if config.synchronous == "FULL" else "NORMAL"))
         conn.execute("PRAGMA foreign_keys = ON")
@@ -62,6 +63,41 @@ def connect(path: str, config: Config, *, create: bool = False) -> sqlite3.Conne
         conn.close()
         raise unreadable(exc, f" ({path!r})") from None
     return conn
+
+
+def use_wal(conn: sqlite3.Connection) -> None:
+    """Put the database in WAL mode (it stays so), unless it is already: the first change
+    rowfleet makes to a file, made before its first write, so that opening a database it
+    then refuses (``StoreCore.refuse_unusable``) leaves the file as it was."""
+    try:
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+    except sqlite3.Error as exc:
+        raise translate(exc, " switching to WAL") from None
+
+
+@functools.lru_cache(maxsize=1)
+def migrated_tables() -> dict[str, frozenset[str]]:
+    """Every table rowfleet's migrations make, with its columns: the schema a memory
+    database reaches (the same names on every dialect). Made once per process, and only
+    when a database that records no schema holds tables (whose names it is checked against).
+
+    >>> tables = migrated_tables()
+    >>> "queue" in tables["jobs"], "schema_migrations" in tables
+    (True, False)
+    """
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        for migration in migrations("sqlite"):
+            for statement in split_script(migration.sql):
+                conn.execute(statement)
+        names = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                                "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")]
+        return {name: frozenset(row[1] for row in conn.execute("SELECT * FROM pragma_table_info(?)", (name,)))
+                for name in names}
+    finally:
+        conn.close()
 
 
 def _uri_path(path: str) -> str:
@@ -194,6 +230,7 @@ def _on_callers(conn: sqlite3.Connection, statement: str, what: str) -> None:
 
 class SQLiteStore(Store):
     dialect = "sqlite"
+    elsewhere = "another file"
     # Queries only this dialect has: the TEMP triggers behind its doorbells (where
     # PostgreSQL has NOTIFY triggers in its schema and LISTEN queries).
     own_queries = frozenset({"bell_requeued", "bell_dispatched"})
@@ -216,11 +253,15 @@ class SQLiteStore(Store):
         self._dispatched: set[str] = set()
         self._bells: dict[tuple[str, str], str] = {}
         self._bells_armed = False
+        self._wal = False  # whether this store has seen the file in WAL mode (see use_wal)
         self.conn.create_function("rowfleet_queued", 1, self._queued.add)
         self.conn.create_function("rowfleet_dispatched", 1, self._dispatched.add)
 
     @contextlib.contextmanager
     def transaction(self, durable: bool = True) -> Iterator[Tx]:
+        if not self._wal:  # outside any transaction: the journal mode cannot change inside one
+            use_wal(self.conn)
+            self._wal = True
         relaxed = not durable and self.config.synchronous == "FULL"
         if relaxed:  # in WAL mode NORMAL commits without fsync; the next FULL commit syncs it too
             self.conn.execute("PRAGMA synchronous = NORMAL")

@@ -16,6 +16,12 @@ WHERE table_schema = current_schema() AND table_name = 'schema_migrations';
 -- name: schema_version
 SELECT coalesce(max(version), 0) AS version FROM schema_migrations;
 
+-- name: schema_columns
+-- Every table (and view) of the schema rowfleet uses with its columns, reading no row: whether
+-- it is rowfleet's database is decided on these before anything else is read or written.
+SELECT table_name::text AS table_name, column_name::text AS column_name FROM information_schema.columns
+WHERE table_schema = current_schema();
+
 -- name: schema_tables
 -- Names every table of the current schema and reads no row: fails naming a table that is gone.
 SELECT 1 AS present FROM jobs, job_events, workers, worker_controls, runs, run_nodes, dispatch_events,

@@ -15,6 +15,13 @@ SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'schema_
 -- name: schema_version
 SELECT coalesce(max(version), 0) AS version FROM schema_migrations;
 
+-- name: schema_columns
+-- Every table of the database with its columns, reading no row: whether it is rowfleet's
+-- database is decided on these before anything else is read or written.
+SELECT tables.name AS table_name, columns.name AS column_name
+FROM sqlite_master AS tables, pragma_table_info(tables.name) AS columns
+WHERE tables.type = 'table' AND tables.name NOT LIKE 'sqlite\_%' ESCAPE '\';
+
 -- name: schema_tables
 -- Names every table of the current schema and reads no row: fails naming a table that is gone.
 SELECT 1 AS present FROM jobs, job_events, workers, worker_controls, runs, run_nodes, dispatch_events,
