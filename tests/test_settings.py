@@ -57,6 +57,7 @@ SAMPLES = {
     config.AT_LEAST_ZERO: ("0", 0),
     config.MODULES: ("app, lib.tasks", ("app", "lib.tasks")),
     config.PATHS: ("/data, /models", ("/data", "/models")),
+    config.HOST_NAMES: ("Panel.example, box", ("panel.example", "box")),
 }
 TEXT_SAMPLES = {"db": ("other.db", "other.db"), "project": ("alpha", "alpha"), "host": ("box-1", "box-1"),
                 "synchronous": ("normal", "NORMAL"), "nvidia_smi": ("/opt/smi", "/opt/smi"),
@@ -66,7 +67,7 @@ TEXT_SAMPLES = {"db": ("other.db", "other.db"), "project": ("alpha", "alpha"), "
 
 # The command that reads each setting of its own scope.
 OWN_COMMAND = {"allow_modules": "worker", "sample_paths": "worker", "metrics_token": "metrics",
-               "panel_token": "panel"}
+               "panel_token": "panel", "allowed_hosts": "panel"}
 
 
 def sample(setting: config.Setting) -> tuple[str, object]:
@@ -79,7 +80,7 @@ FIELDS = ("db", "project", "host", "lease", "renew", "heartbeat", "poll", "inter
           "idle_gpu", "memory_delta_mb", "gpu_first_window", "gpu_window", "gpu_sample", "watchdog_retries",
           "nvidia_smi", "restart_delay", "restart_delay_max", "cancel_grace", "sample_every",
           "sample_detail_keep", "sample_minute_keep", "sample_paths", "metrics_token",
-          "panel_token", "allow_modules")
+          "panel_token", "allow_modules", "allowed_hosts")
 
 
 class DeclarationTest(unittest.TestCase):

@@ -2,7 +2,9 @@
 print one scrape and exit (``--once``).
 
 The bearer token comes from ``--token`` or, better (a flag shows in ``ps``), the
-``metrics_token`` setting (``ROWFLEET_METRICS_TOKEN``).
+``metrics_token`` setting (``ROWFLEET_METRICS_TOKEN``). It answers requests that name it
+as localhost or an IP address, and the names ``--allow-host`` (``ROWFLEET_ALLOWED_HOSTS``)
+adds: a Prometheus that scrapes the box by a DNS name needs that name allowed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Callable
 from rowfleet import config as configuration
 from rowfleet import exitcodes, names
 from rowfleet.cli.arguments import Parser, metrics_token_flag, number
+from rowfleet.cli.panel import allow_host_flag, with_allowed_hosts
 from rowfleet.cli.processes import on_stop_signals
 from rowfleet.store import open_store
 
@@ -35,6 +38,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                      help=f"the port to listen on (default {DEFAULT_PORT}; 0: any free one)")
     metrics_token_flag(sub)
+    allow_host_flag(sub)
     sub.add_argument("--once", action="store_true", help="print one scrape to stdout and exit")
 
 
@@ -48,6 +52,7 @@ def cmd_metrics(args: argparse.Namespace, config: configuration.Config) -> int:
             sys.stdout.write(exporter.scrape(store))
         return exitcodes.OK
     token = webserver.chosen_token(args.token, TOKEN_ENV, config.metrics_token)
+    config = with_allowed_hosts(config, args)
     stop = threading.Event()
     on_stop_signals(lambda *_: stop.set())
     exporter.serve(config, args.bind, args.port, stop, token=token,

@@ -30,7 +30,7 @@ from rowfleet import exitcodes, names
 from rowfleet.cli.arguments import Parser, allow_module_flag, metrics_token_flag, sample_path_flag, trusted
 from rowfleet.cli.arguments import with_sample_paths
 from rowfleet.cli.output import table
-from rowfleet.cli.panel import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV, port_number
+from rowfleet.cli.panel import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV, allow_host_flag, port_number, with_allowed_hosts
 from rowfleet.cli.processes import (gpu_flags, gpu_settings_of, on_stop_signals, run_orchestrator, run_worker,
                                     sampler_child, supervise)
 from rowfleet.cli.schedules import run_scheduler, schedules_of
@@ -101,6 +101,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
     panel.add_argument("--port", type=port_number, default=None,
                        help=f"with --panel: the port (default {DEFAULT_PORT}; 0: any free one)")
     metrics_token_flag(panel, "panel_token")
+    allow_host_flag(panel)
     panel.add_argument("--read-only", action="store_true", help="with --panel: show everything, change nothing")
     sub.add_argument("--check", action="store_true", help="print what would start and why, start nothing")
     sub.add_argument("--json", action="store_true", help="with --check: the plan as JSON")
@@ -191,7 +192,7 @@ def render_plan(plan: Sequence[Role], config: configuration.Config) -> str:
 def cmd_up(args: argparse.Namespace, config: configuration.Config) -> int:
     if args.json and not args.check:
         raise ConfigError("--json goes with --check: a running box logs, it prints no JSON")
-    config = trusted(config, args)
+    config = with_allowed_hosts(trusted(config, args), args)
     queues = queue_counts(args.queue or ["default"])
     schedules = schedules_of(args.schedule, args.app)  # imports the --app modules
     gpu = gpu_settings_of(args)
@@ -241,7 +242,8 @@ def _panel_request(args: argparse.Namespace, config: configuration.Config) -> Pa
     from rowfleet.panel import server
 
     given = [flag for flag, value in (("--bind", args.bind), ("--port", args.port), ("--token", args.token),
-                                      ("--read-only", args.read_only or None)) if value is not None]
+                                      ("--read-only", args.read_only or None), ("--allow-host", args.allowed_hosts))
+             if value is not None]
     if not args.panel:
         if given:
             raise ConfigError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --panel")
