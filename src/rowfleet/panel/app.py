@@ -104,18 +104,23 @@ class Request:
 
     def number(self, name: str, *, least: int = 0, most: int = ID_MOST, source: str = "query",
                default: int | None = None) -> int | None:
+        """A parameter that is a whole number from ``least`` to ``most``, in ASCII digits
+        (``names.parse_int``: not ``' 3'`` nor ``'٣'``), or 400."""
         value = self.text(name, source=source)
         if value is None:
             return default
-        if not re.fullmatch(r"[0-9]{1,19}", value) or not least <= int(value) <= most:
-            raise HttpError(400, f"{name} must be a whole number from {least} to {most}")
-        return int(value)
+        try:
+            return names.parse_int(name, value, least, most)
+        except ConfigError:
+            raise HttpError(400, f"{name} must be a whole number from {least} to {most}, in ASCII digits") from None
 
     def path_id(self, name: str = "id") -> int:
+        """The id in the path (a job's, a run's), by ``names.parse_int``; 404 for one no row can have."""
         value = self.params[name]
-        if len(value) > 19 or int(value) > ID_MOST or int(value) < 1:
-            raise HttpError(404, f"no such {name}: {value[:40]}")
-        return int(value)
+        try:
+            return names.parse_int(name, value, 1, ID_MOST)
+        except ConfigError:
+            raise HttpError(404, f"no such {name}: {value[:40]}") from None
 
     def mutating(self) -> None:
         """Refuse a mutation in read-only mode (the server refuses it first; pages ask too)."""

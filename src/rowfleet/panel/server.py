@@ -5,7 +5,8 @@ without one). Before anything else, every request's head passes the shared rules
 ``rowfleet.webserver``: a ``Host`` this panel answers to (localhost, an IP address, the
 names in ``allowed_hosts``; else a 421, so a page on another name that resolves here, DNS
 rebinding, reads and changes nothing), one plain body length, a head and a body each on a
-deadline, and a bound on the connections served at once. With a token, every page but the login page and the static files needs it:
+deadline, and a bound on the connections served at once. With a token, every page but
+the login page and the static files needs it:
 as the session cookie the login page sets (an HMAC of the token, never the token itself;
 HttpOnly, SameSite=Strict) or as ``Authorization: Bearer``. Every mutation is a POST that
 
