@@ -430,17 +430,17 @@ class SchedulerContract:
 
 
 class FailingStore:
-    """The real store, whose first ``fail_calls`` reads of the last slots fail as an
+    """The real store, whose first ``fail_calls`` reads of the schedules' rows fail as an
     unreachable database would."""
 
     def __init__(self, store, fail_calls):
         self._store, self._left = store, fail_calls
 
-    def last_slots(self, project):
+    def schedule_rows(self, project):
         if self._left > 0:
             self._left -= 1
             raise StoreUnavailable("database unreachable: injected")
-        return self._store.last_slots(project)
+        return self._store.schedule_rows(project)
 
     def __getattr__(self, name):
         return getattr(self._store, name)

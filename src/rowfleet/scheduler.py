@@ -396,15 +396,21 @@ class Scheduler:
         self.clock = self.store.clock if clock is None else clock
         self.identity = identity or f"{config.host}:{os.getpid()}"
         self._booting = True
+        self._unreadable: dict[str, str] = {}  # the schedules skipped, each warned of once: why
 
     def run_once(self, now: float | None = None) -> list[Fired]:
-        """Fire every schedule's due slot that nobody fired yet; what this scheduler fired."""
+        """Fire every schedule's due slot that nobody fired yet; what this scheduler fired.
+        A schedule whose row cannot be read (plain SQL wrote its ``last_slot``) is skipped,
+        with one warning, until the row is mended or deleted; the others fire."""
         now = self.clock() if now is None else now
         project = self.config.project
-        last = self.store.last_slots(project)
+        rows = {row.name: row for row in self.store.schedule_rows(project)}
         fired = []
         for schedule in self.schedules:
-            slot = due_slot(schedule, last.get(schedule.name), now, self.grace, self._booting)
+            row = rows.get(schedule.name)
+            if not self._readable(schedule.name, None if row is None else row.unreadable):
+                continue
+            slot = due_slot(schedule, None if row is None else row.last_slot, now, self.grace, self._booting)
             if slot is None:
                 continue
             job = self.store.fire_slot(project, schedule.name, slot, schedule.spec(project), self.identity)
@@ -412,6 +418,19 @@ class Scheduler:
                 fired.append(Fired(schedule.name, slot, job.id))
         self._booting = False  # only once a whole tick got through: a failed first tick boots again
         return fired
+
+    def _readable(self, name: str, problem: str | None) -> bool:
+        """Whether schedule ``name``'s row can be read; a warning the first time it cannot
+        (and again if what is wrong changes), a note once it can again."""
+        if problem is None:
+            if self._unreadable.pop(name, None) is not None:
+                log.info("schedule %r: its row in table schedules can be read again; it fires as declared", name)
+            return True
+        if self._unreadable.get(name) != problem:
+            self._unreadable[name] = problem
+            log.warning("schedule %r does not fire: its row in table schedules cannot be read (%s); mend or "
+                        "delete that row and it fires again", name, problem)
+        return False
 
     def run(self, stop: threading.Event) -> None:
         """Tick until ``stop`` is set: at each slot, and at least every ``tick`` seconds."""

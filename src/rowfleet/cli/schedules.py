@@ -76,15 +76,18 @@ def _show_fired(fired: list[dict[str, Any]], as_json: bool) -> None:
 def cmd_schedules(args: argparse.Namespace, config: configuration.Config) -> int:
     with open_store(config) as store:
         store.require_schema()
-        shown = [{"name": name, "last_slot": iso(last_slot),
-                  "recent": [_slot_dict(row) for row in store.fired_slots(config.project, name, args.limit)]}
-                 for name, last_slot in store.last_slots(config.project).items()]
+        shown = [{"name": row.name, "last_slot": iso(row.last_slot), "unreadable": row.unreadable,
+                  "recent": [_slot_dict(slot) for slot in store.fired_slots(config.project, row.name, args.limit)]}
+                 for row in store.schedule_rows(config.project)]
     if args.json:
         print_json(shown)
     elif not shown:
         print("no schedule has fired yet")
     else:
         print(table(["schedule", "slot", "job", "fired by"], _rows(shown)))
+        for each in shown:
+            if each["unreadable"]:
+                print(f"! schedule {each['name']} is unreadable (it does not fire): {each['unreadable']}")
     return exitcodes.OK
 
 

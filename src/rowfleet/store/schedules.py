@@ -8,14 +8,49 @@ row in ``schedule_slots`` is the proof of firing: its primary key admits one row
 slot, and the job is inserted only by the transaction that wrote it.
 
 Decides nothing about *when* a slot is due: that is ``rowfleet.scheduler``'s pure part.
+
+A ``schedules`` row may come from anyone's plain SQL: it is read through ``job.decode_row``
+(``ScheduleRow``), so a ``last_slot`` that no slot can be compared with (text, bytes, NaN or
+an infinity) is named in ``unreadable`` and kept as stored, never compared: that schedule
+alone does not fire until its row is mended or deleted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from rowfleet.job import Job, JobSpec
+from rowfleet import names
+from rowfleet.job import Job, JobSpec, decode_row, raw_text
 from rowfleet.store.core import StoreCore
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleRow:
+    """A schedule the database knows: its name, the newest slot fired (epoch seconds; None
+    while a scheduler has held its row but not yet fired any), and what of its row cannot be
+    read (then ``last_slot`` is the value as stored, as text), or None.
+
+    >>> ScheduleRow.from_row({"name": "tick", "last_slot": 60.0})
+    ScheduleRow(name='tick', last_slot=60.0, unreadable=None)
+    >>> ScheduleRow.from_row({"name": "tick", "last_slot": float("inf")}).unreadable
+    'column last_slot is not a finite number: inf'
+    """
+
+    name: str
+    last_slot: float | str | None
+    unreadable: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> "ScheduleRow":
+        values, problem = decode_row(row, "schedules", _SCHEDULE_KINDS)
+        slot = values["last_slot"]
+        if problem is None and slot is not None and not names.is_finite_number(slot):
+            slot, problem = raw_text(slot), f"column last_slot is not a finite number: {slot!r}"
+        return cls(values["name"], slot, problem)
+
+
+_SCHEDULE_KINDS = {"name": "text", "last_slot": "number"}
 
 
 class ScheduleStore(StoreCore):
@@ -25,13 +60,15 @@ class ScheduleStore(StoreCore):
         """Enqueue ``spec`` as schedule ``name``'s job for ``slot`` (epoch seconds), in one
         transaction with the slot's record; the job, or None when the slot is not this
         caller's to fire: another scheduler fired it, or a later slot (a scheduler whose
-        clock runs ahead got there first, and a stale slot must not fire after it)."""
+        clock runs ahead got there first, and a stale slot must not fire after it), or its
+        row's ``last_slot`` cannot be read (``schedule_rows`` says why)."""
         if spec.project != project:
             raise ValueError(f"the job of schedule {name!r} is for project {spec.project!r}, not {project!r}")
         key = {"project": project, "name": name, "slot": slot}
         with self.transaction() as tx:
-            last_slot = tx.one("fire_slot", project=project, name=name)["last_slot"]
-            if last_slot is not None and last_slot >= slot:
+            held = ScheduleRow.from_row({"name": name,
+                                         "last_slot": tx.one("fire_slot", project=project, name=name)["last_slot"]})
+            if held.unreadable is not None or (held.last_slot is not None and held.last_slot >= slot):
                 return None
             if tx.one("schedule_slot_insert", fired_by=fired_by, **key) is None:
                 return None
@@ -40,10 +77,16 @@ class ScheduleStore(StoreCore):
             tx.run("schedule_advance", **key)
             return job
 
-    def last_slots(self, project: str) -> dict[str, float | None]:
+    def schedule_rows(self, project: str) -> list[ScheduleRow]:
+        """Each schedule of ``project`` the database knows, by name: its newest slot fired,
+        and what of its row cannot be read."""
+        return [ScheduleRow.from_row(row) for row in self.reader().all("last_slots", project=project)]
+
+    def last_slots(self, project: str) -> dict[str, float | str | None]:
         """Each schedule of ``project`` the database knows: the newest slot fired (None
-        while a scheduler has held its row but not yet fired any)."""
-        return {row["name"]: row["last_slot"] for row in self.reader().all("last_slots", project=project)}
+        while a scheduler has held its row but not yet fired any; as stored, as text, when
+        it cannot be read: ``schedule_rows`` says why)."""
+        return {row.name: row.last_slot for row in self.schedule_rows(project)}
 
     def fired_slots(self, project: str, name: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         """The slots fired, newest first (of every schedule, or of ``name``): each with its

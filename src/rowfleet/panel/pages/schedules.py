@@ -2,7 +2,7 @@
 fires next where its declaration is known, the newest slot fired, and the slots fired
 lately: when, by which scheduler, and the job each enqueued.
 
-The database keeps only what fired (``Store.last_slots``, ``Store.fired_slots``); when a
+The database keeps only what fired (``Store.schedule_rows``, ``Store.fired_slots``); when a
 schedule fires next is in its declaration: a schedule file given to ``rowfleet
 scheduler``, or an app's ``@rowfleet.periodic``. The command that starts the panel names
 the files in ``SCHEDULE_FILES`` (its ``--schedule FILE``, as the scheduler's) and imports
@@ -95,7 +95,9 @@ def schedule_list(req: Request) -> View:
         sections.append(tag("p", f"Next fires are {NO_DECLARATION}.", class_="muted"))
     data = []
     for project in known if chosen is None else [chosen]:
-        last = req.store.last_slots(project)
+        stored = req.store.schedule_rows(project)
+        last = {row.name: row.last_slot for row in stored}
+        unreadable = {row.name: row.unreadable for row in stored if row.unreadable}
         mine = declared if project == own else {}
         listed = sorted(set(last) | set(mine))
         rows = []
@@ -103,10 +105,10 @@ def schedule_list(req: Request) -> View:
             schedule = mine.get(name)
             recent = req.store.fired_slots(project, name, RECENT) if name in last else []
             upcoming = next_fire(schedule, req.now) if schedule is not None else None
-            rows.append(_row(name, schedule, upcoming, last, recent, req.now))
+            rows.append(_row(name, schedule, upcoming, last, recent, req.now, unreadable.get(name)))
             data.append({"project": project, "name": name, "declared": schedule is not None,
                          "cadence": None if schedule is None else timing(schedule), "next_fire": iso(upcoming),
-                         "fired": name in last, "last_slot": iso(last.get(name)),
+                         "fired": name in last, "last_slot": iso(last.get(name)), "unreadable": unreadable.get(name),
                          "recent": [{"slot": iso(row["slot"]), "job_id": row["job_id"],
                                      "fired_at": iso(row["fired_at"]), "fired_by": row["fired_by"]}
                                     for row in recent]})
@@ -122,16 +124,19 @@ def schedule_list(req: Request) -> View:
                               "schedules": data}, join(*sections), active="/schedules")
 
 
-def _row(name: str, schedule: Schedule | None, upcoming: float | None, last: Mapping[str, float | None],
-         recent: list[dict[str, Any]], now: float) -> list[Any]:
+def _row(name: str, schedule: Schedule | None, upcoming: float | None, last: Mapping[str, float | str | None],
+         recent: list[dict[str, Any]], now: float, unreadable: str | None = None) -> list[Any]:
     if schedule is None:
         next_cell: Any = tag("span", "not declared here", class_="muted", title=NO_DECLARATION)
     elif upcoming is None:
         next_cell = tag("span", "never", class_="bad")
     else:
         next_cell = when(upcoming, now)
-    if name not in last:
-        last_cell: Any = tag("span", "never fired", class_="muted")
+    if unreadable is not None:  # plain SQL wrote it: shown as stored, and why it does not fire
+        last_cell: Any = tag("span", f"{clipped(last[name], NAME_MOST)} (unreadable, so it does not fire: "
+                                     f"{clipped(unreadable, 300)})", class_="bad")
+    elif name not in last:
+        last_cell = tag("span", "never fired", class_="muted")
     elif last[name] is None:
         last_cell = tag("span", "held, none fired yet", class_="muted")
     else:
