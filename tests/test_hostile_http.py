@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import re
+import signal
 import socket
 import threading
 import time
@@ -30,7 +31,7 @@ from rowfleet.errors import ConfigError
 from rowfleet.job import QUEUED, JobSpec
 from rowfleet.panel import server as panel_server
 from pg_harness import PostgresDatabaseCase
-from support import DEADLINE, TempDirTestCase, serve_in_background, wait_until
+from support import DEADLINE, TempDirTestCase, child_env, serve_in_background, wait_until
 
 REBIND = "rebind.evil.example:{port}"
 GOOD = "127.0.0.1:{port}"
@@ -394,6 +395,46 @@ def assert_bounded(test: HostileHttp, server, request: bytes, served: bytes) -> 
     status, body = exchange(port, request)
     test.assertEqual(status, 200, body[:300])
     test.assertIn(served, body)
+
+
+class CommandTest(HostileHttp):
+    """The commands take the names to answer to from ``--allow-host`` or the environment;
+    a bad one is one line and exit 2."""
+
+    SLOW = True  # command-line processes
+
+    def serve(self, *args: str, env: dict[str, str] | None = None) -> int:
+        process = self.spawn(*args, "--port", "0", env=child_env(**(env or {})))
+        line = process.stdout.readline()
+        self.assertIn("http://127.0.0.1:", line, process.stderr.read() if not line else line)
+
+        def stop() -> None:
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=DEADLINE)
+            self.assertEqual(process.returncode, 0, err)
+            self.assertNotIn("Traceback", err)
+        self.addCleanup(stop)
+        return int(line.split("http://127.0.0.1:", 1)[1].split("/", 1)[0])
+
+    def test_allowed_names_come_from_the_flag_or_the_environment(self):
+        for command, path, env in (("metrics", "/metrics", {}), ("panel", "/workers",
+                                                                 {"ROWFLEET_ALLOWED_HOSTS": "box.example"})):
+            with self.subTest(command):
+                port = self.serve(command, *(() if env else ("--allow-host", "Box.Example")), env=env)
+                self.assertEqual(exchange(port, fill(get(path, "box.example:8080"), port=port))[0], 200)
+                status, body = exchange(port, fill(get(path, REBIND), port=port))
+                self.assertEqual(status, 421, body[:300])
+                self.assertIn("--allow-host", the_line(body))
+
+    def test_a_bad_name_is_one_line_and_exit_2(self):
+        for args, env in ((("metrics", "--allow-host", "two words"), {}), (("panel", "--allow-host", "box:8465"), {}),
+                          (("panel",), {"ROWFLEET_ALLOWED_HOSTS": "ok.example,*"}),
+                          (("up", "--allow-host", "box.example"), {})):
+            with self.subTest(args=args, env=env):
+                result = self.cli(*args, "--port", "0", check=False, env=child_env(**env))
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+                self.assertNotIn("Traceback", result.stderr)
 
 
 class SwitchRows:
