@@ -55,7 +55,8 @@ class WorkflowCommandsTest(CliTestCase):
         self.settle()
         run = self.cli_json("runs", run_id)
         self.assertEqual(set(run), {"id", "project", "name", "state", "args", "error", "created_at",
-                                    "updated_at", "finished_at", "nodes"})
+                                    "updated_at", "finished_at", "nodes", "unreadable"})
+        self.assertIsNone(run["unreadable"])
         self.assertEqual(run["state"], "awaiting_input")
         for node in run["nodes"]:
             self.assertLessEqual({"id", "state", "attempts", "result", "error"}, set(node))

@@ -57,8 +57,9 @@ ROW_TYPES = (
     RowType(Switch, "worker_controls", "project, host, queue"),
     # The switch log's rows are the switches as written; its id only orders them.
     RowType(Switch, "worker_control_log", "id", unread=frozenset({"id"}), names_table=True),
-    # A run's view holds the nodes walked from its definition, not the definition's JSON.
-    RowType(Run, "runs", "id", not_columns=frozenset({"nodes"}), unread=frozenset({"definition"})),
+    # A run's view holds the nodes walked from its definition, not the definition's JSON; what of
+    # its rows could not be decoded is no column either.
+    RowType(Run, "runs", "id", not_columns=frozenset({"nodes", "unreadable"}), unread=frozenset({"definition"})),
     RowType(GpuLease, "gpu_leases", "host, gpu_index"),
     RowType(ModelControl, "model_controls", "host, model, action"),
 )

@@ -98,6 +98,9 @@ def cmd_runs(args: argparse.Namespace, config: configuration.Config) -> int:
         return exitcodes.OK
     rows = [[r.id, r.name, r.state, iso(r.created_at), iso(r.finished_at) or "-", r.error or ""] for r in found]
     print(table(["id", "name", "state", "created", "finished", "error"], rows) or "no runs")
+    for run in found:
+        if run.unreadable:
+            print(f"! run {run.id} is unreadable: {run.unreadable}")
     return exitcodes.OK
 
 
@@ -126,10 +129,20 @@ def _show_run(run: Any, as_json: bool, headline: str | None = None) -> int:
         print(headline)
         return exitcodes.OK
     print(f"run {run.id} {run.name}: {run.state}" + (f" ({run.error})" if run.error else ""))
-    rows = [[n.id, _node_state(n), n.attempts, short(json.dumps(n.result)) if n.result is not None else "-",
-             short(n.error or n.prompt or "")] for n in run.nodes]
+    rows = [[n.id, _node_state(n), n.attempts, _result_text(n), short(n.error or n.prompt or "")] for n in run.nodes]
     print(table(["node", "state", "attempts", "result", "error, skip reason or prompt"], rows))
+    if run.unreadable:
+        print(f"! run {run.id} is unreadable: {run.unreadable}")
     return exitcodes.OK
+
+
+def _result_text(node: Any) -> str:
+    """A node's result as JSON, or as stored when its row holds no JSON there."""
+    if node.result is None:
+        return "-"
+    if node.unreadable and "column result " in node.unreadable:
+        return f"{short(str(node.result), 40)}  [as stored: unreadable]"
+    return short(json.dumps(node.result))
 
 
 def _node_state(node: Any) -> str:

@@ -8,6 +8,13 @@ in ``rowfleet.dag`` decides on the state it then changes, even with two orchestr
 draining events of the same run. Nodes advance in three ways, each one transaction:
 starting, restarting or answering a run walks it at once; a node's job finishing writes a
 dispatch event with its terminal state, which the orchestrator drains.
+
+A row may come from anyone's plain SQL. Every row of ``runs``, ``run_nodes`` and a run's
+jobs is read through ``job.decode_row`` (``_RunRows``), so a value that cannot be decoded is
+shown as stored and named in ``Run.unreadable``, never raised: every view answers, and a run
+can always be cancelled. A run whose own rows cannot be read cannot be walked: an answer or a
+restart is refused (nothing written), and a drain fails the run, naming the column, instead
+of retrying its event.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any, Iterable
 
 from rowfleet import dag
 from rowfleet.errors import ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, NotFound, SchemaMissing
-from rowfleet.job import Job, JobSpec, by_name, decode_column, decode_json, drain_retry_delay, encode_json, iso
+from rowfleet.job import Job, JobSpec, column_kind, decode_column, decode_row, drain_retry_delay, encode_json, iso
 from rowfleet.store.core import StoreCore, Tx
 
 log = logging.getLogger("rowfleet.runs")
@@ -46,6 +53,7 @@ class RunNode:
     prompt: str | None
     unapplied: str | None = None
     depends_on: tuple[str, ...] = ()  # the nodes it waits on, from the run's definition
+    unreadable: str | None = None  # what of its row could not be decoded (kept as stored), or None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"jobs": list(self.jobs), "depends_on": list(self.depends_on)}
@@ -63,14 +71,17 @@ class Run:
     updated_at: float
     finished_at: float | None
     nodes: tuple[RunNode, ...] = ()  # not a column: gathered from run_nodes and the jobs
+    # Not a column: what of its rows could not be decoded (each such value kept as stored,
+    # as text), e.g. "column args is not valid JSON (...)"; None for a sound run.
+    unreadable: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> "Run":
         """Build from a row of ``runs``, by column name (see ``by_name``), without its nodes.
-        Its ``definition`` is no field: a run's view shows the nodes walked from it instead."""
-        stored = by_name(row, "runs", _RUN_COLUMNS)
-        return cls(stored["id"], stored["project"], stored["name"], stored["state"], decode_json(stored["args"]),
-                   stored["error"], stored["created_at"], stored["updated_at"], stored["finished_at"])
+        Its ``definition`` is no field: a run's view shows the nodes walked from it instead.
+        Never raises on a stored value (see ``job.decode_row``)."""
+        values, problem = decode_row(row, "runs", _RUN_KINDS)
+        return cls(**values, unreadable=problem)
 
     def node(self, node_id: str) -> RunNode:
         for node in self.nodes:
@@ -87,7 +98,46 @@ class Run:
         return data
 
 
-_RUN_COLUMNS = frozenset(field.name for field in dataclasses.fields(Run) if field.name != "nodes")
+# How each column a row type reads is decoded (``job.decode_column``'s kinds).
+_RUN_KINDS = {"id": "integer", "project": "text", "name": "text", "state": "text", "args": "json", "error": "text",
+              "created_at": "number", "updated_at": "number", "finished_at": "number"}
+_NODE_KINDS = {"node_id": "text", "state": "text", "generation": "integer", "items": "integer", "result": "json",
+               "error": "text"}
+_RUN_JOB_KINDS = {name: column_kind(name)
+                  for name in ("id", "node_id", "node_item", "node_generation", "state", "attempts")}
+_NODE_JOB_KINDS = {name: column_kind(name) for name in ("id", "node_id", "node_item", "state", "error")}
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunRows:
+    """A run as the walk and the views read it: its ``runs`` row and its nodes' rows
+    (by node id), decoded; the workflow its definition holds (None when it cannot be read);
+    and what of these rows cannot be read, or None. ``run`` keeps ``definition`` as stored."""
+
+    run: dict[str, Any]
+    nodes: dict[str, dict[str, Any]]
+    flow: dag.Workflow | None
+    unreadable: str | None
+
+    @classmethod
+    def read(cls, tx: Tx, row: Any) -> "_RunRows":
+        run, problem = decode_row(row, "runs", {**_RUN_KINDS, "definition": "text"})
+        problems = [problem] if problem else []
+        flow, problem = _parse_definition(row["definition"])  # text, or bytes (SQLite): both hashable
+        if problem:
+            problems.append(problem)
+        nodes = _node_rows(tx, run["id"])
+        problems += [f"node {node_id!r}: {node['unreadable']}" for node_id, node in nodes.items() if node["unreadable"]]
+        missing = [node.id for node in flow.nodes if node.id not in nodes] if flow is not None else []
+        if missing:
+            problems.append(f"table run_nodes has no row for node {', '.join(map(repr, missing))}")
+        return cls(run, nodes, flow, "; ".join(problems) or None)
+
+    def refuse(self, doing: str) -> None:
+        """``Conflict`` when the rows cannot be read, saying what ``doing`` cannot do."""
+        if self.unreadable is not None:
+            raise Conflict(f"run {self.run['id']} cannot be read, so {doing}: {self.unreadable}; "
+                           f"cancel it (rowfleet cancel-run {self.run['id']})")
 
 
 class RunStore(StoreCore):
@@ -129,61 +179,84 @@ class RunStore(StoreCore):
         return [dict(row) for row in self.reader().all("dispatch_events", run_id=run_id)]
 
     def _view(self, tx: Tx, row: Any) -> Run:
-        node_rows = {node["node_id"]: node for node in tx.all("run_nodes_of", run_id=row["id"])}
-        try:
-            flow = _flow(row)
-        except (ValueError, dag.DefinitionError):  # shown as stored, so an operator can see what broke
-            flow = dag.Workflow(row["name"], tuple(dag.Node(node_id, kind="unknown") for node_id in node_rows))
-        jobs: dict[str, list[Any]] = {}
-        for job in tx.all("run_jobs", run_id=row["id"]):
-            if job["node_generation"] == node_rows[job["node_id"]]["generation"]:
+        """The run with its nodes, as an operator sees it: whatever of its rows (and its
+        jobs' rows) cannot be read is shown as stored and named in ``unreadable``."""
+        rows = _RunRows.read(tx, row)
+        problems = [rows.unreadable] if rows.unreadable else []
+        flow = rows.flow  # else shown from the node rows, so an operator can see what broke
+        if flow is None:
+            flow = dag.Workflow(rows.run["name"], tuple(dag.Node(node_id, kind="unknown") for node_id in rows.nodes))
+        jobs: dict[str, list[dict[str, Any]]] = {}
+        for job_row in tx.all("run_jobs", run_id=rows.run["id"]):
+            job, problem = decode_row(job_row, "jobs", _RUN_JOB_KINDS)
+            node = rows.nodes.get(job["node_id"])
+            if node is None:
+                problems.append(f"job {job['id']} names node {job['node_id']!r}, which the run does not have")
+            elif problem is not None:
+                problems.append(f"job {job['id']}: {problem}")
+            elif job["node_generation"] == node["generation"]:
                 jobs.setdefault(job["node_id"], []).append(job)
         nodes = []
         for node in flow.nodes:
-            stored, current = node_rows[node.id], jobs.get(node.id, [])
+            stored, current = rows.nodes.get(node.id), jobs.get(node.id, [])
+            if stored is None:
+                nodes.append(RunNode(node.id, node.kind, node.task, "unknown", 0, None, None, None, (), node.prompt,
+                                     None, node.depends_on, "it has no row in table run_nodes"))
+                continue
             state = stored["state"]
             if state == dag.QUEUED and any(job["state"] == "running" for job in current):
                 state = "running"
-            unapplied = _unapplied(state, current, stored["items"])
+            items = stored["items"] if isinstance(stored["items"], int) else None
+            unapplied = _unapplied(state, current, items)
             # A map node's attempts are its most tried item's, so a retry shows as on one job.
             attempts = max((job["attempts"] for job in current), default=0)
-            nodes.append(RunNode(node.id, node.kind, node.task, state, attempts, decode_json(stored["result"]),
-                                 stored["error"], stored["items"], tuple(job["id"] for job in current), node.prompt,
-                                 unapplied, node.depends_on))
-        return dataclasses.replace(Run.from_row(row), nodes=tuple(nodes))
+            nodes.append(RunNode(node.id, node.kind, node.task, state, attempts, stored["result"], stored["error"],
+                                 stored["items"], tuple(job["id"] for job in current), node.prompt, unapplied,
+                                 node.depends_on, stored["unreadable"]))
+        return dataclasses.replace(Run.from_row(row), nodes=tuple(nodes), unreadable="; ".join(problems) or None)
 
     # --- the walk ----------------------------------------------------------------------
 
     def _advance(self, tx: Tx, run: Any) -> str | None:
         """Bring a locked run up to date: settle nodes whose jobs finished, then, unless the
         run has ended, walk it and apply what the walk decides. The error when this walk
-        failed the run, else None."""
-        nodes = {row["node_id"]: row for row in tx.all("run_nodes_of", run_id=run["id"])}
-        states = self._settle(tx, run["id"], nodes.values())
+        failed the run, else None. A run whose rows cannot be read is failed, naming them."""
+        rows = _RunRows.read(tx, run)
+        states = self._settle(tx, run["id"], rows.nodes.values())
         if run["state"] in dag.RUN_TERMINAL:
             return None
-        flow = _flow(run)
-        step = dag.advance(flow, states, decode_json(run["args"]))
+        if rows.unreadable is not None:  # no walk can go on from what cannot be read
+            error = f"its rows cannot be decoded, so it cannot go on: {rows.unreadable}"
+            log.error("run %d failed: %s", run["id"], error)
+            self._end_run(tx, run, dag.FAILED, error)
+            return error
+        flow = rows.flow
+        step = dag.advance(flow, states, rows.run["args"])
         for action in step.actions:
-            self._apply(tx, run, flow.node(action.node), nodes[action.node], action)
+            self._apply(tx, run, flow.node(action.node), rows.nodes[action.node], action)
         if step.run_state in dag.RUN_TERMINAL:
             self._end_run(tx, run, step.run_state, step.error)
         elif step.run_state != run["state"]:
             tx.run("run_set_state", id=run["id"], state=step.run_state, error=None)
         return step.error if step.run_state == dag.FAILED else None
 
-    def _settle(self, tx: Tx, run_id: int, rows: Iterable[Any]) -> dict[str, dag.NodeState]:
-        """Every node's state from its row; a queued node's is folded from its current jobs
-        (read in one query for the whole run) and stored once they have ended. Needs no
-        definition: a run whose definition is unreadable can still be ended."""
+    def _settle(self, tx: Tx, run_id: int, rows: Iterable[dict[str, Any]]) -> dict[str, dag.NodeState]:
+        """Every node's state from its row (decoded: see ``_RunRows``); a queued node's is
+        folded from its current jobs (read in one query for the whole run) and stored once
+        they have ended. Needs no definition: a run whose definition is unreadable can still
+        be ended. A value of a row that cannot be read is no state: its node has failed."""
         jobs: dict[str, list[dag.JobView]] = {}
         for job in tx.all("run_queued_node_jobs", run_id=run_id):
-            jobs.setdefault(job["node_id"], []).append(_job_view(job))
+            view = _job_view(job)
+            jobs.setdefault(view[0], []).append(view[1])
         states = {}
         for row in rows:
             node_id = row["node_id"]
+            if row["unreadable"] is not None:
+                states[node_id] = dag.NodeState(dag.FAILED, None, f"its row cannot be decoded: {row['unreadable']}")
+                continue
             if row["state"] != dag.QUEUED:
-                states[node_id] = dag.NodeState(row["state"], decode_json(row["result"]), row["error"])
+                states[node_id] = dag.NodeState(row["state"], row["result"], row["error"])
                 continue
             state = states[node_id] = dag.fold(jobs.get(node_id, []), row["items"])
             if state.state != dag.QUEUED:
@@ -220,11 +293,10 @@ class RunStore(StoreCore):
         reason = f"run {run['id']} {state}"
         for job in tx.all("run_jobs_cancel", run_id=run["id"], reason=reason):
             tx.run("record_event", job_id=job["id"], kind="cancelled", detail=encode_json({"reason": reason}))
-        rows = tx.all("run_nodes_of", run_id=run["id"])
+        rows = _node_rows(tx, run["id"]).values()
         for row in rows:
             if row["state"] in (dag.PENDING, dag.AWAITING_INPUT):
-                tx.run("run_node_set", run_id=run["id"], node_id=row["node_id"], state=dag.CANCELLED,
-                       items=row["items"], result=None, error=reason)
+                tx.run("run_node_cancel", run_id=run["id"], node_id=row["node_id"], error=reason)
         self._settle(tx, run["id"], [row for row in rows if row["state"] == dag.QUEUED])
 
     def _lock_run(self, tx: Tx, run_id: int, project: str) -> Any:
@@ -256,8 +328,10 @@ class RunStore(StoreCore):
             running = tx.one("run_jobs_running", run_id=run_id)["n"]
             if running:
                 raise Conflict(f"run {run_id} still has {running} running job(s); restart it once they finish")
-            states = self._settle(tx, run_id, tx.all("run_nodes_of", run_id=run_id))
-            for node_id in dag.restart_nodes(_flow(run), states):
+            rows = _RunRows.read(tx, run)
+            rows.refuse("it cannot be restarted")
+            states = self._settle(tx, run_id, rows.nodes.values())
+            for node_id in dag.restart_nodes(rows.flow, states):
                 tx.run("run_node_reset", run_id=run_id, node_id=node_id)
             tx.run("run_set_state", id=run_id, state=dag.RUNNING, error=None)
             self._advance(tx, {**dict(run), "state": dag.RUNNING})
@@ -269,15 +343,17 @@ class RunStore(StoreCore):
         encoded = encode_json(value)
         with self.transaction() as tx:
             run = self._lock_run(tx, run_id, project)
+            rows = _RunRows.read(tx, run)
+            rows.refuse("it takes no input")
             try:
-                node = _flow(run).node(node_id)
+                node = rows.flow.node(node_id)
             except KeyError:
                 raise NotFound(f"run {run_id} has no node {node_id!r}") from None
             if node.kind != dag.INPUT:
                 raise Conflict(f"node {node_id!r} of run {run_id} is a task node, not an input node")
             ended = run["state"] in dag.RUN_TERMINAL
             if ended or tx.one("run_node_submit", run_id=run_id, node_id=node_id, result=encoded) is None:
-                state = {row["node_id"]: row["state"] for row in tx.all("run_nodes_of", run_id=run_id)}[node_id]
+                state = rows.nodes[node_id]["state"]
                 if state == dag.COMPLETED:
                     raise Conflict(f"node {node_id!r} of run {run_id} is completed: a value was already submitted")
                 if ended:
@@ -366,7 +442,7 @@ class RunStore(StoreCore):
         return stranded
 
 
-def _unapplied(state: str, jobs: list[Any], items: int | None) -> str | None:
+def _unapplied(state: str, jobs: list[dict[str, Any]], items: int | None) -> str | None:
     """The state a queued node's current jobs have brought it to, when the drain has not
     yet applied it to the run (then the node row still says queued); else None."""
     if state != dag.QUEUED or not jobs:
@@ -375,21 +451,40 @@ def _unapplied(state: str, jobs: list[Any], items: int | None) -> str | None:
     return None if folded == dag.QUEUED else folded
 
 
-def _job_view(row: Any) -> dag.JobView:
-    """A node's job as the walk sees it. A completed job whose result cannot be decoded (a
-    row written by someone else's SQL) has no output to hand on: its node fails, saying why."""
+def _job_view(row: Any) -> tuple[Any, dag.JobView]:
+    """A node's job as the walk sees it, with the node it belongs to. A completed job whose
+    result cannot be decoded (a row written by someone else's SQL) has no output to hand on,
+    and a job whose other columns cannot be read has no state to fold: its node fails,
+    saying why."""
+    job, problem = decode_row(row, "jobs", _NODE_JOB_KINDS)
+    if problem is not None:
+        return job["node_id"], dag.JobView(None, dag.FAILED, None, f"job {job['id']} cannot be read: {problem}")
     result, problem = decode_column("result", row["result"])
-    if problem is not None and row["state"] == dag.COMPLETED:
-        return dag.JobView(row["node_item"], dag.FAILED, None, f"it completed, but its {problem}")
-    return dag.JobView(row["node_item"], row["state"], None if problem else result, row["error"])
+    if problem is not None and job["state"] == dag.COMPLETED:
+        return job["node_id"], dag.JobView(job["node_item"], dag.FAILED, None, f"it completed, but its {problem}")
+    return job["node_id"], dag.JobView(job["node_item"], job["state"], None if problem else result, job["error"])
 
 
-def _flow(run: Any) -> dag.Workflow:
-    return _parse_definition(run["definition"])
+def _node_rows(tx: Tx, run_id: int) -> dict[Any, dict[str, Any]]:
+    """A run's ``run_nodes`` rows by node id, decoded, each with what of it could not be
+    read (``unreadable``, or None): a value that is not what its column holds is kept as
+    text, which no node state, count or result is."""
+    nodes = {}
+    for row in tx.all("run_nodes_of", run_id=run_id):
+        node, problem = decode_row(row, "run_nodes", _NODE_KINDS)
+        nodes[node["node_id"]] = {**node, "unreadable": problem}
+    return nodes
 
 
 @functools.lru_cache(maxsize=64)
-def _parse_definition(text: str) -> dag.Workflow:
-    """A run's definition never changes, and a wide one takes milliseconds to validate:
-    parsed once per text, not once per event drained."""
-    return dag.parse_workflow(decode_json(text))
+def _parse_definition(stored: str | bytes) -> tuple[dag.Workflow | None, str | None]:
+    """The workflow a run's definition holds, or None and why it cannot be read. A run's
+    definition never changes, and a wide one takes milliseconds to validate: parsed once
+    per text, not once per event drained."""
+    data, problem = decode_column("definition", stored, "json")
+    if problem is not None:
+        return None, problem
+    try:
+        return dag.parse_workflow(data), None
+    except (ConfigError, TypeError, ValueError) as exc:  # anyone's SQL may have written it
+        return None, f"column definition is not a workflow ({exc})"

@@ -28,7 +28,9 @@ def run_list(req: Request) -> View:
     project = req.query.get("project") if "project" in req.query else None
     state = req.choice("state", dag.RUN_STATES)
     runs = req.store.search_runs(project, state, before=req.number("before", least=1), limit=PAGE_SIZE)
-    rows = [[link(f"/runs/{run.id}", run.id), run.project or "''", clipped(run.name, 80), state_badge(run.state),
+    rows = [[link(f"/runs/{run.id}", run.id), run.project or "''", clipped(run.name, 80),
+             join(state_badge(run.state), tag("span", " unreadable", class_="bad", title=run.unreadable)
+                  if run.unreadable else ""),
              when(run.created_at, req.now), when(run.finished_at, req.now)] for run in runs]
     form = Markup('<form method="get" action="/runs" class="search">'
                   + text_input("project", "project", project, size=10)
@@ -62,12 +64,13 @@ def run_detail(req: Request) -> View:
                         + '<button type="submit">Focus</button></form>') if len(ids) > 1 else Markup("")
     rows = [[link(url(f"/runs/{run.id}", focus=node.id), node.id), node.kind, state_badge(node.state), node.attempts,
              node.items, join(*[link(f"/jobs/{job_id}", job_id) for job_id in node.jobs[:20]]),
-             clipped(node.error or "", 300)] for node in run.nodes[:dag_layout.MAX_NODES * 5]]
+             clipped("; ".join(text for text in (node.error, node.unreadable and f"unreadable: {node.unreadable}")
+                               if text), 300)] for node in run.nodes[:dag_layout.MAX_NODES * 5]]
     body = join(
         _actions(req, run),
         definitions([("workflow", run.name), ("project", run.project or "''"), ("state", state_badge(run.state)),
                      ("created", when(run.created_at, req.now)), ("finished", when(run.finished_at, req.now)),
-                     ("error", run.error)]),
+                     ("error", run.error), ("unreadable", run.unreadable)]),
         *notes, focus_form, tag("div", picture, class_="dag-wrap scroll"),
         *[_input_form(req, run, node) for node in run.nodes if node.state == dag.AWAITING_INPUT],
         tag("h2", "Nodes"), table(["node", "kind", "state", "attempts", "items", "jobs", "error"], rows),

@@ -39,6 +39,12 @@ SELECT * FROM run_nodes WHERE run_id = %(run_id)s;
 UPDATE run_nodes SET state = %(state)s, result = %(result)s, error = %(error)s, items = %(items)s, updated_at = rowfleet_now(%(now)s)
 WHERE run_id = %(run_id)s AND node_id = %(node_id)s;
 
+-- name: run_node_cancel
+-- A pending node, or one awaiting input, of a run that ended failed or cancelled. Touches no
+-- other column: the row may hold what plain SQL wrote, shown as stored.
+UPDATE run_nodes SET state = 'cancelled', result = NULL, error = %(error)s, updated_at = rowfleet_now(%(now)s)
+WHERE run_id = %(run_id)s AND node_id = %(node_id)s;
+
 -- name: run_node_reset
 UPDATE run_nodes
 SET state = 'pending', generation = generation + 1, items = NULL, result = NULL, error = NULL, updated_at = rowfleet_now(%(now)s)
@@ -51,7 +57,7 @@ RETURNING node_id;
 
 -- name: run_queued_node_jobs
 -- The current jobs of the run's queued nodes (older generations are history).
-SELECT jobs.node_id, jobs.node_item, jobs.state, jobs.result, jobs.error
+SELECT jobs.id, jobs.node_id, jobs.node_item, jobs.state, jobs.result, jobs.error
 FROM jobs JOIN run_nodes ON run_nodes.run_id = jobs.run_id AND run_nodes.node_id = jobs.node_id
                         AND run_nodes.generation = jobs.node_generation
 WHERE jobs.run_id = %(run_id)s AND run_nodes.state = 'queued';
