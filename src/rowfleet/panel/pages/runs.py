@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rowfleet import dag
+from rowfleet import dag, names
 from rowfleet.panel import dag_layout
 from rowfleet.panel.app import HttpError, Redirect, Request, View
 from rowfleet.panel.html import (Markup, clipped, definitions, join, link, post_form, pretty, select, state_badge,
@@ -114,8 +114,8 @@ def _answer(req: Request) -> Any:
     if req.form.get("as") == "text":
         return text
     try:
-        return json.loads(text)
-    except ValueError as exc:
+        return names.parse_json("value", text)  # NaN, 1e999, nesting too deep: refused as the CLI refuses them
+    except json.JSONDecodeError as exc:
         raise HttpError(400, f"the answer is not JSON ({exc.msg} at character {exc.pos}); "
                              f"choose 'as text' to send it as a string") from None
 
