@@ -72,6 +72,24 @@ SQLITE_CASES = {  # PostgreSQL's double precision columns cannot hold text
 }
 
 
+# model_stats rows: the values of their figures (a sound row's otherwise) and the column the
+# listing must name as unreadable.
+SQLITE_MODEL_STATS_CASES = {  # SQLite keeps text and bytes in any column
+    "load_seconds_text": ({"load_seconds": "fast"}, "load_seconds"),
+    "footprint_text": ({"footprint_mb": "big"}, "footprint_mb"),
+    "counts_text": ({"loads": "many", "failed_loads": "some", "runs": "lots"}, "loads"),
+    "times_text": ({"last_failed_at": "yesterday", "updated_at": "today"}, "updated_at"),
+    "run_seconds_text": ({"run_seconds": "slow"}, "run_seconds"),
+    "load_seconds_bytes": ({"load_seconds": b"\xff\x00"}, "load_seconds"),
+    "footprint_real": ({"footprint_mb": 2.5}, "footprint_mb"),
+}
+POSTGRES_MODEL_STATS_CASES = {  # double precision holds NaN, which SQLite stores as NULL
+    "load_seconds_nan": ({"load_seconds": float("nan")}, "load_seconds"),
+    "run_seconds_nan": ({"run_seconds": float("nan")}, "run_seconds"),
+    "times_nan": ({"last_failed_at": float("nan"), "updated_at": float("nan")}, "updated_at"),
+}
+
+
 class HostileRowsContract:
     """Subclasses provide ``make_database()`` (a path or URL for ``--db``, kept as
     ``self.db``), ``PARAM`` (the driver's placeholder) and ``execute(sql, params)`` on a
@@ -98,6 +116,13 @@ class HostileRowsContract:
     def insert_event(self, job_id: int, detail: str) -> None:
         self.execute(f"INSERT INTO job_events (job_id, at, kind, detail) VALUES ({self.PARAM}, {self.PARAM}, "
                      f"'note', {self.PARAM}) RETURNING id", (job_id, time.time(), detail))
+
+    def insert_model_stats(self, model: str, **columns: Any) -> None:
+        row = {"project": "", "model": model, "load_seconds": 12.5, "footprint_mb": 900, "loads": 2,
+               "failed_loads": 0, "updated_at": time.time(), "run_seconds": 3.0, "runs": 4, **columns}
+        marks = ", ".join([self.PARAM] * len(row))  # the test's own column names, never input
+        self.execute(f"INSERT INTO model_stats ({', '.join(row)}) VALUES ({marks}) RETURNING model",
+                     tuple(row.values()))
 
     # --- what must hold ----------------------------------------------------------------
 
@@ -183,6 +208,55 @@ class HostileRowsContract:
     def test_run_at_out_of_range(self):
         self.check(CASES["run_at_out_of_range"])
 
+    # --- model figures -----------------------------------------------------------------
+
+    def check_model_stats(self, cases: dict[str, tuple[dict[str, Any], str]]) -> None:
+        """Each bad row is shown as unreadable, naming its column, by ``models`` (with and
+        without ``--json``), the panel's /models page and its JSON twin, and the store's own
+        read (a GPU worker's); a sound row beside them is shown as it is."""
+        self.insert_model_stats("sound")
+        for name, (columns, _) in cases.items():
+            self.insert_model_stats(name, **columns)
+        listed = self.run_cli("models").stdout
+        shown = {view["model"]: view for view in json.loads(self.run_cli("models", "--json").stdout)["models"]}
+        self.assertEqual((shown["sound"]["load_seconds"], shown["sound"]["footprint_mb"], shown["sound"]["unreadable"]),
+                         (12.5, 900, None))
+        stats = {row["model"]: row for row in self.store.model_stats("")}
+        self.assertIsNone(stats["sound"]["unreadable"])
+        page, page_json = self.panel_get("/models"), json.loads(self.panel_get("/api/models"))
+        [project] = [item for item in page_json["projects"] if item["project"] == ""]
+        on_page = {view["model"]: view for view in project["models"]}
+        for name, (columns, column) in cases.items():
+            with self.subTest(case=name):
+                self.assertRegex(listed, rf"(?m)^{name}\s")
+                [said] = [line for line in listed.splitlines() if line.startswith(f"! model {name} is unreadable: ")]
+                self.assertIn(f"column {column} ", said)
+                for view in (shown[name], on_page[name]):
+                    self.assertIn(f"column {column} ", view["unreadable"])
+                self.assertIn(f"column {column} ", stats[name]["unreadable"])
+                for figure in columns:  # unknown to every reader that computes with it
+                    self.assertIsNone(stats[name][figure], figure)
+                self.assertIn(f"column {column} ", page)
+
+    def panel_get(self, path: str) -> str:
+        import http.client
+
+        from rowfleet.panel import server
+        from support import serve_in_background
+
+        if not hasattr(self, "panel"):
+            self.panel = serve_in_background(self, server.make_server(self.config(), "127.0.0.1", 0))
+        conn = http.client.HTTPConnection("127.0.0.1", self.panel.server_address[1], timeout=10)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            body = response.read().decode()
+        finally:
+            conn.close()
+        self.assertEqual(response.status, 200, body)
+        self.assertNotIn("Traceback", body)
+        return body
+
     # --- workflow nodes ----------------------------------------------------------------
 
     def start_run(self, nodes: list[dict[str, Any]]) -> int:
@@ -233,6 +307,9 @@ class SQLiteHostileRowsTest(HostileRowsContract, TempDirTestCase):
     def test_created_at_text(self):
         self.check(SQLITE_CASES["created_at_text"])
 
+    def test_model_stats_text_and_bytes(self):
+        self.check_model_stats(SQLITE_MODEL_STATS_CASES)
+
 
 class PostgresHostileRowsTest(HostileRowsContract, TempDirTestCase):
     """The same rows on a throwaway PostgreSQL database: ``self.db`` is its URL."""
@@ -255,6 +332,9 @@ class PostgresHostileRowsTest(HostileRowsContract, TempDirTestCase):
 
         with contextlib.closing(driver().connect(self.db)) as conn, conn:
             return conn.execute(sql, params).fetchone()
+
+    def test_model_stats_nan(self):
+        self.check_model_stats(POSTGRES_MODEL_STATS_CASES)
 
 
 if __name__ == "__main__":

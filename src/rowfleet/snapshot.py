@@ -475,6 +475,9 @@ class ModelView:
     failed_loads: int = 0
     claims: int = 0
     warm_claims: int = 0
+    # What in its model_stats row could not be decoded (that figure is unknown, None), as
+    # ``Store.model_stats`` says; None for a sound row.
+    unreadable: str | None = None
 
     @property
     def warm_hit_rate(self) -> float | None:
@@ -570,7 +573,7 @@ def _model_view(model: str, demand: Iterable[Demand], live: Iterable[Worker], st
         footprint_mb=stats.get("footprint_mb"), run_seconds=seconds_of(stats.get("run_seconds")),
         loads=stats.get("loads") or 0,
         failed_loads=stats.get("failed_loads") or 0, claims=(claims or {}).get("claims") or 0,
-        warm_claims=(claims or {}).get("warm") or 0)
+        warm_claims=(claims or {}).get("warm") or 0, unreadable=stats.get("unreadable"))
 
 
 def model_info_of(row: Any, now: float) -> routing.ModelInfo:

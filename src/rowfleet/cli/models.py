@@ -1,7 +1,8 @@
 """The models command: per model of the project, its jobs queued, running and unplaceable
 (with the reasons), the GPU workers that hold it warm and since when, its measured load
 time and footprint, and the last hour's warm-hit rate and reloads, rendering the models'
-read model (``rowfleet.snapshot.models``)."""
+read model (``rowfleet.snapshot.models``). A model whose figures plain SQL made unreadable
+is listed with those figures unknown and a line naming each, as ``jobs`` shows a job's."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def cmd_models(args: argparse.Namespace, config: configuration.Config) -> int:
              m.reloads] for m in view.models]
     print(table(["model", "queued", "running", "unplaceable", "warm on", "load", "footprint", "mean run",
                  "warm hits (1h)", "reloads (1h)"], rows) or "no models")
+    for model in view.models:  # its unreadable figures are shown unknown ("-") above, and named here
+        if model.unreadable:
+            print(f"! model {model.model} is unreadable: {model.unreadable}")
     if view.capped:
         print(f"note: only the first {len(view.demand)} groups of model jobs were read")
     return exitcodes.OK

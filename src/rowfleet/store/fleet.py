@@ -16,10 +16,14 @@ from typing import Any, Iterable, Mapping, Sequence
 from rowfleet import control, exitcodes, liveness
 from rowfleet.control import ModelControl, Switch
 from rowfleet.errors import ConfigError
-from rowfleet.job import QUEUED, RUNNING, by_name, encode_json
+from rowfleet.job import QUEUED, RUNNING, by_name, decode_column, encode_json
 from rowfleet.store.core import StoreCore, Tx
 
 REASON_MOST = 500  # characters of a switch's reason
+# What each column of ``model_stats`` holds, as its rows are decoded (``model_stats_row``).
+MODEL_STATS_KINDS = {"project": "text", "model": "text", "load_seconds": "number", "footprint_mb": "integer",
+                     "loads": "integer", "failed_loads": "integer", "last_failed_at": "number",
+                     "updated_at": "number", "run_seconds": "number", "runs": "integer"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,8 +238,8 @@ class FleetStore(StoreCore):
             tx.run("record_model_run", project=project, model=model, seconds=float(seconds))
 
     def model_stats(self, project: str) -> list[dict[str, Any]]:
-        """Each model's measured figures in ``project``, by model name."""
-        return [dict(row) for row in self.reader().all("model_stats", project=project)]
+        """Each model's measured figures in ``project``, by model name (``model_stats_row``)."""
+        return [model_stats_row(row) for row in self.reader().all("model_stats", project=project)]
 
     # --- operators' rules for the models of a box --------------------------------------
 
@@ -326,6 +330,31 @@ class FleetStore(StoreCore):
                                                      missed_beats=liveness.MISSED_BEATS)
                          if row["project"] == project],
                 switches=[Switch.from_row(row) for row in tx.all("switches")],
-                stats=[dict(row) for row in tx.all("model_stats", project=project)],
+                stats=[model_stats_row(row) for row in tx.all("model_stats", project=project)],
                 claims=[] if since is None else
                 [dict(row) for row in tx.all("model_claims", project=project, since=since, cap=cap)])
+
+
+def model_stats_row(row: Any) -> dict[str, Any]:
+    """A row of ``model_stats`` as its readers take it, whoever wrote it: each column decoded
+    (``job.decode_column``); a figure that cannot be (plain SQL's text, a NaN) is None,
+    unknown, so that no reader (placement, a view) computes with it, and ``unreadable``
+    names it with its value as stored (None for a sound row). A name is kept as stored.
+
+    >>> row = model_stats_row({"project": "", "model": "llm", "load_seconds": "fast", "footprint_mb": 900,
+    ...                        "loads": 2, "failed_loads": 0, "last_failed_at": None, "updated_at": 5.0,
+    ...                        "run_seconds": float("nan"), "runs": 1})
+    >>> row["load_seconds"], row["run_seconds"], row["footprint_mb"]
+    (None, None, 900)
+    >>> row["unreadable"]
+    "column load_seconds is not a number: 'fast'; column run_seconds is not a number: nan"
+    """
+    values, problems = dict(by_name(row, "model_stats", frozenset(MODEL_STATS_KINDS))), []
+    for name, kind in MODEL_STATS_KINDS.items():
+        value, problem = decode_column(name, values[name], kind)
+        if problem is not None:
+            problems.append(problem)
+            value = None if kind in ("number", "integer") else value
+        values[name] = value
+    values["unreadable"] = "; ".join(problems) or None
+    return values

@@ -21,6 +21,7 @@ from rowfleet.panel.html import Markup, clipped, join, link, table, tag, when
 from rowfleet.snapshot import Holder, ModelView, models, snapshot, unplaceable_text
 
 NAME_MOST = 120  # characters of a name shown in a cell
+UNREADABLE_MOST = 300  # characters of what is unreadable in a model's figures
 
 
 def chosen_project(req: Request) -> str | None:
@@ -96,10 +97,18 @@ def model_list(req: Request) -> View:
 
 def _row(req: Request, project: str, model: ModelView) -> list[Any]:
     jobs = lambda state, n: link(project_url("/jobs", project, state=state, model=model.model), f"{n:,}") if n else "0"
-    return [clipped(model.model, NAME_MOST), _holders(model.holders, req.now), jobs("queued", model.queued),
+    return [_name(model), _holders(model.holders, req.now), jobs("queued", model.queued),
             jobs("running", model.running), _reasons(model), _seconds(model.load_seconds),
             "-" if model.footprint_mb is None else f"{model.footprint_mb:,} MiB", _seconds(model.run_seconds),
             _hits(model), model.reloads]
+
+
+def _name(model: ModelView) -> Markup:
+    """The model's name, and what plain SQL made unreadable in its figures (shown unknown)."""
+    if not model.unreadable:
+        return join(clipped(model.model, NAME_MOST))
+    return join(clipped(model.model, NAME_MOST),
+                tag("div", f"unreadable: {clipped(model.unreadable, UNREADABLE_MOST)}", class_="bad"))
 
 
 def _holders(holders: Iterable[Holder], now: float) -> Markup:
