@@ -13,18 +13,28 @@ The bounds are what both databases and ``datetime`` can hold:
 * epoch times (``run_at``) finite, from year 1 to year 9999 UTC (``datetime``'s range);
 * text valid UTF-8 (no lone surrogates, which is what non-UTF-8 bytes in argv or a file
   name become) and without NUL (PostgreSQL text cannot hold it);
-* JSON nested at most ``MAX_JSON_DEPTH`` deep, its numbers finite.
+* JSON nested at most ``MAX_JSON_DEPTH`` deep, its numbers finite;
+* numbers read from text (flags, variables) in ASCII: Python's ``int()`` and ``float()``
+  also take spaces, ``_`` and other scripts' digits, so ``' 3'`` and ``'٣'`` would be 3.
+
+``RULES`` is the table of fields: each ``Rule`` holds a field's check with its bounds (the
+worker processes one command forks, the floor of the idle poll, a port's range) and says
+its requirement in words. The command line's argparse types, ``config``'s settings, the
+API and the file readers look a field's rule up there rather than picking a check and
+its bounds each on its own.
 
 Pure; imports only ``rowfleet.errors``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 import sys
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
 from rowfleet.errors import ConfigError
 
@@ -37,8 +47,12 @@ MAX_NAME = 255  # characters of a queue, task, project, host or model name
 MAX_TEXT = 4096  # characters of other text: idempotency keys, database paths
 MAX_JSON_DEPTH = 100  # nesting of JSON values (args, results, definitions)
 WILDCARD = "*"  # worker switches use it for "every project, host or queue"
+MOST_PROCS = 256  # worker processes one command forks (worker --procs, up): beyond this is a typo, not a box
+LEAST_POLL = 0.05  # seconds: an idle worker's safety poll; faster only spins a core
+MOST_PORT = 65535
 
 _ASCII_INT = re.compile(r"-?[0-9]+")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
 _NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _SHOWN = 80  # characters of a refused value a message repeats
 _DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[smhd])+")
@@ -100,9 +114,9 @@ def check_text(what: str, value: Any, *, most: int = MAX_TEXT, empty: bool = Fal
 
 
 def check_name(what: str, value: Any, *, empty: bool = False) -> str:
-    """A queue, task, project, host or model name: a word (no whitespace) of valid UTF-8,
-    at most ``MAX_NAME`` characters, not ``*`` (which switches use for every one); the
-    empty name only where ``empty`` allows it (the default project).
+    """A queue, task, project, host or model name: a word (no whitespace, no control
+    characters) of valid UTF-8, at most ``MAX_NAME`` characters, not ``*`` (which switches
+    use for every one); the empty name only where ``empty`` allows it (the default project).
 
     >>> check_name("queue", "gpu-large")
     'gpu-large'
@@ -112,6 +126,9 @@ def check_name(what: str, value: Any, *, empty: bool = False) -> str:
     >>> check_name("queue", "*")
     Traceback (most recent call last):
     rowfleet.names.InvalidValue: queue must be a name other than '*', which worker switches use for every one, got '*'
+    >>> check_name("queue", "q\\x1b[2J")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: queue must be a name without control characters, got 'q\\x1b[2J'
     """
     if isinstance(value, str) and value == "" and empty:
         return value
@@ -119,6 +136,8 @@ def check_name(what: str, value: Any, *, empty: bool = False) -> str:
         raise InvalidValue(what, "a non-empty word", value)
     if value == WILDCARD:
         raise InvalidValue(what, "a name other than '*', which worker switches use for every one", value)
+    if _CONTROL.search(value):  # a terminal would act on them (ESC, BEL): see cli.output
+        raise InvalidValue(what, "a name without control characters", value)
     return check_text(what, value, most=MAX_NAME)
 
 
@@ -134,6 +153,21 @@ def check_node_id(what: str, value: Any) -> str:
     if not isinstance(value, str) or not _NODE_ID.fullmatch(value):
         raise InvalidValue(what, "letters, digits, _ or - (starting with a letter or _, at most 64)", value)
     return value
+
+
+def check_module(what: str, value: Any) -> str:
+    """A Python module's name, as ``--app`` and ``--allow-module`` take it: identifiers
+    joined by dots.
+
+    >>> check_module("--app", "pkg.tasks")
+    'pkg.tasks'
+    >>> check_module("--app", "")
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: --app must be a module name (identifiers joined by dots, such as app or pkg.tasks), got ''
+    """
+    if not isinstance(value, str) or not all(part.isidentifier() for part in value.split(".")):
+        raise InvalidValue(what, "a module name (identifiers joined by dots, such as app or pkg.tasks)", value)
+    return check_text(what, value)
 
 
 # --- numbers ---------------------------------------------------------------------------
@@ -183,6 +217,36 @@ def parse_int(what: str, text: Any, least: int | None = None, most: int = INT64_
     return check_int(what, int(text), least, most)
 
 
+def read_int(text: Any) -> int:
+    """An integer from text in ASCII digits, with an optional leading ``-``; else
+    ``ValueError``, as ``int()`` raises it (which also takes ``' 3'``, ``'1_0'`` and ``'\u0663'``).
+
+    >>> read_int("42"), read_int("-7")
+    (42, -7)
+    >>> read_int("\u0663")
+    Traceback (most recent call last):
+    ValueError: not a whole number in ASCII digits: '\u0663'
+    """
+    if not isinstance(text, str) or not _ASCII_INT.fullmatch(text):
+        raise ValueError(f"not a whole number in ASCII digits: {shown(text)}")
+    return int(text)  # ValueError past 4300 digits
+
+
+def read_float(text: Any) -> float:
+    """A number from text, as ``float()`` reads it less its leniency: ASCII only, without
+    spaces or ``_`` (``inf`` and ``nan`` are read, for the checks to refuse by name).
+
+    >>> read_float("1.5"), read_float("1e-6"), read_float("inf")
+    (1.5, 1e-06, inf)
+    >>> read_float(" 1")
+    Traceback (most recent call last):
+    ValueError: not a number in ASCII: ' 1'
+    """
+    if not isinstance(text, str) or not text.isascii() or any(c.isspace() or c == "_" for c in text):
+        raise ValueError(f"not a number in ASCII: {shown(text)}")
+    return float(text)
+
+
 def check_number(what: str, value: Any, *, positive: bool = False, most: float | None = None) -> float:
     """A finite number (int or float, not a bool), above 0 if ``positive``, at most ``most``.
 
@@ -201,19 +265,26 @@ def check_number(what: str, value: Any, *, positive: bool = False, most: float |
     return float(value)
 
 
-def check_seconds(what: str, value: Any, *, zero: bool = False, most: float = MAX_SECONDS) -> float:
-    """A duration: a finite number of seconds above 0 (or 0 too, with ``zero``), at most
-    ``most`` (default 100 years, so ``now + value`` still fits ``datetime`` and the databases).
+def check_seconds(what: str, value: Any, *, zero: bool = False, least: float = 0.0,
+                  most: float = MAX_SECONDS) -> float:
+    """A duration: a finite number of seconds above 0 (or 0 too, with ``zero``), at least
+    ``least`` where one is given, at most ``most`` (default 100 years, so ``now + value``
+    still fits ``datetime`` and the databases).
 
     >>> check_seconds("delay", 0, zero=True), check_seconds("timeout", 1.5)
     (0.0, 1.5)
     >>> check_seconds("busy_timeout", float("inf"))
     Traceback (most recent call last):
     rowfleet.names.InvalidValue: busy_timeout must be a positive number of seconds, at most 3155760000 (100 years), got inf
+    >>> check_seconds("poll", 1e-06, least=0.05)
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: poll must be a number of seconds of at least 0.05, got 1e-06
     """
     requirement = "a non-negative number of seconds" if zero else "a positive number of seconds"
     if not _is_real(value) or value != value or value < 0 or (value == 0 and not zero):
         raise InvalidValue(what, requirement, value)
+    if value < least:
+        raise InvalidValue(what, f"a number of seconds of at least {least:g}", value)
     if value > most:
         cap = f"{most:.0f} (100 years)" if most == MAX_SECONDS else f"{most:g}"
         raise InvalidValue(what, f"{requirement}, at most {cap}", value)
@@ -358,3 +429,108 @@ def parse_json(what: str, text: str) -> Any:
     except ValueError:  # the decoder refuses to convert integers of more than 4300 digits
         raise ConfigError(f"{what} holds an integer of more than 4300 digits; JSON numbers must be smaller") from None
     return check_json(what, value)
+
+
+# --- the table of fields ---------------------------------------------------------------
+
+INT, FLOAT, TEXT = "int", "float", "text"  # how a rule's values are written as text
+_READERS: dict[str, Callable[[Any], Any]] = {INT: read_int, FLOAT: read_float}
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """What the values of one field may be, written once, in ``RULES``.
+
+    ``check(what, value)`` returns the value as it is held or raises ``InvalidValue``
+    naming ``what`` (an entry point's own word for the field: ``--queue``, ``queue``,
+    ``ROWFLEET_POLL``). ``requirement`` says what is allowed, in words. ``kind`` says how
+    the value is written as text (``INT``, ``FLOAT``, or ``TEXT``: the text is the value),
+    for the entry points that receive text: flags, variables, files' strings.
+    """
+
+    field: str
+    requirement: str
+    check: Callable[[str, Any], Any]
+    kind: str = TEXT
+
+    def read(self, what: str, text: Any) -> Any:
+        """The value ``text`` writes, not yet checked; ``InvalidValue`` when it writes no
+        value of the rule's kind.
+
+        >>> RULES["procs"].read("--procs", "0")
+        0
+        >>> RULES["job id"].read("id", " 3")
+        Traceback (most recent call last):
+        rowfleet.names.InvalidValue: id must be a whole number within 64 bits, in ASCII digits, got ' 3'
+        """
+        reader = _READERS.get(self.kind)
+        if reader is None:
+            return text
+        try:
+            return reader(text)
+        except ValueError:
+            raise InvalidValue(what, self.requirement, text) from None
+
+    def parse(self, what: str, text: Any) -> Any:
+        """The value ``text`` writes, checked.
+
+        >>> RULES["procs"].parse("--procs", "8")
+        8
+        >>> RULES["procs"].parse("--procs", "100000")
+        Traceback (most recent call last):
+        rowfleet.names.InvalidValue: --procs must be an integer of at least 1 and at most 256, got 100000
+        """
+        return self.check(what, self.read(what, text))
+
+
+def _whole(least: int | None, most: int) -> str:
+    if least is None:
+        return "a whole number within 64 bits, in ASCII digits"
+    return f"a whole number from {least} to {most}, in ASCII digits"
+
+
+def _int_rule(field: str, least: int | None = None, most: int = INT64_MAX) -> Rule:
+    return Rule(field, _whole(least, most), partial(check_int, least=least, most=most), INT)
+
+
+_NAME = f"a word (no whitespace) of at most {MAX_NAME} characters, other than '*'"
+_YEARS = f"at most {MAX_SECONDS:.0f} (100 years)"
+
+RULES: dict[str, Rule] = {rule.field: rule for rule in (
+    # Names: what rows are filed under.
+    Rule("queue", _NAME, check_name),
+    Rule("project", _NAME + ", or empty (the default project)", partial(check_name, empty=True)),
+    Rule("host", _NAME, check_name),
+    Rule("task", _NAME + ": a registered name or module:function", check_name),
+    Rule("model", _NAME, check_name),
+    Rule("node id", "letters, digits, _ or - (starting with a letter or _, at most 64)", check_node_id),
+    Rule("module", "a module name (identifiers joined by dots, such as app or pkg.tasks)", check_module),
+    # Other text.
+    Rule("key", f"text of 1 to {MAX_TEXT} characters", check_text),
+    Rule("by", f"text of at most {MAX_NAME} characters", partial(check_text, most=MAX_NAME, empty=True)),
+    Rule("reason", f"text of at most {MAX_TEXT} characters", partial(check_text, empty=True)),
+    Rule("path", f"a path of 1 to {MAX_TEXT} characters", check_text),
+    Rule("duration", "a duration such as 90s, 30m, 1h, 1h30m or 7d", parse_duration),
+    Rule("args", f"JSON nested at most {MAX_JSON_DEPTH} deep, with finite numbers", check_json),
+    # Whole numbers.
+    _int_rule("job id"),
+    _int_rule("run id"),
+    _int_rule("priority"),
+    _int_rule("limit", 1),
+    _int_rule("max attempts", 1, INT32_MAX),
+    _int_rule("count", 1, INT32_MAX),
+    _int_rule("count or zero", 0, INT32_MAX),
+    _int_rule("procs", 1, MOST_PROCS),
+    _int_rule("vram mb", 1, INT32_MAX),
+    _int_rule("gpu index", 0, INT32_MAX),
+    _int_rule("host priority", -INT32_MAX, INT32_MAX),
+    _int_rule("port", 0, MOST_PORT),
+    # Numbers and times.
+    Rule("seconds", f"a positive number of seconds, {_YEARS}", check_seconds, FLOAT),
+    Rule("delay", f"a non-negative number of seconds, {_YEARS}", partial(check_seconds, zero=True), FLOAT),
+    Rule("poll", f"a number of seconds from {LEAST_POLL:g} to {MAX_SECONDS:.0f} (100 years)",
+         partial(check_seconds, least=LEAST_POLL), FLOAT),
+    Rule("positive number", "a positive finite number", partial(check_number, positive=True), FLOAT),
+    Rule("run at", f"a time in UNIX epoch seconds from {EPOCH_MIN:.0f} (year 1) to {EPOCH_MAX:.0f} (year 9999)",
+         check_epoch, FLOAT),
+)}
