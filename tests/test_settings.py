@@ -189,8 +189,12 @@ class CommandLineTest(unittest.TestCase):
             (["--lease", "0"], "rowfleet status: argument --lease: expected a positive number of seconds, got '0'"),
             (["--stall-samples", "0"], "rowfleet status: argument --stall-samples: expected an integer of at least 1, "
                                        "got '0'"),
-            (["--stall-samples", "3000000000"], "rowfleet: error: stall_samples must be an integer of at least 1 and "
-                                                "at most 2147483647, got 3000000000"),
+            (["--stall-samples", "3000000000"], "rowfleet status: argument --stall-samples: expected an integer of at "
+                                                "least 1 and at most 2147483647, got '3000000000'"),
+            (["--stall-samples", " 3"], "rowfleet status: argument --stall-samples: invalid int value: ' 3' (expected "
+                                        "a whole number)"),
+            (["--poll", "0.01"], "rowfleet status: argument --poll: expected a number of seconds of at least 0.05, "
+                                 "got '0.01'"),
             (["--watchdog-retries", "-1"], "rowfleet status: argument --watchdog-retries: expected an integer of at "
                                            "least 0, got '-1'"),
             (["--idle-gpu", "nan"], "rowfleet status: argument --idle-gpu: expected a positive finite number, "

@@ -44,44 +44,41 @@ TABLES = ("general", "liveness")
 @dataclasses.dataclass(frozen=True)
 class Kind:
     """What sort of value a setting holds: the ``Config`` field's type, how its text (a
-    flag's or a variable's) reads, and the rule every value of the kind passes.
+    flag's or a variable's) reads, and the rule every value of the kind passes (a field's
+    of ``names.RULES``).
 
     ``read`` raises ``ValueError`` for text that is not a value of the kind; ``expected``
-    says what it wants instead. ``flag_check`` is what a flag's value must pass while the
-    command line is parsed (so the refusal names the flag); None leaves the whole decision
-    to ``check`` when the ``Config`` is built.
+    says what it wants instead. A number's flag is checked while the command line is
+    parsed, so its refusal names the flag; other flags are checked as the ``Config`` is
+    built.
     """
 
     type: str
     read: Callable[[str], Any]
     expected: str
     check: Callable[[str, Any], Any] | None = None
-    flag_check: Callable[[str, Any], Any] | None = None
     unit: str = ""          # of a number, where its default is shown: "s"
     repeated: bool = False  # a list: its flag repeats, its variable is a comma list
 
 
 def _positive(unit: str) -> Kind:
-    check = partial(names.check_number, positive=True)
-    return Kind("float", float, "a number", check, check, unit=unit)
+    return Kind("float", names.read_float, "a number", names.RULES["positive number"].check, unit=unit)
 
 
-def _count(least: int) -> Kind:
-    """Whole numbers of at least ``least``, kept in 32-bit columns. A flag takes any 64-bit
-    value, as every integer flag does; ``Config`` then holds it to the column's range."""
-    return Kind("int", int, "a whole number", partial(names.check_int, least=least, most=names.INT32_MAX),
-                partial(names.check_int, least=least))
+def _count(field: str) -> Kind:
+    """Whole numbers by the rule of ``field``: kept in 32-bit columns."""
+    return Kind("int", names.read_int, "a whole number", names.RULES[field].check)
 
 
 def _comma_list(text: str) -> tuple[str, ...]:
     return tuple(text.split(","))
 
 
-SECONDS = Kind("float", float, "a number of seconds", names.check_seconds, names.check_seconds, unit="s")
+SECONDS = Kind("float", names.read_float, "a number of seconds", names.RULES["seconds"].check, unit="s")
 PERCENT = _positive("%")
 MIB = _positive("MiB")
-AT_LEAST_ONE = _count(1)
-AT_LEAST_ZERO = _count(0)
+AT_LEAST_ONE = _count("count")
+AT_LEAST_ZERO = _count("count or zero")
 TEXT = Kind("str", str, "text")
 MODULES = Kind("tuple[str, ...]", _comma_list, "module names", repeated=True)
 PATHS = Kind("tuple[str, ...]", _comma_list, "paths", repeated=True)
@@ -182,7 +179,7 @@ def _check_db(what: str, value: Any) -> str:
 
 
 def _check_host(what: str, value: Any) -> str:
-    return names.check_name(what, value or socket.gethostname())
+    return names.RULES["host"].check(what, value or socket.gethostname())
 
 
 def _check_synchronous(what: str, value: Any) -> str:
@@ -219,8 +216,7 @@ def _module_prefixes(what: str, value: Any) -> tuple[str, ...]:
     """
     prefixes = _items(what, value, "module names")
     for prefix in prefixes:
-        if not all(part.isidentifier() for part in prefix.split(".")):
-            raise ConfigError(f"{what}: {names.shown(prefix)} is not a module name (like pkg or pkg.sub)")
+        names.RULES["module"].check(what, prefix)
     return prefixes
 
 
@@ -232,7 +228,7 @@ def _paths(what: str, value: Any) -> tuple[str, ...]:
     """
     paths = _items(what, value, "paths")
     for path in paths:
-        names.check_text(what, path)
+        names.RULES["path"].check(what, path)
     return paths
 
 
@@ -265,8 +261,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("db", DEFAULT_DB, TEXT, "database: a SQLite path, sqlite:///PATH or a postgresql:// URL", "database",
             check=_check_db, scope=GLOBAL),
     # '*' is no project's name: worker switches use it for every one.
-    Setting("project", "", TEXT, "project tag", "project", check=partial(names.check_name, empty=True),
-            scope=GLOBAL),
+    Setting("project", "", TEXT, "project tag", "project", check=names.RULES["project"].check, scope=GLOBAL),
     Setting("log_level", "INFO", TEXT, "DEBUG, INFO, WARNING or ERROR", "log level", scope=GLOBAL,
             in_config=False),
     Setting("host", "", TEXT, "this machine's label in holders and heartbeats", "host label", check=_check_host,
@@ -275,7 +270,9 @@ SETTINGS: tuple[Setting, ...] = (
     _seconds("renew", 10.0, "seconds between lease renewals", "lease renewal cadence"),
     _seconds("heartbeat", 10.0, "seconds between worker heartbeats",
              "heartbeat cadence (silent after 3 missed)"),
-    _seconds("poll", 1.0, "safety poll of an idle worker, seconds", "idle safety poll"),
+    # A floor: an idle worker that polls faster spins a core and gains nothing.
+    _seconds("poll", 1.0, "safety poll of an idle worker, seconds", "idle safety poll",
+             check=names.RULES["poll"].check),
     _seconds("interval", 5.0, "seconds between orchestrator sweeps", "orchestrator sweep"),
     _seconds("backoff_base", 2.0, "first retry delay, seconds, doubling per attempt", "first retry delay"),
     _seconds("backoff_max", 3600.0, "longest retry delay, seconds", "longest retry delay"),

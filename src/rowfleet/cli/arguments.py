@@ -1,12 +1,13 @@
-"""How the command line is read: argparse types that refuse bad values in one line, and
-every setting of ``config.SETTINGS`` as a flag (global, per command, or the commands' own),
-its type, default and help all derived from the declaration."""
+"""How the command line is read: argparse types that refuse bad values in one line, each
+the rule of a field of ``names.RULES`` (``typed("procs")``), and every setting of
+``config.SETTINGS`` as a flag (global, per command, or the commands' own), its type,
+default and help all derived from the declaration. Numbers are read from ASCII text only:
+Python's ``int()`` also takes ``' 3'`` and other scripts' digits."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from functools import partial
 from typing import Any, Callable
 
 from rowfleet import names
@@ -27,14 +28,23 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+# int() and float() take ' 3', '1_0' and other scripts' digits: a number is read from ASCII.
+_STRICT = {int: names.read_int, float: names.read_float}
+_LABEL = {names.read_int: "int", names.read_float: "float"}
+
+
 def number(convert: Callable[[str], Any], what: str, check: Callable[[str, Any], Any]) -> Callable[[str], Any]:
-    """An argparse type: ``convert`` the text, then let a ``names`` check decide whether
-    the value is allowed (its requirement becomes argparse's one-line error)."""
+    """An argparse type: ``convert`` the text (``int`` and ``float`` as ``names.read_int``
+    and ``names.read_float``), then let a ``names`` check decide whether the value is
+    allowed (its requirement becomes argparse's one-line error). Prefer ``typed(field)``."""
+    read = _STRICT.get(convert, convert)
+    label = _LABEL.get(read, getattr(read, "__name__", "a"))
+
     def parse(text: str) -> Any:
         try:
-            value = convert(text)
+            value = read(text)
         except ValueError:  # also int()'s refusal of more than 4300 digits
-            raise argparse.ArgumentTypeError(f"invalid {convert.__name__} value: {names.shown(text)} "
+            raise argparse.ArgumentTypeError(f"invalid {label} value: {names.shown(text)} "
                                              f"(expected {what})") from None
         try:
             return check("value", value)
@@ -44,18 +54,29 @@ def number(convert: Callable[[str], Any], what: str, check: Callable[[str, Any],
     return parse
 
 
-positive_float = number(float, "a number of seconds", names.check_seconds)
-non_negative_float = number(float, "a number of seconds", partial(names.check_seconds, zero=True))
-positive_int = number(int, "a whole number", partial(names.check_int, least=1))
-non_negative_int = number(int, "a whole number", partial(names.check_int, least=0))
-int64 = number(int, "a whole number", names.check_int)  # ids, priorities: what both databases hold
-positive_number = number(float, "a number", partial(names.check_number, positive=True))
+def typed(field: str) -> Callable[[str], Any]:
+    """An argparse type that reads and checks a flag's text by the rule of ``field`` in
+    ``names.RULES``: a refusal is argparse's one line, naming the flag."""
+    rule = names.RULES[field]
+    read = {names.INT: int, names.FLOAT: float}.get(rule.kind, str)
+    return number(read, rule.requirement, rule.check)
+
+
+# The commands' shared types, each a field's rule.
+positive_float = typed("seconds")
+non_negative_float = typed("delay")
+positive_int = typed("limit")
+int64 = typed("job id")  # ids: what both databases hold
+positive_number = typed("positive number")
 
 
 def _flag_type(setting: Setting) -> Callable[[str], Any]:
-    """How a setting's flag reads its text: the kind's reading, and its flag rule if any."""
+    """How a setting's flag reads its text: a number by its setting's rule (or its kind's),
+    while the command line is parsed; other text as it is, for ``Config`` to check."""
     kind = setting.kind
-    return kind.read if kind.flag_check is None else number(kind.read, kind.expected, kind.flag_check)
+    if kind.type not in ("int", "float"):
+        return kind.read
+    return number(kind.read, kind.expected, setting.check or kind.check)  # type: ignore[arg-type]
 
 
 def _help(setting: Setting, *more: str) -> str:
@@ -92,7 +113,7 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def allow_module_flag(sub: argparse.ArgumentParser) -> None:
     """``--allow-module PREFIX``: whose ``module:function`` names a worker runs (see ``trusted``)."""
     setting = SETTING["allow_modules"]
-    sub.add_argument(setting.flag, action="append", default=None, metavar="PREFIX",
+    sub.add_argument(setting.flag, action="append", default=None, metavar="PREFIX", type=typed("module"),
                      help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
 
 
@@ -100,7 +121,7 @@ def sample_path_flag(sub: argparse.ArgumentParser) -> None:
     """``--sample-path PATH``: more filesystems whose space the host's sampler reports."""
     setting = SETTING["sample_paths"]
     sub.add_argument(setting.flag, action="append", default=None, metavar="PATH", dest="sample_paths",
-                     help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
+                     type=typed("path"), help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
 
 
 def metrics_token_flag(sub: argparse.ArgumentParser, name: str = "metrics_token") -> None:
@@ -114,6 +135,11 @@ def metrics_token_flag(sub: argparse.ArgumentParser, name: str = "metrics_token"
 def with_sample_paths(config: Config, args: argparse.Namespace) -> Config:
     """``config`` with the ``--sample-path`` flags given, else the environment's."""
     return config.replace(sample_paths=tuple(args.sample_paths)) if args.sample_paths else config
+
+
+def app_flag(sub: argparse.ArgumentParser, help_text: str) -> None:
+    """``--app MODULE`` (repeatable): a module to import, named by the module rule."""
+    sub.add_argument("--app", action="append", default=[], metavar="MODULE", type=typed("module"), help=help_text)
 
 
 def trusted(config: Config, args: argparse.Namespace) -> Config:
