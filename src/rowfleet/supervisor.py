@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from rowfleet import exitcodes
+from rowfleet import exitcodes, names
 
 log = logging.getLogger("rowfleet.supervisor")
 
@@ -62,11 +62,16 @@ class Child:
 
 
 def workers(procs: int, main: Callable[[], int], fatal_codes: frozenset[int] = frozenset()) -> list[Child]:
-    """``procs`` worker children of one body.
+    """``procs`` worker children of one body; as many as the procs rule allows
+    (``names.MOST_PROCS``), or ``InvalidValue``.
 
     >>> [child.name for child in workers(2, lambda: 0)]
     ['worker', 'worker']
+    >>> workers(100_000, lambda: 0)
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: procs must be an integer of at least 1 and at most 256, got 100000
     """
+    names.RULES["procs"].check("procs", procs)
     return [Child("worker", main, frozenset(fatal_codes))] * procs
 
 

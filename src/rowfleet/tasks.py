@@ -93,7 +93,15 @@ def workflow_named(name: str) -> Any | None:
 
 
 def import_apps(modules: list[str], folder: str | None = None) -> None:
-    """Import the user's modules so their ``@task``s register; the folder comes first on sys.path."""
+    """Import the user's modules so their ``@task``s register; the folder comes first on
+    sys.path. Each is a module name by its rule, checked before any is imported.
+
+    >>> import_apps([""])
+    Traceback (most recent call last):
+    rowfleet.names.InvalidValue: --app must be a module name (identifiers joined by dots, such as app or pkg.tasks), got ''
+    """
+    for module in modules:
+        names.RULES["module"].check("--app", module)
     _put_first_on_path(folder or os.getcwd())
     for module in modules:
         try:

@@ -13,10 +13,9 @@ from typing import Any, Callable
 from functools import partial
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, models, names, routing, tasks, waiting
-from rowfleet.cli.arguments import Parser, allow_module_flag, positive_float, positive_int, trusted
-from rowfleet.cli.arguments import sample_path_flag, with_sample_paths
-from rowfleet.cli.arguments import non_negative_int, number
+from rowfleet import exitcodes, models, routing, tasks, waiting
+from rowfleet.cli.arguments import Parser, allow_module_flag, app_flag, positive_float, positive_int, trusted
+from rowfleet.cli.arguments import sample_path_flag, typed, with_sample_paths
 from rowfleet.cli.output import print_json, report
 from rowfleet.errors import ConfigError, Conflict, DatabaseUnreachable, RowfleetError
 from rowfleet.gpu_worker import GpuSettings, model_list
@@ -28,21 +27,18 @@ from rowfleet.worker import Worker, check_prefetch
 
 log = logging.getLogger("rowfleet.orchestrator")
 
-mib = number(int, "a whole number of MiB", partial(names.check_int, least=1, most=names.INT32_MAX))
-host_priority = number(int, "a whole number", partial(names.check_int, least=-names.INT32_MAX, most=names.INT32_MAX))
 # The flags that make a GPU worker route its claims; each needs --gpu and a model to load.
 ROUTING_FLAGS = ("models", "vram_mb", "gpu_index", "lane", "host_priority", "idle_unload")
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
     sub = command("worker", cmd_worker, "claim and run jobs of one queue, or of several in order")
-    sub.add_argument("--queue", action="append", default=None, metavar="QUEUE",
+    sub.add_argument("--queue", action="append", default=None, metavar="QUEUE", type=typed("queue"),
                      help="the queue to serve (default: default); repeat it to serve several in order: "
                           "the first with a due job wins")
-    sub.add_argument("--app", action="append", default=[], metavar="MODULE",
-                     help="import this module so its @rowfleet.task handlers register (repeatable)")
+    app_flag(sub, "import this module so its @rowfleet.task handlers register (repeatable)")
     allow_module_flag(sub)
-    sub.add_argument("--procs", type=positive_int, default=None,
+    sub.add_argument("--procs", type=typed("procs"), default=None,
                      help="worker processes under a supervising parent that restarts them (1 for one "
                           "supervised worker; without it the worker runs in this process)")
     sub.add_argument("--gpu", action="store_true",
@@ -84,11 +80,11 @@ def gpu_flags(sub: Parser) -> None:
     gpu = sub.add_argument_group("GPU workers (with --gpu: claims routed by model)")
     gpu.add_argument("--models", metavar="A,B", default=None,
                      help="the models this worker may load (default: every model the --app modules register)")
-    gpu.add_argument("--vram-mb", type=mib, default=None, help="GPU memory to claim by, MiB (default: nvidia-smi's total)")
-    gpu.add_argument("--gpu-index", type=non_negative_int, default=None, help="which GPU of the host (default 0)")
+    gpu.add_argument("--vram-mb", type=typed("vram mb"), default=None, help="GPU memory to claim by, MiB (default: nvidia-smi's total)")
+    gpu.add_argument("--gpu-index", type=typed("gpu index"), default=None, help="which GPU of the host (default 0)")
     gpu.add_argument("--lane", choices=routing.LANES, default=None,
                      help="any (default), model (only jobs that need a model) or plain (only jobs that need none)")
-    gpu.add_argument("--host-priority", type=host_priority, default=None,
+    gpu.add_argument("--host-priority", type=typed("host priority"), default=None,
                      help="negative: an overflow box, which takes the newest work first (default 0)")
     gpu.add_argument("--idle-unload", type=positive_float, default=None, metavar="SECONDS",
                      help="unload the warm model after this long without a job (default: never)")
@@ -97,9 +93,7 @@ def gpu_flags(sub: Parser) -> None:
 def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
     config = trusted(config, args)
     tasks.import_apps(args.app)
-    queues = tuple(dict.fromkeys(args.queue or ["default"]))
-    for queue in queues:
-        names.check_name("--queue", queue)  # '*' too: a switch's wildcard names no queue to serve
+    queues = tuple(dict.fromkeys(args.queue or ["default"]))  # each a name, '*' too refused: no queue to serve
     gpu_settings = gpu_settings_of(args)
     sidecar = _sidecar(args)
     check_prefetch(args.prefetch, routed=gpu_settings is not None, sidecar=sidecar is not None)  # before a fork

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 from rowfleet import config as configuration
 from rowfleet import exitcodes, names
-from rowfleet.cli.arguments import Parser, allow_module_flag, metrics_token_flag, sample_path_flag, trusted
+from rowfleet.cli.arguments import Parser, allow_module_flag, app_flag, metrics_token_flag, sample_path_flag, trusted
 from rowfleet.cli.arguments import with_sample_paths
 from rowfleet.cli.output import table
 from rowfleet.cli.panel import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV, allow_host_flag, port_number, with_allowed_hosts
@@ -43,7 +43,7 @@ log = logging.getLogger("rowfleet.up")
 
 # Stop stages: what feeds work stops first, what watches the drain last.
 SCHEDULER_STAGE, WORKER_STAGE, ORCHESTRATOR_STAGE, WATCHER_STAGE = range(4)
-MOST_WORKERS_PER_QUEUE = 256  # one process each: beyond this is a typo, not a box
+PROCS = names.RULES["procs"]  # the workers of a queue, and of the box: one process each
 FATAL = frozenset({exitcodes.USAGE})  # bad configuration: restarting cannot help, so up stops
 
 
@@ -82,9 +82,8 @@ def add_commands(command: Callable[..., Parser]) -> None:
                   "workers, scheduler, telemetry sampler and, with --panel, the panel")
     sub.add_argument("--queue", action="append", default=None, metavar="Q[:N]",
                      help="N worker processes for queue Q (N default 1; repeatable; default: default:1)")
-    sub.add_argument("--app", action="append", default=[], metavar="MODULE",
-                     help="import this module: its @rowfleet.task handlers, models and @rowfleet.periodic "
-                          "schedules register (repeatable)")
+    app_flag(sub, "import this module: its @rowfleet.task handlers, models and @rowfleet.periodic "
+                  "schedules register (repeatable)")
     allow_module_flag(sub)
     sub.add_argument("--gpu", action="store_true",
                      help="the workers' jobs use a GPU: watch them with the GPU health watchdog (exit 78)")
@@ -109,29 +108,38 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
 
 def queue_counts(specs: Sequence[str]) -> list[tuple[str, int]]:
-    """``--queue Q[:N]`` values as (queue, workers), in the order given.
+    """``--queue Q[:N]`` values as (queue, workers), in the order given; N and the workers
+    of all the queues together by the procs rule (as ``worker --procs``).
 
     >>> queue_counts(["default", "gpu:2"])
     [('default', 1), ('gpu', 2)]
     >>> queue_counts(["gpu:0"])
     Traceback (most recent call last):
     ...
-    rowfleet.errors.ConfigError: --queue 'gpu:0': N must be a whole number from 1 to 256
+    rowfleet.errors.ConfigError: --queue 'gpu:0': N must be a whole number from 1 to 256, in ASCII digits
     >>> queue_counts(["a", "a:2"])
     Traceback (most recent call last):
     ...
     rowfleet.errors.ConfigError: --queue 'a' is given twice: give it once, with its number of workers
+    >>> queue_counts(["a:200", "b:100"])
+    Traceback (most recent call last):
+    ...
+    rowfleet.errors.ConfigError: --queue: 300 worker processes in all; a box runs 1 to 256
     """
     counts: dict[str, int] = {}
     for spec in specs:
         queue, _, count = spec.rpartition(":") if ":" in spec else (spec, "", "1")
-        if not count.isdigit() or not 1 <= int(count) <= MOST_WORKERS_PER_QUEUE:
-            raise ConfigError(f"--queue {names.shown(spec)}: N must be a whole number from 1 to "
-                              f"{MOST_WORKERS_PER_QUEUE}")
-        names.check_name("--queue", queue)
+        try:
+            workers = PROCS.parse("N", count)
+        except ConfigError:
+            raise ConfigError(f"--queue {names.shown(spec)}: N must be {PROCS.requirement}") from None
+        names.RULES["queue"].check("--queue", queue)
         if queue in counts:
             raise ConfigError(f"--queue {names.shown(queue)} is given twice: give it once, with its number of workers")
-        counts[queue] = int(count)
+        counts[queue] = workers
+    total = sum(counts.values())
+    if total > names.MOST_PROCS:
+        raise ConfigError(f"--queue: {total} worker processes in all; a box runs 1 to {names.MOST_PROCS}")
     return list(counts.items())
 
 
