@@ -24,7 +24,7 @@ from rowfleet import exitcodes
 from rowfleet.cli import fleet, hosts, jobs, metrics, models, panel, processes, schedules, up, workflows
 from rowfleet.cli.arguments import (Parser, UsageError, add_global_flags, add_setting_flags, config_overrides,
                                     positive_int)
-from rowfleet.cli.output import report
+from rowfleet.cli.output import EscapingFormatter, report, say
 from rowfleet.errors import ConfigError, RowfleetError
 
 __all__ = ["Parser", "UsageError", "build_parser", "main", "positive_int", "report"]
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except UsageError as exc:
-        print(exc, file=sys.stderr)
+        say(exc, file=sys.stderr)
         return exitcodes.USAGE
     if args.command is None:
         build_parser().print_help()
@@ -82,8 +82,9 @@ def _setup_logging(level_name: str | None) -> None:
     if not isinstance(level, int):
         given = setting.flag if level_name else setting.env
         raise ConfigError(f"{given} must be DEBUG, INFO, WARNING or ERROR, got {name!r}")
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 
