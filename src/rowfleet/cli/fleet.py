@@ -9,8 +9,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from rowfleet import config as configuration
 from rowfleet import control, exitcodes, liveness, names
-from rowfleet.cli.arguments import Parser
-from rowfleet.cli.output import print_json, table
+from rowfleet.cli.arguments import Parser, typed
+from rowfleet.cli.output import print_json, say, table
 from rowfleet.control import Switch
 from rowfleet.errors import ConfigError
 from rowfleet.job import iso
@@ -24,7 +24,7 @@ BROKER_STATES = ("queued", "running", "failed", "completed", "cancelled")
 def add_commands(command: Callable[..., Parser]) -> None:
     sub = command("control", cmd_control, "switch the workers of a queue (or a whole box) off or on")
     which = sub.add_mutually_exclusive_group(required=True)
-    which.add_argument("--queue", help="the queue whose workers to switch")
+    which.add_argument("--queue", type=typed("queue"), help="the queue whose workers to switch")
     which.add_argument("--all-queues", action="store_true", help="every queue of the host: a box-wide switch")
     # The host is the --host setting (default: this machine's label, as workers here use).
     sub.add_argument("--all-hosts", action="store_true", help="every host, instead of --host")
@@ -35,8 +35,9 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--policy", choices=control.POLICIES, default=control.DRAIN,
                      help="off: drain (finish the job in hand, then park; default) or hard (hand the job "
                           "back and exit 79)")
-    sub.add_argument("--by", help="who asks, recorded on the switch (default: this user)")
-    sub.add_argument("--reason", default="", help="why, recorded on the switch and in its log (free text)")
+    sub.add_argument("--by", type=typed("by"), help="who asks, recorded on the switch (default: this user)")
+    sub.add_argument("--reason", default="", type=typed("reason"),
+                     help="why, recorded on the switch and in its log (free text)")
     sub.add_argument("--json", action="store_true")
 
     sub = command("model-control", cmd_model_control, "pin, forbid, unload or preload a model on a box, or list "
@@ -44,11 +45,11 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("action", choices=(*control.MODEL_ACTIONS, "list"),
                      help="pin: keep it warm here (never unloaded); forbid: never claim its jobs here; unload, "
                           "preload: once, now; list: the rules and requests for this host")
-    sub.add_argument("model", nargs="?", help="the model id (not for list)")
+    sub.add_argument("model", nargs="?", type=typed("model"), help="the model id (not for list)")
     sub.add_argument("--clear", action="store_true", help="delete the rule or request instead of writing it")
     # The host is the --host setting (default: this machine's label, as workers here use).
     sub.add_argument("--all-hosts", action="store_true", help="every host, instead of --host")
-    sub.add_argument("--by", help="who asks, recorded on the row (default: this user)")
+    sub.add_argument("--by", type=typed("by"), help="who asks, recorded on the row (default: this user)")
     sub.add_argument("--json", action="store_true")
 
     sub = command("workers", cmd_workers, "workers with what their switches want and what they do")
@@ -62,8 +63,8 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
 
 def cmd_control(args: argparse.Namespace, config: configuration.Config) -> int:
-    queue = control.ANY if args.all_queues else _word("--queue", args.queue)
-    host = control.ANY if args.all_hosts else _word("--host", config.host)
+    queue = control.ANY if args.all_queues else args.queue  # a name, by its flag's rule
+    host = control.ANY if args.all_hosts else config.host  # a name: Config refuses '*'
     project = control.ANY if args.all_projects else config.project
     with open_store(config) as store:
         store.require_schema()
@@ -76,22 +77,22 @@ def cmd_control(args: argparse.Namespace, config: configuration.Config) -> int:
     if args.json:
         print_json({"switch": switch.to_dict(), "still_off": [held.to_dict() for held in still_held]})
         return exitcodes.OK
-    print(f"{switch.scope()}: {_wanted(switch)}")
+    say(f"{switch.scope()}: {_wanted(switch)}")
     for held in still_held:
-        print(f"note: {held.scope()} is still switched off ({held.policy}, by {held.changed_by or '?'}); "
-              f"workers it covers stay parked until it is switched on")
+        say(f"note: {held.scope()} is still switched off ({held.policy}, by {held.changed_by or '?'}); "
+            f"workers it covers stay parked until it is switched on")
     return exitcodes.OK
 
 
 def cmd_model_control(args: argparse.Namespace, config: configuration.Config) -> int:
-    host = control.ANY if args.all_hosts else _word("--host", config.host)
+    host = control.ANY if args.all_hosts else config.host  # a name: Config refuses '*'
     if args.action == "list":
         if args.model is not None or args.clear:
             raise ConfigError("model-control list takes no model and no --clear")
         return _list_model_controls(config, None if args.all_hosts else host, args.json)
     if args.model is None:
         raise ConfigError(f"model-control {args.action} needs a model id, e.g. model-control {args.action} llama3-8b:q4")
-    model = names.check_name("model", args.model)
+    model = args.model
     with open_store(config) as store:
         store.require_schema()
         if args.clear:
@@ -102,10 +103,10 @@ def cmd_model_control(args: argparse.Namespace, config: configuration.Config) ->
     if args.json:
         print_json(shown)
     elif args.clear:
-        print(f"{args.action} {model} on {_hosts(host)}: {'cleared' if shown['cleared'] else 'there was none'}")
+        say(f"{args.action} {model} on {_hosts(host)}: {'cleared' if shown['cleared'] else 'there was none'}")
     else:
-        print(f"{args.action} {model} on {_hosts(host)}" + ("" if args.action in control.STANDING
-                                                            else ": a worker there carries it out once"))
+        say(f"{args.action} {model} on {_hosts(host)}" + ("" if args.action in control.STANDING
+                                                          else ": a worker there carries it out once"))
     return exitcodes.OK
 
 
@@ -244,13 +245,6 @@ def _worker_tally(workers: Iterable[Worker]) -> str:
 def _wanted(switch: Switch) -> str:
     by = f" by {switch.changed_by}" if switch.changed_by else ""
     return f"on{by}" if switch.desired == control.ON else f"off ({switch.policy}){by}"
-
-
-def _word(flag: str, value: str) -> str:
-    try:
-        return names.check_name(flag, value)
-    except ConfigError as exc:
-        raise ConfigError(f"{exc} (use the --all-... flag for every one)") from None
 
 
 def _user() -> str:

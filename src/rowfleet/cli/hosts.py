@@ -10,8 +10,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from rowfleet import config as configuration
 from rowfleet import exitcodes, names
-from rowfleet.cli.arguments import Parser
-from rowfleet.cli.output import print_json, table
+from rowfleet.cli.arguments import Parser, typed
+from rowfleet.cli.output import escaped, print_json, say, table
 from rowfleet.errors import ConfigError
 from rowfleet.hosts import GpuView, HostSeries, HostView, host_series, hosts, reading
 from rowfleet.job import iso
@@ -30,7 +30,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub = command("hosts", cmd_hosts, "each host's newest telemetry (CPU, memory, temperature, GPUs with the "
                   "last hour's throttling) and the jobs running there, or one host's samples over a window")
     # Not "host": that is the --host setting's name (this machine's label).
-    sub.add_argument("target", nargs="?", metavar="HOST", help="show this host's samples over --since instead")
+    sub.add_argument("target", nargs="?", metavar="HOST", type=typed("host"), help="show this host's samples over --since instead")
     sub.add_argument("--since", default=None, metavar="DURATION",
                      help=f"with HOST: how far back, e.g. 90s, 30m, 1h, 7d (default {DEFAULT_SINCE})")
     sub.add_argument("--tier", choices=TIERS, default=None,
@@ -44,16 +44,16 @@ def cmd_hosts(args: argparse.Namespace, config: configuration.Config) -> int:
         if args.since is not None or args.tier is not None:
             raise ConfigError(f"--since and --tier go with a host, e.g. rowfleet hosts HOST --since {DEFAULT_SINCE}")
         return _show_hosts(config, args.json)
-    host = names.check_name("host", args.target)
-    since = names.parse_duration("--since", DEFAULT_SINCE if args.since is None else args.since)
+    host = args.target
+    since = names.RULES["duration"].check("--since", DEFAULT_SINCE if args.since is None else args.since)
     with open_store(config) as store:
         store.require_schema()
         series = host_series(store, host, since, args.tier)
     if args.json:
         print_json(series.to_dict())
     else:
-        print(series_table(series) or f"no samples of host {host} in the last {args.since or DEFAULT_SINCE} "
-                                       f"({series.tier} tier)")
+        say(series_table(series) or f"no samples of host {host} in the last {args.since or DEFAULT_SINCE} "
+                                     f"({series.tier} tier)")
     return exitcodes.OK
 
 
@@ -78,7 +78,7 @@ def hosts_table(views: Iterable[HostView]) -> str:
              celsius(view.hottest)] for view in views]
     lines = table(["host", "age", "cpu", "load", "ram", "hottest"], rows).splitlines()
     width = max(len(line) for line in lines)
-    tails = ["gpus, jobs"] + [_tail(view) for view in views]
+    tails = ["gpus, jobs"] + [escaped(_tail(view)) for view in views]
     return "\n".join(f"{line.ljust(width)}  {tail}".rstrip() for line, tail in zip(lines, tails))
 
 

@@ -12,10 +12,11 @@ from typing import Any, Callable
 
 from rowfleet import config as configuration
 from rowfleet import exitcodes, models, tasks
-from rowfleet.cli.arguments import (Parser, allow_module_flag, int64, json_flag, non_negative_float,
-                                  positive_float, positive_int, trusted)
+from rowfleet.cli.arguments import (Parser, allow_module_flag, app_flag, int64, json_flag, non_negative_float,
+                                  positive_float, positive_int, trusted, typed)
 from rowfleet.cli.fleet import seen_text, services_table
-from rowfleet.cli.output import print_json, short, table
+from rowfleet.cli.output import print_json, say, short, table
+from rowfleet.errors import ConfigError
 from rowfleet.job import QUEUED, RUNNING, STATES, JobSpec, iso
 from rowfleet.snapshot import Progress, snapshot, unplaceable_text
 from rowfleet.store import Store, open_store
@@ -27,18 +28,17 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
     sub = command("enqueue", cmd_enqueue, "enqueue one job; print its id")
     sub.add_argument("task", help="a registered task name, or module:function")
-    sub.add_argument("--app", action="append", default=[], metavar="MODULE",
-                     help="import this module first and refuse a task that a worker with it would refuse "
-                          "(repeatable; without it an untrusted task name is only warned of)")
+    app_flag(sub, "import this module first and refuse a task that a worker with it would refuse "
+                  "(repeatable; without it an untrusted task name is only warned of)")
     allow_module_flag(sub)
     sub.add_argument("--args", default="null", help="JSON: an object (keyword args), a list, or a value")
-    sub.add_argument("--queue", default=None,
+    sub.add_argument("--queue", default=None, type=typed("queue"),
                      help="default: its task's queue when an --app module registers it, else 'default'")
-    sub.add_argument("--priority", type=int64, default=0, help="lower runs sooner; negatives allowed")
+    sub.add_argument("--priority", type=typed("priority"), default=0, help="lower runs sooner; negatives allowed")
     sub.add_argument("--run-next", action="store_true", help="run before every priority")
     sub.add_argument("--delay", type=non_negative_float, default=0.0, help="seconds before it may run")
-    sub.add_argument("--key", default=None, help="idempotency key: one job per key and project")
-    sub.add_argument("--max-attempts", type=positive_int, default=5)
+    sub.add_argument("--key", default=None, type=typed("key"), help="idempotency key: one job per key and project")
+    sub.add_argument("--max-attempts", type=typed("max attempts"), default=5)
     sub.add_argument("--timeout", type=positive_float, default=None,
                      help="seconds of wall clock this job may run (default: its task's when an --app module "
                           "registers it, else the worker's --budget)")
@@ -54,7 +54,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
     sub = command("jobs", cmd_jobs, "list jobs, newest first")
     sub.add_argument("--state", choices=STATES)
-    sub.add_argument("--queue")
+    sub.add_argument("--queue", type=typed("queue"))
     sub.add_argument("--limit", type=positive_int, default=50)
     sub.add_argument("--json", action="store_true")
 
@@ -106,6 +106,9 @@ def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
                    vram_mb=args.vram_mb)  # checked before any app is imported
     tasks.import_apps(args.app)
     warning = tasks.vet(args.task, config.allow_modules, strict=bool(args.app))  # with --app: refuse
+    if args.app and args.model is not None and models.registered(args.model) is None:
+        raise ConfigError(f"model {args.model!r} is not registered by the --app modules, so no worker with them "
+                          f"can load it: register it with @rowfleet.model, or leave out --app")
     stamp = tasks.stamp(args.task, args.queue, args.timeout, args.model, args.vram_mb)  # what --app registered
     spec = dataclasses.replace(spec, queue=stamp.queue, timeout=stamp.timeout, model=stamp.model,
                                vram_mb=stamp.vram_mb)
@@ -164,9 +167,9 @@ def cmd_jobs(args: argparse.Namespace, config: configuration.Config) -> int:
     print(table(["id", "state", "queue", "task", "priority", "attempts", "created"], rows) or "no jobs")
     for job in found:
         if job.unreadable:
-            print(f"! job {job.id} is unreadable: {job.unreadable}")
+            say(f"! job {job.id} is unreadable: {job.unreadable}")
         if _unplaceable(job):
-            print(f"! job {job.id} is unplaceable: {_unplaceable(job)}")
+            say(f"! job {job.id} is unplaceable: {_unplaceable(job)}")
     return exitcodes.OK
 
 
@@ -192,14 +195,14 @@ def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
                              "unreadable") if data[key] is not None]
     keys += ["watchdog_retries"] if data["watchdog_retries"] else []
     for key in keys:
-        print(f"{key:>13}: {_field_text(job, key, data[key])}")
+        say(f"{key:>13}: {_field_text(job, key, data[key])}")
     if _unplaceable(job):
-        print(f"  unplaceable: {_unplaceable(job)}")
+        say(f"  unplaceable: {_unplaceable(job)}")
     if data["traceback"]:
-        print("    traceback:\n" + data["traceback"].rstrip())
+        say("    traceback:\n" + str(data["traceback"]).rstrip(), lines=True)
     print("       events:")
     for event in data["events"]:
-        print(f"  {event['at']}  {event['kind']:<10} {json.dumps(event['detail'])}")
+        say(f"  {event['at']}  {event['kind']:<10} {json.dumps(event['detail'])}")
     return exitcodes.OK
 
 
