@@ -8,7 +8,7 @@ import getpass
 from typing import Any, Callable, Iterable, Mapping
 
 from rowfleet import config as configuration
-from rowfleet import control, exitcodes, liveness, names
+from rowfleet import control, exitcodes, liveness
 from rowfleet.cli.arguments import Parser, typed
 from rowfleet.cli.output import print_json, say, table
 from rowfleet.control import Switch
