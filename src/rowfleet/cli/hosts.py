@@ -53,7 +53,7 @@ def cmd_hosts(args: argparse.Namespace, config: configuration.Config) -> int:
         print_json(series.to_dict())
     else:
         say(series_table(series) or f"no samples of host {host} in the last {args.since or DEFAULT_SINCE} "
-                                     f"({series.tier} tier)")
+                                     f"({series.tier} tier)", lines=True)  # a table: its cells are escaped
     return exitcodes.OK
 
 
