@@ -382,8 +382,7 @@ class StampContract:
     def test_the_command_line_stamps_model_and_vram(self):
         self.write_module("modelapp", MODEL_APP)
         with_app = int(self.cli("enqueue", "modelapp.chat", "--app", "modelapp").stdout)
-        own = int(self.cli("enqueue", "modelapp.chat", "--app", "modelapp", "--model", "org/other@rev",
-                           "--vram-mb", "4000").stdout)
+        own = int(self.cli("enqueue", "modelapp.chat", "--model", "org/other@rev", "--vram-mb", "4000").stdout)
         model_only = int(self.cli("enqueue", "modelapp.chat", "--app", "modelapp", "--model",
                                   "app-llama:q4").stdout)
         without = int(self.cli("enqueue", "modelapp.chat").stdout)  # this process registered nothing
