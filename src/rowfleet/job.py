@@ -205,6 +205,33 @@ def decode_row(row: Any, table: str, kinds: Mapping[str, str]) -> tuple[dict[str
     return values, "; ".join(problems) or None
 
 
+def attempts_problem(attempts: Any, max_attempts: Any) -> str | None:
+    """What is wrong with a job's counts of attempts (None: nothing, or they are no integers,
+    which ``decode_column`` names). rowfleet gives a job at least one attempt and queues it
+    again only while it has one left, so a job it claims has spent at most all of them;
+    plain SQL may write anything. A claim that takes such a row counts one more attempt past
+    its last, and the worker fails it unrun, as any row it cannot read.
+
+    >>> attempts_problem(0, 5), attempts_problem(5, 5), attempts_problem("x", 5)
+    (None, None, None)
+    >>> attempts_problem(1, 0)
+    'column max_attempts is 0: a job has at least one attempt'
+    >>> attempts_problem(6, 5)
+    'column attempts is 6, past column max_attempts (5)'
+    >>> attempts_problem(-3, 5)
+    'column attempts is -3: no count of attempts is negative'
+    """
+    if not all(isinstance(count, int) and not isinstance(count, bool) for count in (attempts, max_attempts)):
+        return None
+    if max_attempts < 1:
+        return f"column max_attempts is {max_attempts}: a job has at least one attempt"
+    if attempts < 0:
+        return f"column attempts is {attempts}: no count of attempts is negative"
+    if attempts > max_attempts:
+        return f"column attempts is {attempts}, past column max_attempts ({max_attempts})"
+    return None
+
+
 def _json_column(name: str, value: Any) -> tuple[Any, str | None]:
     """Strict JSON (no NaN or infinities, which our encoder never writes), or the value as
     stored with what is wrong with it. A nesting too deep to decode is wrong too."""
@@ -337,6 +364,9 @@ class Job:
             values[name], problem = decode_column(name, value)
             if problem is not None:
                 problems.append(problem)
+        counted = attempts_problem(values["attempts"], values["max_attempts"])
+        if counted is not None:
+            problems.append(counted)
         for flag in ("run_next", "delayed", "warm_claim"):
             if isinstance(values[flag], int):
                 values[flag] = bool(values[flag])
