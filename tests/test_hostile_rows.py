@@ -5,6 +5,13 @@ the job at once (not retried) with an error naming the column and goes on to the
 in the same queue, and every listing (``jobs``, ``job ID``, ``status``, each with and
 without ``--json``), ``cancel`` and ``retry`` still work and show the problem. A workflow
 node's job that cannot be decoded fails its run through the outbox, naming the column.
+Counts of attempts no claim of rowfleet's leaves (none allowed, all spent) fail the same
+way once claimed; a queued row no claim's due filter can match (a run_at that is no
+number) is failed, unclaimed, by the orchestrator's sweep, which also heals a running row
+whose lease no sweep could see lapse (none, or no time) or that names no holder:
+re-queued, or failed on its last attempt, saying why; ``cancel`` cancels such a row at
+once. A ``model_stats`` row whose figures cannot be decoded is shown as unreadable, for
+that model alone, by ``models`` and the panel's /models page.
 
 The rows are INSERTed through the driver directly, as any program sharing the database
 may. ``HostileRowsContract`` runs on SQLite and PostgreSQL; a value only SQLite can hold
@@ -23,7 +30,8 @@ from typing import Any
 
 import rowfleet
 from rowfleet import dag, exitcodes
-from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, JobSpec
+from rowfleet.claim import Claim
+from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobSpec
 from rowfleet.worker import Worker
 from support import TempDirTestCase
 
@@ -55,6 +63,9 @@ class Case:
     names: str | None  # the column its error or listing must name; None: the row is sound
     becomes: str  # its state once a worker has drained the queue
     detail: str | None = None  # a job_events.detail to append to it
+    # No claim's due filter matches it (its run_at is no number): the orchestrator's sweep
+    # finds it, and fails it unclaimed, before the worker drains the queue.
+    swept: bool = False
 
 
 CASES = {
@@ -64,11 +75,52 @@ CASES = {
     "event_detail_not_an_object": Case({}, "detail", COMPLETED, detail="[1, 2]"),
     # A number, so sound, but no date: never due (so never claimed), listed as stored.
     "run_at_out_of_range": Case({"run_at": 1e300}, None, QUEUED),
+    "run_at_infinite": Case({"run_at": float("inf")}, None, QUEUED),
+    # Counts no attempt of rowfleet's leaves: claimed, and failed unrun, naming the column.
+    "max_attempts_zero": Case({"max_attempts": 0}, "max_attempts", FAILED),
+    "max_attempts_negative": Case({"max_attempts": -3}, "max_attempts", FAILED),
+    "attempts_spent": Case({"attempts": 5, "max_attempts": 5}, "attempts", FAILED),
+    "attempts_past_max": Case({"attempts": 9, "max_attempts": 5}, "attempts", FAILED),
+    "attempts_negative": Case({"attempts": -4}, "attempts", FAILED),
 }
 SQLITE_CASES = {  # PostgreSQL's double precision columns cannot hold text
-    # Text sorts after every number in SQLite: never due, so never claimed, but listed.
-    "run_at_text": Case({"run_at": "tomorrow"}, "run_at", QUEUED),
+    # Text (and bytes) sort after every number in SQLite: never due, so never claimed.
+    "run_at_text": Case({"run_at": "tomorrow"}, "run_at", FAILED, swept=True),
+    "run_at_text_run_next": Case({"run_at": "tomorrow", "run_next": 1, "priority": 7}, "run_at", FAILED, swept=True),
+    "run_at_text_delayed": Case({"run_at": "tomorrow", "delayed": 1}, "run_at", FAILED, swept=True),
+    "run_at_bytes": Case({"run_at": b"\x00\x01"}, "run_at", FAILED, swept=True),
     "created_at_text": Case({"created_at": "yesterday"}, "created_at", FAILED),
+}
+POSTGRES_CASES = {  # NaN sorts after every number in PostgreSQL (SQLite stores it as NULL)
+    "run_at_nan": Case({"run_at": float("nan")}, "run_at", FAILED, swept=True),
+    "run_at_nan_delayed": Case({"run_at": float("nan"), "delayed": 1}, "run_at", FAILED, swept=True),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningCase:
+    """A running row whose lease no sweep could see lapse, or that names no holder: its
+    columns (a held job's otherwise), what one sweep makes of it, and what its error must say."""
+
+    columns: dict[str, Any]
+    becomes: str  # after one sweep: queued again (to run), or failed
+    says: str
+
+
+RUNNING_CASES = {
+    "no_lease": RunningCase({"lease_expires_at": None}, QUEUED, "no lease"),
+    "no_lease_last_attempt": RunningCase({"lease_expires_at": None, "attempts": 5}, FAILED, "no lease"),
+    "no_lease_past_max": RunningCase({"lease_expires_at": None, "attempts": 7}, FAILED, "no lease"),
+    "no_holder": RunningCase({"claimed_by": None}, QUEUED, "names no worker"),
+    "lease_infinite": RunningCase({"lease_expires_at": float("inf")}, QUEUED, "lease is no time"),
+}
+SQLITE_RUNNING_CASES = {
+    "lease_text": RunningCase({"lease_expires_at": "soon"}, QUEUED, "lease is no time"),
+    "lease_bytes": RunningCase({"lease_expires_at": b"\x01"}, QUEUED, "lease is no time"),
+    "no_lease_counts_text": RunningCase({"lease_expires_at": None, "attempts": "one"}, FAILED, "column attempts"),
+}
+POSTGRES_RUNNING_CASES = {
+    "lease_nan": RunningCase({"lease_expires_at": float("nan")}, QUEUED, "lease is no time"),
 }
 
 
@@ -131,14 +183,19 @@ class HostileRowsContract:
         if case.detail is not None:
             self.insert_event(bad, case.detail)
         good = self.store.enqueue(JobSpec(task="hostile.ok", queue=QUEUE)).id  # behind the bad row
+        if case.swept:
+            self.run_cli("orchestrator", "--once")
         self.run_cli("worker", "--queue", QUEUE, "--app", APP, "--burst", *worker_flags)
         self.assertEqual(self.store.get_job(good, "").state, COMPLETED, "the queue must not be wedged")
         job = self.store.get_job(bad, "")
         self.assertEqual(job.state, case.becomes, job.error)
         if case.becomes == FAILED:
-            self.assertEqual(job.attempts, 1, "a row that cannot be decoded is not retried")
+            planted = case.columns.get("attempts", 0)
+            self.assertEqual(job.attempts, planted if case.swept else planted + 1,
+                             "a row that cannot be decoded is not retried")
             self.assertIn(f"column {case.names}", job.error)
-            self.assertEqual([event.kind for event in self.store.events(bad)][-2:], ["claimed", "failed"])
+            kinds = [event.kind for event in self.store.events(bad)]
+            self.assertEqual(kinds[-1:] if case.swept else kinds[-2:], ["failed"] if case.swept else ["claimed", "failed"])
         self.check_listings(bad, case)
         self.check_changes(bad, case)
 
@@ -207,6 +264,83 @@ class HostileRowsContract:
 
     def test_run_at_out_of_range(self):
         self.check(CASES["run_at_out_of_range"])
+
+    def test_run_at_infinite(self):
+        self.check(CASES["run_at_infinite"])
+
+    def test_max_attempts_zero(self):
+        self.check(CASES["max_attempts_zero"])
+
+    def test_max_attempts_negative(self):
+        self.check(CASES["max_attempts_negative"])
+
+    def test_attempts_spent(self):
+        self.check(CASES["attempts_spent"])
+
+    def test_attempts_past_max(self):
+        self.check(CASES["attempts_past_max"])
+
+    def test_attempts_negative(self):
+        self.check(CASES["attempts_negative"])
+
+    def insert_running(self, **columns: Any) -> int:
+        now = time.time()
+        return self.insert_job(**{"state": RUNNING, "attempts": 1, "lease_token": 1, "claimed_by": "ghost:4242",
+                                  "lease_expires_at": now + 600, "started_at": now - 30, **columns})
+
+    def check_running(self, case: RunningCase) -> None:
+        """One sweep heals the row: queued again (its claim's attempt spent), and then run,
+        or failed; with an event and an error saying why, naming no holder it has not got."""
+        bad = self.insert_running(**case.columns)
+        good = self.store.enqueue(JobSpec(task="hostile.ok", queue=QUEUE)).id
+        swept = json.loads(self.run_cli("orchestrator", "--once").stdout)
+        self.assertEqual(swept["reclaimed" if case.becomes == QUEUED else "failed"], 1, swept)
+        job = self.store.get_job(bad, "")
+        self.assertEqual(job.state, case.becomes, job.error)
+        self.assertIn(case.says, job.error)
+        self.assertNotIn("None", job.error)
+        kinds = [event.kind for event in self.store.events(bad)]
+        self.assertEqual(kinds[-1], "reclaimed" if case.becomes == QUEUED else "failed")
+        again = json.loads(self.run_cli("orchestrator", "--once").stdout)
+        self.assertEqual((again["reclaimed"], again["failed"]), (0, 0), "healed once, for good")
+        self.run_cli("worker", "--queue", QUEUE, "--app", APP, "--burst")
+        self.assertEqual(self.store.get_job(good, "").state, COMPLETED)
+        if case.becomes == QUEUED:
+            ran = self.store.get_job(bad, "")
+            self.assertEqual((ran.state, ran.attempts), (COMPLETED, 2), ran.error)
+        listed = {job["id"]: job for job in json.loads(self.run_cli("jobs", "--json").stdout)}
+        self.assertIn(bad, listed)
+        self.run_cli("job", str(bad))
+
+    def check_cancel_running(self, case: RunningCase) -> None:
+        """``cancel`` names no holder the row has not got: with none that could be told to
+        stop it, the job is cancelled at once, and says so."""
+        bad = self.insert_running(**case.columns)
+        said = self.run_cli("cancel", str(bad))
+        self.assertEqual(said.stdout, f"job {bad} cancelled\n")
+        job = self.store.get_job(bad, "")
+        self.assertEqual(job.state, CANCELLED)
+        self.assertEqual([event.kind for event in self.store.events(bad)][-1], "cancelled")
+        swept = json.loads(self.run_cli("orchestrator", "--once").stdout)
+        self.assertEqual((swept["reclaimed"], swept["failed"]), (0, 0))
+
+    def test_running_rows_that_no_sweep_saw_lapse(self):
+        for name, case in {**RUNNING_CASES, **self.RUNNING_CASES}.items():
+            with self.subTest(case=name):
+                self.check_running(case)
+
+    def test_cancelling_a_running_row_that_names_no_live_holder(self):
+        for name, case in {**RUNNING_CASES, **self.RUNNING_CASES}.items():
+            with self.subTest(case=name):
+                self.check_cancel_running(case)
+
+    def test_a_running_row_with_a_live_lease_is_left_to_its_holder(self):
+        held = self.insert_running()
+        swept = json.loads(self.run_cli("orchestrator", "--once").stdout)
+        self.assertEqual((swept["reclaimed"], swept["failed"]), (0, 0))
+        self.assertEqual(self.store.get_job(held, "").state, RUNNING)
+        said = self.run_cli("cancel", str(held)).stdout
+        self.assertEqual(said, f"cancel requested for running job {held} (worker ghost:4242)\n")
 
     # --- model figures -----------------------------------------------------------------
 
@@ -301,8 +435,48 @@ class SQLiteHostileRowsTest(HostileRowsContract, TempDirTestCase):
         with contextlib.closing(sqlite3.connect(self.db)) as conn, conn:
             return conn.execute(sql, params).fetchone()
 
+    RUNNING_CASES = SQLITE_RUNNING_CASES
+
+    def test_the_sweeps_for_rows_no_lapse_or_claim_finds_seek_and_walk_nothing(self):
+        """The orchestrator runs these two every sweep: each finds its rows through the
+        indexes (the running jobs of each project; the end of each part of a claim index),
+        and never walks the table, nor builds an index or a filter of its own, as the
+        planner did when ANALYZE had told it of one project and a long queue."""
+        from rowfleet import queries
+
+        for queue in ("a", "b"):
+            self.store.enqueue_many(JobSpec(task="hostile.ok", queue=queue), [None] * 3000)
+            self.store.enqueue_many(JobSpec(task="hostile.ok", queue=queue, priority=3, delay=3600.0), [None] * 500)
+        for _ in range(20):
+            self.store.claim(Claim("", "a", "box:1", 60.0))
+        with contextlib.closing(sqlite3.connect(self.db)) as conn:
+            for analyzed in (False, True):
+                if analyzed:
+                    conn.execute("ANALYZE")
+                for name in ("reclaim_unheld", "never_due"):
+                    with self.subTest(query=name, analyzed=analyzed):
+                        plan = "\n".join(row[3] for row in conn.execute(
+                            "EXPLAIN QUERY PLAN " + queries.queries("sqlite")[name], {"now": time.time(), "limit": 100}))
+                        # Scans of the recursion's own few rows, and the first entry of a claim index.
+                        scans = {line.strip() for line in plan.splitlines() if line.strip().startswith("SCAN ")}
+                        self.assertLessEqual(scans, {"SCAN CONSTANT ROW", "SCAN projects", "SCAN claim_parts",
+                                                     "SCAN delayed_parts", "SCAN jobs USING INDEX jobs_claim",
+                                                     "SCAN jobs USING INDEX jobs_delayed"}, plan)
+                        self.assertNotIn("AUTOMATIC", plan)
+                        self.assertNotIn("BLOOM", plan)
+                        self.assertIn("jobs_state" if name == "reclaim_unheld" else "jobs_claim", plan)
+
     def test_run_at_text(self):
         self.check(SQLITE_CASES["run_at_text"])
+
+    def test_run_at_text_run_next(self):
+        self.check(SQLITE_CASES["run_at_text_run_next"])
+
+    def test_run_at_text_delayed(self):
+        self.check(SQLITE_CASES["run_at_text_delayed"])
+
+    def test_run_at_bytes(self):
+        self.check(SQLITE_CASES["run_at_bytes"])
 
     def test_created_at_text(self):
         self.check(SQLITE_CASES["created_at_text"])
@@ -332,6 +506,14 @@ class PostgresHostileRowsTest(HostileRowsContract, TempDirTestCase):
 
         with contextlib.closing(driver().connect(self.db)) as conn, conn:
             return conn.execute(sql, params).fetchone()
+
+    RUNNING_CASES = POSTGRES_RUNNING_CASES
+
+    def test_run_at_nan(self):
+        self.check(POSTGRES_CASES["run_at_nan"])
+
+    def test_run_at_nan_delayed(self):
+        self.check(POSTGRES_CASES["run_at_nan_delayed"])
 
     def test_model_stats_nan(self):
         self.check_model_stats(POSTGRES_MODEL_STATS_CASES)

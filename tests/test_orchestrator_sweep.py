@@ -12,7 +12,8 @@ from rowfleet import orchestrator
 from rowfleet.orchestrator import PRUNE_EVERY, Orchestrator, Sweep
 from support import TempDirTestCase
 
-PRINTED_KEYS = {"schema_version", "reclaimed", "failed", "cancelled", "flagged_workers", "reconciled_runs",
+PRINTED_KEYS = {"schema_version", "reclaimed", "failed", "cancelled", "unreadable_failed", "flagged_workers",
+                "reconciled_runs",
                 "dispatched", "dispatch_failures", "unplaceable", "placeable", "unplaceable_failed", "tallied",
                 "samples_pruned", "pruned"}
 

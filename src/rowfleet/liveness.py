@@ -1,4 +1,5 @@
-"""When a running job is hung, and what a watchdog's trip does to it. Pure.
+"""When a running job is hung, and what a watchdog's trip does to it; when a running job's
+row shows no live holder, and what becomes of it. Pure.
 
 The worker's watchdog thread (``rowfleet.watchdog``) samples the clock, the job's
 progress beats, the GPUs and the process's memory, and asks the functions here what those
@@ -12,8 +13,8 @@ import dataclasses
 import random
 from typing import Any, Callable, Sequence
 
-from rowfleet import exitcodes
-from rowfleet.job import CANCELLED, FAILED, QUEUED, Outcome, backoff
+from rowfleet import exitcodes, names
+from rowfleet.job import CANCELLED, FAILED, QUEUED, Outcome, backoff, decode_column, raw_text
 
 GIB = 2 ** 30
 # A worker that missed this many of its own heartbeats is silent: flagged dead by the sweep,
@@ -31,6 +32,86 @@ def silent(last_seen: float, heartbeat: float, now: float) -> bool:
     (True, False, True)
     """
     return now - last_seen > MISSED_BEATS * heartbeat
+
+
+def unheld(lease_expires_at: Any, claimed_by: Any) -> str | None:
+    """Why a running job's row names no holder a sweep could ever see lose it, or None: it
+    has no lease, or one that is no time (plain SQL's text or bytes, a NaN or an infinity:
+    none of them ever falls behind the clock), or it names no worker. rowfleet's claim
+    writes both, so only someone else's SQL leaves a row so; no wait mends it.
+
+    >>> unheld(150.0, "box:7") is None
+    True
+    >>> unheld(None, "box:7")
+    'its row has no lease (holder box:7), so no sweep could see it lapse'
+    >>> unheld("soon", "box:7")
+    "its lease is no time ('soon'; holder box:7), so no sweep could see it lapse"
+    >>> unheld(float("inf"), None)
+    'its lease is no time (inf; no holder named), so no sweep could see it lapse'
+    >>> unheld(150.0, None)
+    'its row names no worker as its holder'
+    """
+    holder = "no holder named" if claimed_by is None else f"holder {raw_text(claimed_by)}"
+    if lease_expires_at is None:
+        return f"its row has no lease ({holder}), so no sweep could see it lapse"
+    if not names.is_finite_number(lease_expires_at):
+        return f"its lease is no time ({lease_expires_at!r}; {holder}), so no sweep could see it lapse"
+    if claimed_by is None:
+        return "its row names no worker as its holder"
+    return None
+
+
+def lost_holder(lease_expires_at: Any, claimed_by: Any, now: float) -> str | None:
+    """Why no live worker holds a running job, by its row at ``now`` (what its re-queue or
+    end is written with), or None while a lease still to lapse names its holder.
+
+    >>> lost_holder(50.0, "box:7", 100.0)
+    'worker box:7 was lost (lease lapsed)'
+    >>> lost_holder(150.0, "box:7", 100.0) is None
+    True
+    >>> lost_holder(50.0, None, 100.0)
+    'its row names no worker as its holder'
+    """
+    problem = unheld(lease_expires_at, claimed_by)
+    if problem is not None:
+        return problem
+    return f"worker {raw_text(claimed_by)} was lost (lease lapsed)" if lease_expires_at < now else None
+
+
+def orphan_outcome(attempts: Any, max_attempts: Any, lost: str, stopped: str | None) -> tuple[str, str]:
+    """What becomes of a running job no live worker holds (``lost`` says why), by its row:
+    ``(state, error)``. Queued again while it has attempts left (the attempt its claim
+    counted stays spent); cancelled when it is not to run again (``stopped`` says why: its
+    workflow run ended, an operator asked); failed on its last attempt, or when its counts
+    cannot be read (plain SQL's), which no retry would mend.
+
+    >>> orphan_outcome(1, 5, "worker h:1 was lost (lease lapsed)", None)
+    ('queued', 'worker h:1 was lost (lease lapsed); re-queued')
+    >>> orphan_outcome(5, 5, "worker h:1 was lost (lease lapsed)", None)
+    ('failed', 'worker h:1 was lost (lease lapsed) on the last attempt (5 of 5)')
+    >>> orphan_outcome(1, 5, "worker h:1 was lost (lease lapsed)", "run 4 cancelled")
+    ('cancelled', 'run 4 cancelled; not retried after: worker h:1 was lost (lease lapsed)')
+    >>> orphan_outcome("one", 5, "its row has no lease", None)[1]
+    "its row has no lease; not re-queued, since its row cannot be decoded: column attempts is not an integer: 'one'"
+    """
+    unreadable = "; ".join(problem for problem in (decode_column("attempts", attempts)[1],
+                                                   decode_column("max_attempts", max_attempts)[1]) if problem)
+    if stopped is not None:
+        return CANCELLED, not_retried(stopped, lost)
+    if unreadable:
+        return FAILED, f"{lost}; not re-queued, since its row cannot be decoded: {unreadable}"
+    if attempts < max_attempts:
+        return QUEUED, f"{lost}; re-queued"
+    return FAILED, f"{lost} on the last attempt ({attempts} of {max_attempts})"
+
+
+def not_retried(why: str, error: str | None) -> str:
+    """The error of a job that ends cancelled instead of running again.
+
+    >>> not_retried("run 4 cancelled", "worker h:1 was lost (lease lapsed)")
+    'run 4 cancelled; not retried after: worker h:1 was lost (lease lapsed)'
+    """
+    return f"{why}; not retried after: {error}" if error else why
 
 
 @dataclasses.dataclass(frozen=True)

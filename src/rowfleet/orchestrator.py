@@ -5,7 +5,9 @@ transaction with the walk it triggers), and runs as soon as one is written: the
 orchestrator sleeps on the store's dispatch waiter (NOTIFY on Postgres, the database file
 on SQLite) between sweeps. An event whose drain failed is skipped until its
 ``next_attempt_at`` (the store's backoff), however often the waiter wakes us. A sweep re-queues jobs whose lease lapsed (the only recovery
-path for an orphaned row), flags workers whose heartbeat went stale, gives stranded runs
+path for an orphaned row) or whose row names no holder a lapse could ever free (no lease, a
+lease that is no time, no worker: plain SQL's), fails queued jobs no claim could ever take
+(a run_at that is no number), flags workers whose heartbeat went stale, gives stranded runs
 a fresh event, and prunes finished rows past the retention period. Every step is a
 guarded write, so two orchestrators may run at once. Each sweep also beats the
 orchestrator's own row, so ``status`` and ``broker`` can say whether a project is served.
@@ -65,7 +67,9 @@ PLACEMENT_BATCHES = 20
 @dataclasses.dataclass(frozen=True)
 class Sweep:
     """What one sweep did: jobs whose holder was gone (reclaimed, failed, or cancelled, by
-    what their row said), workers flagged dead, runs walked again, dispatch events applied
+    what their row said: a lapsed lease, or none a sweep could see lapse), queued jobs failed
+    unclaimed since no claim could ever take them (``unreadable_failed``: a run_at that is no
+    number), workers flagged dead, runs walked again, dispatch events applied
     and failed, queued model jobs flagged unplaceable (or with a new reason), flags cleared
     (``placeable``), unplaceable jobs failed past ``fail_unplaceable_after``, finished jobs
     counted into the tallies ``/metrics`` reads, host samples past their tier's horizon and
@@ -74,6 +78,7 @@ class Sweep:
     reclaimed: int = 0
     failed: int = 0
     cancelled: int = 0
+    unreadable_failed: int = 0
     flagged_workers: int = 0
     reconciled_runs: int = 0
     dispatched: int = 0
@@ -151,6 +156,14 @@ class Orchestrator:
         reclaimed = self.store.reclaim_lapsed()
         for item in reclaimed:
             log.warning("job %d: lease of %s lapsed; %s", item["id"], item["holder"], item["action"])
+        unheld = self.store.reclaim_unheld()
+        for item in unheld:
+            log.warning("job %d: running, but its row names no holder a lapse could free; %s", item["id"],
+                        item["action"])
+        reclaimed += unheld
+        never_due = self.store.fail_never_due()
+        for job in never_due:
+            log.warning("job %d failed unclaimed: %s", job.id, job.error)
         flagged = self.store.flag_stale_workers()
         for worker in flagged:
             log.warning("worker %s (project %r, queue %r) missed its heartbeats; flagged dead",
@@ -174,7 +187,8 @@ class Orchestrator:
                 log.info("pruned %d finished job(s) and run(s) older than %.0fs", pruned, self.config.retention)
         actions = [item["action"] for item in reclaimed + [item for worker in flagged for item in worker["jobs"]]]
         return Sweep(reclaimed=actions.count("reclaimed"), failed=actions.count("failed"),
-                     cancelled=actions.count("cancelled"), flagged_workers=len(flagged),
+                     cancelled=actions.count("cancelled"), unreadable_failed=len(never_due),
+                     flagged_workers=len(flagged),
                      reconciled_runs=len(stranded), dispatched=drained["applied"],
                      dispatch_failures=drained["failed"], unplaceable=placed.flagged, placeable=placed.cleared,
                      unplaceable_failed=placed.failed, tallied=tallied, samples_pruned=samples_pruned,

@@ -225,8 +225,9 @@ def cmd_cancel(args: argparse.Namespace, config: configuration.Config) -> int:
         data = _job_dict(store, job)
     if args.json:
         print_json(data)
-    elif job.state == RUNNING:
-        print(f"cancel requested for running job {job.id} (worker {job.claimed_by})")
+    elif job.state == RUNNING:  # a holder the row does not name is cancelled at once, so one is named here
+        holder = "a worker its row does not name" if job.claimed_by is None else f"worker {job.claimed_by}"
+        print(f"cancel requested for running job {job.id} ({holder})")
     else:
         print(f"job {job.id} {job.state}")
     if job.state == RUNNING and args.wait is not None:

@@ -21,10 +21,12 @@ import functools
 from typing import Any, Callable, Iterable, Sequence
 
 from rowfleet import job as jobs
+from rowfleet import liveness
 from rowfleet.claim import Claim
 from rowfleet.errors import ConfigError, Conflict, LeaseLost, NotFound
 from rowfleet.job import Event, Job, JobSpec, Outcome
 from rowfleet.config import Config
+from rowfleet.liveness import not_retried
 from rowfleet.store.core import StoreCore, Tx
 
 PROMOTE_BATCH = 1000  # delayed jobs one promotion moves into the claim index, at most
@@ -240,10 +242,52 @@ class JobStore(StoreCore):
         A reclaimed job keeps its id and run_at, so it sorts ahead of fresh work of its priority.
         """
         with self.transaction() as tx:
-            done = [self._recover(tx, row, f"worker {row['claimed_by']} was lost (lease lapsed)", "reclaimed",
-                                  requeue="job_reclaim", fail="job_fail_lapsed")
-                    for row in tx.all("reclaim_lapsed", limit=limit)]
+            rows = tx.all("reclaim_lapsed", limit=limit)
+            now = self._now_of(tx) if rows else 0.0
+            done = [self._recover(tx, row, liveness.lost_holder(row["lease_expires_at"], row["claimed_by"], now)
+                                  or f"worker {jobs.raw_text(row['claimed_by'])} was lost (lease lapsed)",
+                                  "reclaimed", requeue="job_reclaim", fail="job_fail_lapsed")
+                    for row in rows]
         return [item for item in done if item["action"] != "none"]
+
+    def reclaim_unheld(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Re-queue (or end, as ``reclaim_lapsed`` does) running jobs whose row names no
+        holder a sweep could see lose them (``liveness.unheld``: no lease, a lease that is no
+        time, no worker named), which plain SQL may write and no lapse would ever free. Each
+        gets a ``reclaimed`` event (or the state it ended in) saying why."""
+        with self.transaction() as tx:
+            done = []
+            for row in tx.all("reclaim_unheld", limit=limit):
+                why = liveness.unheld(row["lease_expires_at"], row["claimed_by"])
+                if why is not None:  # the query's rule and the pure one agree; a row they do not is left
+                    done.append(self._recover(tx, row, why, "reclaimed", requeue="job_hand_back",
+                                              fail="job_orphan_fail", reason=why))
+        return [item for item in done if item["action"] != "none"]
+
+    def fail_never_due(self, limit: int = 100) -> list[Job]:
+        """Fail queued jobs whose ``run_at`` is no number (SQLite's text or bytes, which sort
+        after every number; PostgreSQL's NaN, likewise): no claim's due filter ever matches
+        one, so it would stay queued for ever. Each fails unclaimed as a worker fails a row it
+        cannot read (``job.unreadable_outcome``: the error names the column), with a
+        ``failed`` event, and a workflow node's run is told through the outbox."""
+        with self.transaction() as tx:
+            failed = []
+            for row in tx.all("never_due", limit=limit):
+                error = jobs.unreadable_outcome(Job.from_row(row)).error
+                ended = tx.one("fail_never_due", id=row["id"], error=error)
+                if ended is None:
+                    continue
+                job = Job.from_row(ended)
+                _record_event(tx, job.id, jobs.FAILED, error=error)
+                if job.run_id is not None:
+                    self._dispatch(tx, job)
+                failed.append(job)
+        return failed
+
+    def _now_of(self, tx: Tx) -> float:
+        """The time ``tx``'s statements take as now: its own, or the database's clock (on a
+        dialect whose SQL reads the clock itself)."""
+        return tx.now if tx.now is not None else self.clock()
 
     def _recover_jobs_of(self, tx: Tx, worker: Any, lost: str, kind: str) -> list[dict[str, Any]]:
         """Hand back (or end) the running jobs the worker of this row claimed in its lifetime."""
@@ -251,29 +295,24 @@ class JobStore(StoreCore):
                 for row in tx.all("jobs_of_silent_worker", holder=f"{worker['host']}:{worker['pid']}",
                                   host=worker["host"], pid=worker["pid"], since=worker["started_at"])]
 
-    def _recover(self, tx: Tx, row: Any, lost: str, kind: str, requeue: str, fail: str) -> dict[str, Any]:
+    def _recover(self, tx: Tx, row: Any, lost: str, kind: str, requeue: str, fail: str,
+                 reason: str | None = None) -> dict[str, Any]:
         """Put an orphaned running job back in the queue with ``requeue``, or end it with
-        ``fail``: cancelled when it was not to run again (its workflow run has ended, or an
-        operator asked for it to be cancelled), failed when that was its last attempt. What
-        it did: its ``action`` is the state written (reclaimed for a re-queue), or none."""
+        ``fail``, as ``liveness.orphan_outcome`` decides: cancelled when it was not to run
+        again (its workflow run has ended, or an operator asked for it to be cancelled),
+        failed when that was its last attempt or its counts cannot be read (plain SQL's: such
+        a row ends here, rather than the sweep and every other job of its batch on a
+        TypeError). What it did: its ``action`` is the state written (reclaimed for a
+        re-queue), or none. ``reason``, when given, goes in the re-queue's event."""
         guard = {"id": row["id"], "token": row["lease_token"]}
         detail = {"token": row["lease_token"], "holder": row["claimed_by"], "attempt": row["attempts"]}
-        stopped = self._not_to_run_again(tx, row)
-        # A row from plain SQL may hold anything: counts that are no numbers end the job here,
-        # rather than the sweep (and every other lapsed job in its batch) on a TypeError.
-        unreadable = "; ".join(problem for problem in (jobs.decode_column(name, row[name])[1]
-                                                       for name in ("attempts", "max_attempts")) if problem)
-        if not unreadable and stopped is None and row["attempts"] < row["max_attempts"]:
-            if tx.one(requeue, error=f"{lost}; re-queued", **guard):
-                _record_event(tx, row["id"], kind, **detail)
+        state, error = liveness.orphan_outcome(row["attempts"], row["max_attempts"], lost,
+                                               self._not_to_run_again(tx, row))
+        if state == jobs.QUEUED:
+            if tx.one(requeue, error=error, **guard):
+                _record_event(tx, row["id"], kind, **detail, **({} if reason is None else {"reason": reason}))
                 return {"id": row["id"], "action": "reclaimed", **detail}
             return {"id": row["id"], "action": "none", **detail}
-        if stopped is not None:
-            state, error = jobs.CANCELLED, not_retried(stopped, lost)
-        elif unreadable:
-            state, error = jobs.FAILED, f"{lost}; not re-queued, since its row cannot be decoded: {unreadable}"
-        else:
-            state, error = jobs.FAILED, f"{lost} on the last attempt ({row['attempts']} of {row['max_attempts']})"
         if tx.one(fail, state=state, error=error, **guard):
             _record_event(tx, row["id"], state, error=error, **detail)
             if row["run_id"] is not None:
@@ -309,10 +348,26 @@ class JobStore(StoreCore):
                 return job
             job = self._get_job(tx, job_id, project)
             if job.state == jobs.RUNNING:
+                unheld = liveness.unheld(job.lease_expires_at, job.claimed_by)
+                if unheld is not None:
+                    return self._cancel_unheld(tx, job, reason, unheld) or self._request_cancel(tx, job, reason)
                 return self._request_cancel(tx, job, reason)
             if job.state == jobs.CANCELLED:
                 return job
             raise Conflict(f"job {job_id} is {job.state}; only queued or running jobs can be cancelled")
+
+    def _cancel_unheld(self, tx: Tx, job: Job, reason: str, unheld: str) -> Job | None:
+        """Cancel at once a running job whose row names no holder that could be asked to
+        stop it (``liveness.unheld``); None, writing nothing, if its row moved since it was read."""
+        error = f"{reason} (at once: {unheld})"
+        row = tx.one("cancel_unheld", id=job.id, project=job.project, token=job.lease_token, reason=error)
+        if row is None:
+            return None
+        _record_event(tx, job.id, "cancelled", reason=reason, token=job.lease_token, unheld=unheld)
+        cancelled = Job.from_row(row)
+        if cancelled.run_id is not None:
+            self._dispatch(tx, cancelled)
+        return cancelled
 
     def _request_cancel(self, tx: Tx, job: Job, reason: str) -> Job:
         row = tx.one("request_cancel", id=job.id, project=job.project, reason=reason)
@@ -504,15 +559,6 @@ class Renewal:
     lease_expires_at: float
     cancel_requested_at: float | None = None
     cancel_reason: str | None = None
-
-
-def not_retried(why: str, error: str | None) -> str:
-    """The error of a job that ends cancelled instead of running again.
-
-    >>> not_retried("run 4 cancelled", "worker h:1 was lost (lease lapsed)")
-    'run 4 cancelled; not retried after: worker h:1 was lost (lease lapsed)'
-    """
-    return f"{why}; not retried after: {error}" if error else why
 
 
 def promotion_due(last: float | None, now: float, poll: float) -> bool:

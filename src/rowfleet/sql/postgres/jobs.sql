@@ -232,12 +232,34 @@ WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
 -- name: reclaim_lapsed
-SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id, cancel_reason, cancel_requested_at
+SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, run_id, cancel_reason,
+       cancel_requested_at
 FROM jobs
 WHERE state = 'running' AND lease_expires_at < rowfleet_now(%(now)s)
 ORDER BY lease_expires_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
+
+-- name: reclaim_unheld
+-- Running jobs whose row names no holder a sweep could see lose them (liveness.unheld): no
+-- lease, a lease that is no time (NaN sorts after every number, and an infinity is no
+-- sooner, so neither ever lapses), or no worker named. A NULL lease is in no index, so each
+-- project's running jobs are read through jobs_state, one range per project, the projects
+-- found one seek at a time (never a walk of the table): they are as many as the fleet has
+-- workers. The projects as an array: as a join, a planner walked all of jobs_state instead.
+WITH RECURSIVE projects(project) AS (
+    SELECT min(project) FROM jobs
+    UNION ALL
+    SELECT (SELECT min(project) FROM jobs WHERE project > projects.project) FROM projects
+    WHERE projects.project IS NOT NULL
+)
+SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, run_id, cancel_reason,
+       cancel_requested_at
+FROM jobs
+WHERE project = ANY (ARRAY(SELECT project FROM projects WHERE project IS NOT NULL)) AND state = 'running'
+  AND (lease_expires_at IS NULL OR claimed_by IS NULL OR NOT (lease_expires_at < 'Infinity'::double precision))
+LIMIT %(limit)s
+FOR UPDATE OF jobs SKIP LOCKED;
 
 -- name: job_reclaim
 -- run_at is left as it was (due, since it was claimed): the lapsed job keeps its place
@@ -258,6 +280,65 @@ RETURNING id;
 -- name: cancel
 UPDATE jobs SET state = 'cancelled', error = %(reason)s, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND project = %(project)s AND state = 'queued'
+RETURNING *;
+
+-- name: cancel_unheld
+-- A running job whose row names no holder that could be asked to stop it
+-- (liveness.unheld) is cancelled at once, if its row is still the one read.
+UPDATE jobs SET state = 'cancelled', error = %(reason)s, lease_expires_at = NULL, finished_at = rowfleet_now(%(now)s),
+    updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND project = %(project)s AND state = 'running' AND lease_token = %(token)s
+RETURNING *;
+
+-- name: never_due
+-- Queued jobs whose run_at is no number: NaN sorts after every number, so no claim's due
+-- filter (run_at <= now) ever matches one. Found without walking the queue: a claim index
+-- keeps them last in each of its parts (jobs_claim: per project, queue, run-next and
+-- priority; jobs_delayed: per project and queue), so the parts' first rows are found one
+-- seek each (claim_parts, delayed_parts: the next part's first row after a part's), and
+-- one seek more past each part's numbers finds them.
+WITH RECURSIVE claim_parts(id) AS (
+    SELECT (SELECT id FROM jobs WHERE state = 'queued' AND delayed = 0
+            ORDER BY project, queue, run_next DESC, priority, run_at, id LIMIT 1)
+    UNION ALL
+    SELECT coalesce(
+        (SELECT id FROM jobs WHERE state = 'queued' AND delayed = 0 AND project = part.project
+           AND queue = part.queue AND run_next = part.run_next AND priority > part.priority
+         ORDER BY priority, run_at, id LIMIT 1),
+        (SELECT id FROM jobs WHERE state = 'queued' AND delayed = 0 AND project = part.project
+           AND queue = part.queue AND run_next < part.run_next
+         ORDER BY run_next DESC, priority, run_at, id LIMIT 1),
+        (SELECT id FROM jobs WHERE state = 'queued' AND delayed = 0 AND project = part.project AND queue > part.queue
+         ORDER BY queue, run_next DESC, priority, run_at, id LIMIT 1),
+        (SELECT id FROM jobs WHERE state = 'queued' AND delayed = 0 AND project > part.project
+         ORDER BY project, queue, run_next DESC, priority, run_at, id LIMIT 1))
+    FROM claim_parts JOIN jobs AS part ON part.id = claim_parts.id
+),
+delayed_parts(id) AS (
+    SELECT (SELECT id FROM jobs WHERE state = 'queued' AND delayed = 1 ORDER BY project, queue, run_at LIMIT 1)
+    UNION ALL
+    SELECT coalesce(
+        (SELECT id FROM jobs WHERE state = 'queued' AND delayed = 1 AND project = part.project AND queue > part.queue
+         ORDER BY queue, run_at LIMIT 1),
+        (SELECT id FROM jobs WHERE state = 'queued' AND delayed = 1 AND project > part.project
+         ORDER BY project, queue, run_at LIMIT 1))
+    FROM delayed_parts JOIN jobs AS part ON part.id = delayed_parts.id
+)
+SELECT * FROM jobs
+WHERE id IN (SELECT id FROM jobs
+             WHERE state = 'queued' AND delayed = 0 AND run_at = 'NaN'::double precision
+               AND (project, queue, run_next, priority) IN (SELECT project, queue, run_next, priority FROM jobs
+                                                            WHERE id IN (SELECT id FROM claim_parts))
+             UNION ALL
+             SELECT id FROM jobs
+             WHERE state = 'queued' AND delayed = 1 AND run_at = 'NaN'::double precision
+               AND (project, queue) IN (SELECT project, queue FROM jobs WHERE id IN (SELECT id FROM delayed_parts)))
+LIMIT %(limit)s
+FOR UPDATE OF jobs SKIP LOCKED;
+
+-- name: fail_never_due
+UPDATE jobs SET state = 'failed', error = %(error)s, finished_at = rowfleet_now(%(now)s), updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'queued'
 RETURNING *;
 
 -- name: request_cancel
