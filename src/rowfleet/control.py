@@ -109,12 +109,11 @@ def check_scope(project: Any, host: Any, queue: Any) -> tuple[str, str, str]:
     Traceback (most recent call last):
     rowfleet.names.InvalidValue: host must be a non-empty word, got ''
     """
-    return (_name_or_any("project", project, empty=True), _name_or_any("host", host),
-            _name_or_any("queue", queue))
+    return _name_or_any("project", project), _name_or_any("host", host), _name_or_any("queue", queue)
 
 
-def _name_or_any(what: str, value: Any, empty: bool = False) -> str:
-    return value if value == ANY else names.check_name(what, value, empty=empty)
+def _name_or_any(field: str, value: Any) -> str:
+    return value if value == ANY else names.RULES[field].check(field, value)
 
 
 def in_force(switches: Iterable[Switch], project: str, host: str, queue: str) -> Switch | None:

@@ -43,7 +43,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from rowfleet import control, exitcodes, models, serving, tasks, waiting
+from rowfleet import control, exitcodes, models, names, serving, tasks, waiting
 from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, LeaseLost, RowfleetError, StoreUnavailable
@@ -64,9 +64,6 @@ SETTLE_STEP_MAX = 0.005
 # Progress beats reach the database at most this often; the watchdog hears every one.
 PROGRESS_WRITE_EVERY = 1.0
 
-# The most jobs one claim of a prefetching worker takes (worker --prefetch N): each is held,
-# and its lease renewed, until it runs.
-MOST_PREFETCHED = 1000
 
 _current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("rowfleet_job", default=None)
 _reporter: contextvars.ContextVar[Callable[[float | None, str | None], None] | None] = \
@@ -570,8 +567,7 @@ def check_prefetch(prefetch: int, *, routed: bool, sidecar: bool) -> int:
     ...
     rowfleet.errors.ConfigError: --prefetch is for many short jobs: a worker that routes by model (--gpu with models) or owns a sidecar claims one job at a time
     """
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 1 <= prefetch <= MOST_PREFETCHED:
-        raise ConfigError(f"--prefetch takes 1 to {MOST_PREFETCHED} jobs a claim, got {prefetch!r}")
+    names.RULES["prefetch"].check("--prefetch", prefetch)
     if prefetch > 1 and (routed or sidecar):
         raise ConfigError("--prefetch is for many short jobs: a worker that routes by model (--gpu with models) "
                           "or owns a sidecar claims one job at a time")

@@ -14,7 +14,7 @@ from functools import partial
 
 from rowfleet import config as configuration
 from rowfleet import exitcodes, models, routing, tasks, waiting
-from rowfleet.cli.arguments import Parser, allow_module_flag, app_flag, positive_float, positive_int, trusted
+from rowfleet.cli.arguments import Parser, allow_module_flag, app_flag, positive_float, trusted
 from rowfleet.cli.arguments import sample_path_flag, typed, with_sample_paths
 from rowfleet.cli.output import print_json, report
 from rowfleet.errors import ConfigError, Conflict, DatabaseUnreachable, RowfleetError
@@ -44,7 +44,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--gpu", action="store_true",
                      help="its jobs use a GPU: watch them with the GPU health watchdog (exit 78)")
     sub.add_argument("--burst", action="store_true", help="drain what is due, then exit")
-    sub.add_argument("--prefetch", type=positive_int, default=1, metavar="N",
+    sub.add_argument("--prefetch", type=typed("prefetch"), default=1, metavar="N",
                      help="claim up to N due jobs at once and run them one at a time (default 1); for many "
                           "short jobs, not for GPU or long ones (see the README)")
     sub.add_argument("--no-sampler", action="store_true",
