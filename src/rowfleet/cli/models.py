@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 from rowfleet import config as configuration
 from rowfleet import exitcodes
 from rowfleet.cli.arguments import Parser
-from rowfleet.cli.output import print_json, table
+from rowfleet.cli.output import print_json, say, table
 from rowfleet.job import iso
 from rowfleet.snapshot import MODEL_WINDOW, Holder, ModelView, models
 from rowfleet.store import open_store
@@ -38,7 +38,7 @@ def cmd_models(args: argparse.Namespace, config: configuration.Config) -> int:
                  "warm hits (1h)", "reloads (1h)"], rows) or "no models")
     for model in view.models:  # its unreadable figures are shown unknown ("-") above, and named here
         if model.unreadable:
-            print(f"! model {model.model} is unreadable: {model.unreadable}")
+            say(f"! model {model.model} is unreadable: {model.unreadable}")
     if view.capped:
         print(f"note: only the first {len(view.demand)} groups of model jobs were read")
     return exitcodes.OK
