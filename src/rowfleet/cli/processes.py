@@ -17,7 +17,7 @@ from rowfleet import exitcodes, models, routing, tasks, waiting
 from rowfleet.cli.arguments import Parser, allow_module_flag, app_flag, positive_float, trusted
 from rowfleet.cli.arguments import sample_path_flag, typed, with_sample_paths
 from rowfleet.cli.output import print_json, report
-from rowfleet.errors import ConfigError, Conflict, DatabaseUnreachable, RowfleetError
+from rowfleet.errors import ConfigError, Conflict, DatabaseUnreachable, RowfleetError, StoreUnavailable
 from rowfleet.gpu_worker import GpuSettings, model_list
 from rowfleet.orchestrator import Orchestrator
 from rowfleet.sidecar import SidecarSpec
@@ -101,10 +101,22 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
                          sidecar=sidecar, prefetch=args.prefetch)
     if args.procs is None:
         return one_worker()
+    refuse_broken_database(config)  # one line now, not one per child and its supervisor's notes
     children = workers(args.procs, one_worker, fatal_codes=frozenset({exitcodes.USAGE}))
     if not args.no_sampler:
         children.append(sampler_child(with_sample_paths(config, args)))
     return supervise(config, children)
+
+
+def refuse_broken_database(config: configuration.Config) -> None:
+    """Raise ``DatabaseBroken`` where no wait can help (another program's database, say)
+    before any child is forked; a database that is only not there yet is left to the
+    children, which wait for it."""
+    try:
+        with open_store(config):
+            pass  # opening it is the check
+    except StoreUnavailable:
+        pass
 
 
 def run_worker(config: configuration.Config, queues: tuple[str, ...], **options: Any) -> int:
