@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any, Callable
 
 from rowfleet import config as configuration
 from rowfleet import exitcodes, tasks, waiting
-from rowfleet.cli.arguments import Parser, positive_int
+from rowfleet.cli.arguments import Parser, allow_module_flag, positive_int, trusted
 from rowfleet.cli.output import print_json, table
 from rowfleet.cli.processes import run_until_stopped
-from rowfleet.errors import ConfigError
+from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import iso
 from rowfleet.scheduler import Schedule, Scheduler, load_schedule_file, registered_schedules
 from rowfleet.store import open_store
@@ -26,7 +27,9 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--schedule", action="append", default=[], metavar="FILE",
                      help="a JSON file: a list of schedules (repeatable)")
     sub.add_argument("--app", action="append", default=[], metavar="MODULE",
-                     help="import this module, so its @rowfleet.periodic schedules register (repeatable)")
+                     help="import this module, so its @rowfleet.periodic schedules register and the tasks the "
+                          "schedules name are checked here (repeatable)")
+    allow_module_flag(sub)
     sub.add_argument("--once", action="store_true", help="one tick: fire what is due, print it, exit")
     sub.add_argument("--json", action="store_true", help="with --once, print what fired as JSON")
 
@@ -37,10 +40,13 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
 
 def cmd_scheduler(args: argparse.Namespace, config: configuration.Config) -> int:
+    config = trusted(config, args)
     schedules = schedules_of(args.schedule, args.app)
     if not schedules:
         raise ConfigError("no schedules to run: give --schedule FILE (a JSON list of schedules) or --app MODULE "
                           "(a module with @rowfleet.periodic functions)")
+    for warning in vet_schedules(schedules, config.allow_modules, strict=bool(args.app)):
+        print(f"rowfleet: warning: {warning}", file=sys.stderr)  # once, at the start: not at every tick
     if not args.once:
         return run_scheduler(config, schedules)
     with open_store(config) as store:
@@ -53,6 +59,22 @@ def schedules_of(files: list[str], apps: list[str]) -> list[Schedule]:
     """The schedules of ``files`` and of the ``apps`` modules' ``@rowfleet.periodic``."""
     tasks.import_apps(apps)  # first: a file's schedules take their task's queue from the registry
     return [schedule for path in files for schedule in load_schedule_file(path)] + registered_schedules()
+
+
+def vet_schedules(schedules: list[Schedule], allow_modules: tuple[str, ...], strict: bool) -> list[str]:
+    """What a worker trusting ``allow_modules`` would refuse of the schedules' tasks, checked
+    as ``enqueue`` checks one (``tasks.vet``): a warning per schedule, or, with ``strict``
+    (the apps are loaded here, so this process knows what a worker would run), ``UnknownTask``
+    naming the first schedule whose task no app registers or no prefix allows."""
+    warnings = []
+    for schedule in schedules:
+        try:
+            warning = tasks.vet(schedule.task, allow_modules, strict=strict)
+        except UnknownTask as exc:
+            raise type(exc)(f"schedule {schedule.name!r}: {exc}") from None
+        if warning:
+            warnings.append(f"schedule {schedule.name!r}: {warning}")
+    return warnings
 
 
 def run_scheduler(config: configuration.Config, schedules: list[Schedule]) -> int:
