@@ -183,16 +183,16 @@ def workflow(name: str, nodes: Iterable[dict[str, Any]]) -> dag.Workflow:
 
 
 def load_workflow(path: str) -> dag.Workflow:
-    """A workflow read from a JSON file (``DefinitionError`` or ``ConfigError`` if it is not one).
+    """A workflow read from a JSON file (``DefinitionError`` or ``ConfigError`` if it is not one,
+    or not a regular file of at most ``scheduler.DECLARATION_MOST`` bytes).
     A node naming a task this process registered gets that task's queue and timeout as its
     defaults, as in ``workflow()``: load the app modules first (``rowfleet run --app``)."""
+    where = f"workflow file {path!r}"
+    text = scheduler.read_declaration(path, where)  # a regular file of at most DECLARATION_MOST bytes
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = names.parse_json(f"workflow file {path!r}", handle.read())
-    except OSError as exc:
-        raise ConfigError(f"cannot read workflow file {path!r}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"workflow file {path!r} is not valid JSON: {exc}") from None
+        data = names.parse_json(where, text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where} is not valid JSON: {exc}") from None
     if isinstance(data, dict) and isinstance(data.get("nodes"), list):
         data = {**data, "nodes": [_node_dict(node) if isinstance(node, dict) else node for node in data["nodes"]]}
     return dag.parse_workflow(data)  # what is malformed, it names

@@ -56,7 +56,7 @@ def cmd_run(args: argparse.Namespace, config: configuration.Config) -> int:
     tasks.import_apps(args.app)
     flow = tasks.workflow_named(args.workflow)
     if flow is None:
-        if not os.path.isfile(args.workflow):
+        if not os.path.lexists(args.workflow):  # one that is there but no file: load_workflow says what it is
             raise ConfigError(f"{args.workflow!r} is neither a workflow file nor a workflow registered by "
                               f"an --app module")
         flow = api.load_workflow(args.workflow)
