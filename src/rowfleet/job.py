@@ -157,8 +157,9 @@ def column_kind(name: str) -> str:
 
 def decode_column(name: str, value: Any, kind: str | None = None) -> tuple[Any, str | None]:
     """A column's stored value, decoded, and what is wrong with it (None: nothing). ``kind``
-    (``"json"``, ``"integer"``, ``"number"`` or ``"text"``) is how it is read; by default
-    a ``jobs`` column's (``column_kind``), so another table's row types pass their own.
+    (``"json"``, ``"integer"``, ``"number"``, ``"time"``: a finite number, or ``"text"``) is
+    how it is read; by default a ``jobs`` column's (``column_kind``), so another table's row
+    types pass their own.
     Never raises: a value that cannot be decoded comes back as stored (as text), to be shown.
 
     >>> decode_column("args", '{"a": 1}'), decode_column("run_at", 1.5), decode_column("result", None)
@@ -171,6 +172,8 @@ def decode_column(name: str, value: Any, kind: str | None = None) -> tuple[Any, 
     'column attempts is not an integer: 2.5'
     >>> decode_column("last_slot", "soon", "number")[1]
     "column last_slot is not a number: 'soon'"
+    >>> decode_column("last_slot", float("inf"), "time")
+    ('inf', 'column last_slot is not a finite number (a time): inf')
     """
     if value is None:
         return None, None
@@ -181,6 +184,8 @@ def decode_column(name: str, value: Any, kind: str | None = None) -> tuple[Any, 
         fits, what = isinstance(value, int) and not isinstance(value, bool), "an integer"
     elif kind == "number":
         fits, what = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value, "a number"
+    elif kind == "time":
+        fits, what = names.is_finite_number(value), "a finite number (a time)"
     else:
         fits, what = isinstance(value, str), "text"
     if fits:
