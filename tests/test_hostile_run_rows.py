@@ -91,15 +91,18 @@ RUN_CASES = {
         ("INSERT INTO jobs (queue, task, args, run_at, created_at, updated_at, run_id, node_id, node_generation) "
          "VALUES ('nobody-serves', 'x:y', 'null', 0, 0, 0, {run}, 'ghost', 0)",), "node 'ghost'", walkable=True),
 }
-SQLITE_RUN_CASES = {  # PostgreSQL's typed columns refuse these values
+SQLITE_RUN_CASES = {  # values PostgreSQL's typed columns refuse, or an infinity as SQLite writes it
     "args_not_utf8": RunCase(("UPDATE runs SET args = x'ff7b' WHERE id = {run}",), "column args"),
     "created_at_text": RunCase(("UPDATE runs SET created_at = 'yesterday' WHERE id = {run}",), "column created_at"),
+    "created_at_infinite": RunCase(("UPDATE runs SET created_at = 9e999 WHERE id = {run}",), "column created_at"),
     "node_items_text": RunCase(
         ("UPDATE run_nodes SET items = 'many' WHERE run_id = {run} AND node_id = 'a'",), "column items"),
 }
-POSTGRES_RUN_CASES = {  # SQLite stores NaN as NULL
+POSTGRES_RUN_CASES = {  # SQLite stores NaN as NULL, and writes an infinity another way
     "updated_at_nan": RunCase(("UPDATE runs SET updated_at = 'NaN' WHERE id = {run}",), "column updated_at",
                               healed_by_cancel=True),
+    "created_at_infinite": RunCase(("UPDATE runs SET created_at = 'Infinity' WHERE id = {run}",),
+                                   "column created_at"),
 }
 
 # A schedules row's last_slot that no slot can be compared with, as each database writes it.

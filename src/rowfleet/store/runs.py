@@ -100,7 +100,7 @@ class Run:
 
 # How each column a row type reads is decoded (``job.decode_column``'s kinds).
 _RUN_KINDS = {"id": "integer", "project": "text", "name": "text", "state": "text", "args": "json", "error": "text",
-              "created_at": "number", "updated_at": "number", "finished_at": "number"}
+              "created_at": "time", "updated_at": "time", "finished_at": "time"}
 _NODE_KINDS = {"node_id": "text", "state": "text", "generation": "integer", "items": "integer", "result": "json",
                "error": "text"}
 _RUN_JOB_KINDS = {name: column_kind(name)

@@ -20,8 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rowfleet import names
-from rowfleet.job import Job, JobSpec, decode_row, raw_text
+from rowfleet.job import Job, JobSpec, decode_row
 from rowfleet.store.core import StoreCore
 
 
@@ -34,7 +33,7 @@ class ScheduleRow:
     >>> ScheduleRow.from_row({"name": "tick", "last_slot": 60.0})
     ScheduleRow(name='tick', last_slot=60.0, unreadable=None)
     >>> ScheduleRow.from_row({"name": "tick", "last_slot": float("inf")}).unreadable
-    'column last_slot is not a finite number: inf'
+    'column last_slot is not a finite number (a time): inf'
     """
 
     name: str
@@ -44,13 +43,10 @@ class ScheduleRow:
     @classmethod
     def from_row(cls, row: Any) -> "ScheduleRow":
         values, problem = decode_row(row, "schedules", _SCHEDULE_KINDS)
-        slot = values["last_slot"]
-        if problem is None and slot is not None and not names.is_finite_number(slot):
-            slot, problem = raw_text(slot), f"column last_slot is not a finite number: {slot!r}"
-        return cls(values["name"], slot, problem)
+        return cls(values["name"], values["last_slot"], problem)
 
 
-_SCHEDULE_KINDS = {"name": "text", "last_slot": "number"}
+_SCHEDULE_KINDS = {"name": "text", "last_slot": "time"}
 
 
 class ScheduleStore(StoreCore):
