@@ -47,6 +47,7 @@ class ScheduleRow:
 
 
 _SCHEDULE_KINDS = {"name": "text", "last_slot": "time"}
+_SLOT_KINDS = {"name": "text", "slot": "time", "job_id": "integer", "fired_at": "time", "fired_by": "text"}
 
 
 class ScheduleStore(StoreCore):
@@ -86,6 +87,8 @@ class ScheduleStore(StoreCore):
 
     def fired_slots(self, project: str, name: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         """The slots fired, newest first (of every schedule, or of ``name``): each with its
-        schedule's name, the slot, the job enqueued, when and by whom."""
+        schedule's name, the slot, the job enqueued, when and by whom, and what of its row
+        cannot be read (``unreadable``: None for a sound one; such a value is kept as text)."""
         rows = self.reader().all("fired_slots", project=project, name=name, limit=limit)
-        return [dict(row) for row in rows]
+        return [{**values, "unreadable": problem} for values, problem in
+                (decode_row(row, "schedule_slots", _SLOT_KINDS) for row in rows)]
