@@ -136,8 +136,8 @@ class _RunRows:
     def refuse(self, doing: str) -> None:
         """``Conflict`` when the rows cannot be read, saying what ``doing`` cannot do."""
         if self.unreadable is not None:
-            raise Conflict(f"run {self.run['id']} cannot be read, so {doing}: {self.unreadable}; "
-                           f"cancel it (rowfleet cancel-run {self.run['id']})")
+            hint = "" if self.run["state"] in dag.RUN_TERMINAL else f"; cancel it (rowfleet cancel-run {self.run['id']})"
+            raise Conflict(f"run {self.run['id']} cannot be read, so {doing}: {self.unreadable}{hint}")
 
 
 class RunStore(StoreCore):
