@@ -1,8 +1,8 @@
 """A dispatch event whose drain fails is tried again only after a growing backoff, on
 SQLite and PostgreSQL.
 
-The drain's failure is real: the run's stored definition is made unreadable with plain
-SQL, so walking it raises. Time is a clock the test moves, handed to the store (the
+The drain's failure is a walk of the run that raises, as a bug in one run's walk would (a
+run whose rows cannot be decoded is no such failure: the drain fails that run at once). Time is a clock the test moves, handed to the store (the
 writer decides ``next_attempt_at`` from it); nothing waits on the wall clock except for
 conditions, with deadlines.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import unittest
+from unittest import mock
 
 from rowfleet import dag
 from rowfleet.claim import Claim
@@ -42,7 +43,7 @@ class CountingDrains:
 
 
 class OutboxBackoffContract:
-    """Subclasses provide ``config()``, ``corrupt_definition(run_id)`` and ``run_state(run_id)``."""
+    """Subclasses provide ``config()`` and ``run_state(run_id)``."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -62,12 +63,22 @@ class OutboxBackoffContract:
         return self.config(interval=INTERVAL, poll=0.05)
 
     def failing_event(self) -> int:
-        """A run whose first node finished (writing its dispatch event) and whose definition
-        no longer parses, so every drain of that event raises; the run's id."""
+        """A run whose first node finished (writing its dispatch event) and whose walk
+        raises from now on, in every store of this test, so every drain of that event
+        fails; the run's id."""
         run_id = self.store.start_run(FLOW, None, "")
         job = self.store.claim(Claim("", "default", "test:1", 60.0))
         self.store.finish(job, Outcome(COMPLETED, result=1))
-        self.corrupt_definition(run_id)
+        store_class, advance = type(self.store), type(self.store)._advance
+
+        def walk(store, tx, run, *more, **named):
+            if run["id"] == run_id:
+                raise RuntimeError(f"the walk of run {run_id} broke (a planted fault)")
+            return advance(store, tx, run, *more, **named)
+
+        patch = mock.patch.object(store_class, "_advance", walk)
+        patch.start()
+        self.addCleanup(patch.stop)
         return run_id
 
     def event(self, run_id: int) -> dict:
@@ -92,7 +103,7 @@ class OutboxBackoffContract:
             self.assertEqual(self.store.drain(""), {"applied": 0, "failed": 0}, "drained before it was due")
             self.clock.advance(1.0)
         self.assertIsNotNone(event["poisoned_at"])
-        self.assertIn("JSON", event["last_error"])
+        self.assertIn("a planted fault", event["last_error"])
         self.assertEqual(self.store.drain(""), {"applied": 0, "failed": 0})
         state, error = self.run_state(run_id)
         self.assertEqual(state, dag.FAILED)
@@ -147,9 +158,6 @@ class SQLiteOutboxBackoffTest(OutboxBackoffContract, TempDirTestCase):
         with sqlite3.connect(self.db) as conn:
             return conn.execute(sql, params).fetchall()
 
-    def corrupt_definition(self, run_id: int) -> None:
-        self._execute("UPDATE runs SET definition = 'not json' WHERE id = ?", (run_id,))
-
     def run_state(self, run_id: int):
         return self._execute("SELECT state, error FROM runs WHERE id = ?", (run_id,))[0]
 
@@ -161,9 +169,6 @@ class PostgresOutboxBackoffTest(PostgresDatabaseCase, OutboxBackoffContract, Tem
         with self.caller_connection() as conn:
             cursor = conn.execute(sql, params)
             return cursor.fetchall() if cursor.description else None
-
-    def corrupt_definition(self, run_id: int) -> None:
-        self._execute("UPDATE runs SET definition = 'not json' WHERE id = %s", (run_id,))
 
     def run_state(self, run_id: int):
         return self._execute("SELECT state, error FROM runs WHERE id = %s", (run_id,))[0]
