@@ -153,9 +153,9 @@ class ScheduleTasksTest(TempDirTestCase):
             path = self.schedule_file(task)
             enqueued = self.cli("enqueue", task, "--app", APP, check=False)
             self.assertEqual(enqueued.returncode, exitcodes.USAGE, enqueued.stderr)
-            for once in (("--once",), ()):
-                with self.subTest(why=why, once=bool(once)):
-                    result = self.cli("scheduler", "--schedule", path, "--app", APP, *once, check=False,
+            for command in (("scheduler", "--once"), ("scheduler",), ("up", "--check")):
+                with self.subTest(why=why, command=command):
+                    result = self.cli(*command, "--schedule", path, "--app", APP, check=False,
                                       timeout=QUICK * 3)
                     self.assertEqual(result.returncode, exitcodes.USAGE, result.stderr)
                     self.assertEqual(result.stderr.strip().splitlines(),

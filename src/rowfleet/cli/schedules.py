@@ -41,12 +41,10 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
 def cmd_scheduler(args: argparse.Namespace, config: configuration.Config) -> int:
     config = trusted(config, args)
-    schedules = schedules_of(args.schedule, args.app)
+    schedules = vetted_schedules(args.schedule, args.app, config.allow_modules)
     if not schedules:
         raise ConfigError("no schedules to run: give --schedule FILE (a JSON list of schedules) or --app MODULE "
                           "(a module with @rowfleet.periodic functions)")
-    for warning in vet_schedules(schedules, config.allow_modules, strict=bool(args.app)):
-        print(f"rowfleet: warning: {warning}", file=sys.stderr)  # once, at the start: not at every tick
     if not args.once:
         return run_scheduler(config, schedules)
     with open_store(config) as store:
@@ -59,6 +57,15 @@ def schedules_of(files: list[str], apps: list[str]) -> list[Schedule]:
     """The schedules of ``files`` and of the ``apps`` modules' ``@rowfleet.periodic``."""
     tasks.import_apps(apps)  # first: a file's schedules take their task's queue from the registry
     return [schedule for path in files for schedule in load_schedule_file(path)] + registered_schedules()
+
+
+def vetted_schedules(files: list[str], apps: list[str], allow_modules: tuple[str, ...]) -> list[Schedule]:
+    """``schedules_of``, each task vetted by ``vet_schedules``: refused with ``--app``, else
+    warned of once, here at the start (not at every tick)."""
+    schedules = schedules_of(files, apps)
+    for warning in vet_schedules(schedules, allow_modules, strict=bool(apps)):
+        print(f"rowfleet: warning: {warning}", file=sys.stderr)
+    return schedules
 
 
 def vet_schedules(schedules: list[Schedule], allow_modules: tuple[str, ...], strict: bool) -> list[str]:

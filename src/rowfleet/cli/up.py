@@ -33,7 +33,7 @@ from rowfleet.cli.output import table
 from rowfleet.cli.panel import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV, allow_host_flag, port_number, with_allowed_hosts
 from rowfleet.cli.processes import (gpu_flags, gpu_settings_of, on_stop_signals, run_orchestrator, run_worker,
                                     sampler_child, supervise)
-from rowfleet.cli.schedules import run_scheduler, schedules_of
+from rowfleet.cli.schedules import run_scheduler, vetted_schedules
 from rowfleet.errors import ConfigError, DatabaseUnreachable
 from rowfleet.scheduler import Schedule
 from rowfleet.store import open_store, sqlite_path
@@ -202,7 +202,7 @@ def cmd_up(args: argparse.Namespace, config: configuration.Config) -> int:
         raise ConfigError("--json goes with --check: a running box logs, it prints no JSON")
     config = with_allowed_hosts(trusted(config, args), args)
     queues = queue_counts(args.queue or ["default"])
-    schedules = schedules_of(args.schedule, args.app)  # imports the --app modules
+    schedules = vetted_schedules(args.schedule, args.app, config.allow_modules)  # imports the --app modules
     gpu = gpu_settings_of(args)
     panel = _panel_request(args, config)
     plan = box_plan(queues, orchestrator=not args.no_orchestrator, schedules=[s.name for s in schedules],
