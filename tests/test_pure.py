@@ -11,11 +11,12 @@ import unittest
 from types import SimpleNamespace
 
 from rowfleet import config, control, dag, exitcodes, job, liveness, queries, store, supervisor, wake
+from rowfleet.panel import html
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, Cancel, JobSpec, Retry, backoff, decide_outcome
 from rowfleet.store import sqlite as sqlite_store
 
-DOCTESTED = (config, control, dag, exitcodes, job, liveness, queries, store, sqlite_store, supervisor, wake)
+DOCTESTED = (config, control, dag, exitcodes, html, job, liveness, queries, store, sqlite_store, supervisor, wake)
 
 
 def load_tests(loader, tests, pattern):

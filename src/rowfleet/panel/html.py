@@ -7,7 +7,7 @@ host label holding ``<script>`` reaches the browser as text. Attribute values ar
 quoted and escaped too. Pages link one stylesheet and one script (``/static/...``) and
 hold no inline script or style, as the Content-Security-Policy demands.
 
-Pure: imports only the standard library and ``rowfleet.job`` (for ``iso``).
+Pure: imports only the standard library, ``rowfleet.job`` (for ``iso``) and ``rowfleet.names``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import urlencode
 
 from rowfleet.job import iso
+from rowfleet.names import is_finite_number
 
 NAV = (("/", "Overview"), ("/deck", "Flight Deck"), ("/jobs", "Jobs"), ("/runs", "Runs"),
        ("/workers", "Workers"), ("/schedules", "Schedules"), ("/models", "Models"))
@@ -131,9 +132,14 @@ def state_badge(state: Any) -> Markup:
 
 
 def when(at: Any, now: float) -> Markup:
-    """A time as "12 s ago" with the ISO time as its title; "-" for none."""
-    if not isinstance(at, (int, float)) or isinstance(at, bool):
-        return esc(at)
+    """A time as "12 s ago" with the ISO time as its title; "-" for none; a value that is no
+    moment (text, an infinity: plain SQL may store either) as stored.
+
+    >>> str(when(float("inf"), 0.0)), str(when("soon", 0.0))
+    ('inf', 'soon')
+    """
+    if not is_finite_number(at):
+        return esc(iso(at))
     return tag("time", ago(at, now), datetime=iso(at), title=iso(at))
 
 
