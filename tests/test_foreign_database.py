@@ -26,6 +26,7 @@ from typing import Any
 
 from rowfleet import exitcodes
 from rowfleet.store import core
+from pg_harness import PostgresServerCase
 from support import TempDirTestCase, child_env
 
 SLOW = True  # command-line processes, and PostgreSQL
@@ -147,21 +148,13 @@ class SQLiteForeignDatabaseTest(ForeignDatabaseContract, TempDirTestCase):
                 self.assertEqual(self.fingerprint(), before)
 
 
-class PostgresForeignDatabaseTest(ForeignDatabaseContract, TempDirTestCase):
+class PostgresForeignDatabaseTest(PostgresServerCase, ForeignDatabaseContract, TempDirTestCase):
     """The same on a throwaway PostgreSQL database: the foreign tables are in its schema."""
 
     FOREIGN_JOBS = "CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, title TEXT NOT NULL, done INTEGER)"
 
-    def setUp(self) -> None:
-        import pg_harness
-
-        self.pg = pg_harness.require_pg(self)
-        super().setUp()
-
     def make_database(self) -> str:
-        url = self.pg.create_database()
-        self.addCleanup(self.pg.drop_database, url)
-        return url
+        return self.empty_database()
 
     def shown_db(self) -> str:
         from rowfleet.config import redact_url

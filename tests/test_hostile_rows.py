@@ -33,6 +33,7 @@ from rowfleet import dag, exitcodes
 from rowfleet.claim import Claim
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobSpec
 from rowfleet.worker import Worker
+from pg_harness import PostgresServerCase
 from support import TempDirTestCase
 
 SLOW = True  # real worker and command-line processes
@@ -485,21 +486,13 @@ class SQLiteHostileRowsTest(HostileRowsContract, TempDirTestCase):
         self.check_model_stats(SQLITE_MODEL_STATS_CASES)
 
 
-class PostgresHostileRowsTest(HostileRowsContract, TempDirTestCase):
+class PostgresHostileRowsTest(PostgresServerCase, HostileRowsContract, TempDirTestCase):
     """The same rows on a throwaway PostgreSQL database: ``self.db`` is its URL."""
 
     PARAM = "%s"
 
-    def setUp(self) -> None:
-        import pg_harness
-
-        self.pg = pg_harness.require_pg(self)
-        super().setUp()
-
     def make_database(self) -> str:
-        url = self.pg.create_database()
-        self.addCleanup(self.pg.drop_database, url)
-        return url
+        return self.empty_database()
 
     def execute(self, sql: str, params: tuple) -> Any:
         from rowfleet.store.postgres import driver

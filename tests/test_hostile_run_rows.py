@@ -34,6 +34,7 @@ import rowfleet
 from rowfleet import dag, exitcodes
 from rowfleet.panel import server
 from rowfleet.worker import Worker
+from pg_harness import PostgresServerCase
 from support import TempDirTestCase, serve_in_background, wait_until
 
 SLOW = True  # real command-line, orchestrator and scheduler processes, and PostgreSQL
@@ -353,23 +354,15 @@ class SQLiteHostileRunRowsTest(HostileRunRowsContract, TempDirTestCase):
             return conn.execute(sql, params).fetchone()
 
 
-class PostgresHostileRunRowsTest(HostileRunRowsContract, TempDirTestCase):
+class PostgresHostileRunRowsTest(PostgresServerCase, HostileRunRowsContract, TempDirTestCase):
     """The same rows on a throwaway PostgreSQL database: ``self.db`` is its URL."""
 
     PARAM = "%s"
     RUN_CASES = POSTGRES_RUN_CASES
     SCHEDULE_CASES = POSTGRES_SCHEDULE_CASES
 
-    def setUp(self) -> None:
-        import pg_harness
-
-        self.pg = pg_harness.require_pg(self)
-        super().setUp()
-
     def make_database(self) -> str:
-        url = self.pg.create_database()
-        self.addCleanup(self.pg.drop_database, url)
-        return url
+        return self.empty_database()
 
     def execute(self, sql: str, params: tuple) -> None:
         from rowfleet.store.postgres import driver
