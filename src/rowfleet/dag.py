@@ -190,7 +190,7 @@ def parse_workflow(data: Any, *, default_queue: str = "default") -> Workflow:
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
         raise DefinitionError("a workflow needs a non-empty \"name\"")
-    _checked(names.check_text, "workflow", "name", name, most=names.MAX_NAME)
+    _checked("workflow name", "workflow", "name", name)
     description = data.get("description", "")
     if not isinstance(description, str):
         raise DefinitionError(f"workflow {name!r}: \"description\" must be a string")
@@ -207,7 +207,7 @@ def parse_workflow(data: Any, *, default_queue: str = "default") -> Workflow:
         for dependency in node.depends_on:
             if dependency not in nodes:
                 raise DefinitionError(f"node {node.id!r}: depends on unknown node {dependency!r}")
-    _checked(names.check_json, f"workflow {name!r}", "nodes", raw_nodes)  # args or skip_if too deep, or NaN
+    _checked("args", f"workflow {name!r}", "nodes", raw_nodes)  # args or skip_if too deep, or NaN
     ordered = _topological(nodes)
     flow = Workflow(name.strip(), tuple(ordered), description)
     ancestors = _ancestors(flow)
@@ -220,7 +220,7 @@ def _parse_node(raw: Any, index: int, default_queue: str) -> Node:
     if not isinstance(raw, dict):
         raise DefinitionError(f"node #{index + 1}: must be a JSON object, got {_kind(raw)}")
     node_id = raw.get("id")
-    _checked(names.check_node_id, f"node #{index + 1}", "id", node_id)
+    _checked("node id", f"node #{index + 1}", "id", node_id)
     where = f"node {node_id!r}"
     kind = raw.get("kind", TASK)
     if kind not in (TASK, INPUT):
@@ -242,23 +242,22 @@ def _parse_node(raw: Any, index: int, default_queue: str) -> Node:
                     queue="", max_attempts=1)
     task = raw.get("task")
     try:
-        names.check_name("task", task)
+        names.RULES["task"].check("task", task)
     except ConfigError:
         raise DefinitionError(f"{where}: \"task\" must be a task name (module:function), got "
                               f"{names.shown(task)}") from None
-    queue = _checked(names.check_name, where, "queue", raw.get("queue", default_queue))
-    max_attempts = _checked(names.check_int, where, "max_attempts", raw.get("max_attempts", 3), least=1,
-                            most=names.INT32_MAX)
-    priority = _checked(names.check_int, where, "priority", raw.get("priority", 0))
+    queue = _checked("queue", where, "queue", raw.get("queue", default_queue))
+    max_attempts = _checked("max attempts", where, "max_attempts", raw.get("max_attempts", 3))
+    priority = _checked("priority", where, "priority", raw.get("priority", 0))
     timeout = raw.get("timeout")
     if timeout is not None:
-        _checked(names.check_seconds, where, "timeout", timeout)
+        _checked("seconds", where, "timeout", timeout)
     model = raw.get("model")
     if model is not None:
-        _checked(names.check_name, where, "model", model)
+        _checked("model", where, "model", model)
     vram_mb = raw.get("vram_mb")
     if vram_mb is not None:
-        _checked(names.check_int, where, "vram_mb", vram_mb, least=1, most=names.INT32_MAX)
+        _checked("vram mb", where, "vram_mb", vram_mb)
     mapped = _parse_map(raw["map"], where) if "map" in raw else None
     return Node(node_id, TASK, task, queue, raw.get("args"), tuple(depends_on), max_attempts, priority,
                 skip_if, mapped, None if timeout is None else float(timeout), model, vram_mb=vram_mb)
@@ -365,10 +364,11 @@ def _no_unknown(data: dict[str, Any], known: frozenset[str], where: str) -> None
         raise DefinitionError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
 
 
-def _checked(check: Any, where: str, field: str, value: Any, **options: Any) -> Any:
-    """``value`` as the ``names`` check allows it, or a ``DefinitionError`` naming the node and field."""
+def _checked(rule: str, where: str, field: str, value: Any) -> Any:
+    """``value`` as the rule of ``names.RULES[rule]`` allows it, or a ``DefinitionError``
+    naming the node and field."""
     try:
-        return check(f"{where}: \"{field}\"", value, **options)
+        return names.RULES[rule].check(f"{where}: \"{field}\"", value)
     except names.InvalidValue as exc:
         raise DefinitionError(str(exc)) from None
 

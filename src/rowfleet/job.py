@@ -76,23 +76,24 @@ class JobSpec:
     vram_mb: int | None = None  # GPU memory the job needs, in MiB; None: unknown (fits anywhere)
 
     def __post_init__(self) -> None:
-        names.check_name("task name", self.task)
-        names.check_name("queue", self.queue)  # '*' too: no worker could ever serve it
-        names.check_name("project", self.project, empty=True)
-        names.check_int("priority", self.priority)
-        names.check_int("max_attempts", self.max_attempts, least=1, most=names.INT32_MAX)
-        object.__setattr__(self, "delay", names.check_seconds("delay", self.delay, zero=True))
+        rule = names.RULES
+        rule["task"].check("task name", self.task)
+        rule["queue"].check("queue", self.queue)  # '*' too: no worker could ever serve it
+        rule["project"].check("project", self.project)
+        rule["priority"].check("priority", self.priority)
+        rule["max attempts"].check("max_attempts", self.max_attempts)
+        object.__setattr__(self, "delay", rule["delay"].check("delay", self.delay))
         if self.run_at is not None:
-            object.__setattr__(self, "run_at", names.check_epoch("run_at", self.run_at))
+            object.__setattr__(self, "run_at", rule["run at"].check("run_at", self.run_at))
         if self.key is not None:
-            names.check_text("an idempotency key", self.key)
+            rule["key"].check("an idempotency key", self.key)
         if self.timeout is not None:
-            object.__setattr__(self, "timeout", names.check_seconds("timeout", self.timeout))
+            object.__setattr__(self, "timeout", rule["seconds"].check("timeout", self.timeout))
         if self.model is not None:
-            names.check_text("a required model", self.model, most=names.MAX_NAME)
+            rule["model"].check("a required model", self.model)
         if self.vram_mb is not None:
-            names.check_int("vram_mb", self.vram_mb, least=1, most=names.INT32_MAX)
-        names.check_json("args", self.args)
+            rule["vram mb"].check("vram_mb", self.vram_mb)
+        rule["args"].check("args", self.args)
         try:
             object.__setattr__(self, "_args_json", encode_json(self.args))
         except (TypeError, ValueError) as exc:

@@ -508,6 +508,7 @@ RULES: dict[str, Rule] = {rule.field: rule for rule in (
     Rule("module", "a module name (identifiers joined by dots, such as app or pkg.tasks)", check_module),
     # Other text.
     Rule("key", f"text of 1 to {MAX_TEXT} characters", check_text),
+    Rule("workflow name", f"text of 1 to {MAX_NAME} characters", partial(check_text, most=MAX_NAME)),
     Rule("by", f"text of at most {MAX_NAME} characters", partial(check_text, most=MAX_NAME, empty=True)),
     Rule("reason", f"text of at most {MAX_TEXT} characters", partial(check_text, empty=True)),
     Rule("path", f"a path of 1 to {MAX_TEXT} characters", check_text),
