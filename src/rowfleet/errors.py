@@ -43,6 +43,12 @@ class DatabaseBusy(StoreUnavailable):
     """The database stayed locked by other writers past the busy timeout. Transient."""
 
 
+class DiskFull(StoreUnavailable):
+    """The disk that holds the database has no room left: nothing can be written until room
+    is made, and then everything can, as before. Transient, like a server away: processes
+    wait it out, and a write it refused is tried again without counting against anything."""
+
+
 class SchemaMissing(StoreUnavailable):
     """The database does not exist yet, or lacks the current schema: run ``rowfleet init``."""
 

@@ -19,7 +19,8 @@ import time
 from typing import Any, Callable, Iterator
 
 from rowfleet.config import Config
-from rowfleet.errors import ConfigError, DatabaseBroken, DatabaseBusy, RowfleetError, SchemaMissing, StoreUnavailable
+from rowfleet.errors import (ConfigError, DatabaseBroken, DatabaseBusy, DiskFull, RowfleetError, SchemaMissing,
+                             StoreUnavailable)
 from rowfleet.queries import migrations
 from rowfleet.store.base import Store
 from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
@@ -47,8 +48,7 @@ def connect(path: str, config: Config, *, create: bool = False) -> sqlite3.Conne
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=config.busy_timeout,
                                check_same_thread=True)
     except sqlite3.Error as exc:
-        kind = DatabaseBroken if permanent(exc) else StoreUnavailable
-        raise kind(f"cannot open database {path!r}: {exc}") from None
+        raise _unopened(exc, path, f"cannot open database {path!r}: {exc}") from None
     try:
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode").fetchone()  # a file that is no database says so here
@@ -57,12 +57,21 @@ def connect(path: str, config: Config, *, create: bool = False) -> sqlite3.Conne
         conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.DatabaseError as exc:
         conn.close()
-        kind = DatabaseBroken if permanent(exc) else StoreUnavailable
-        raise kind(f"{path!r} is not a usable SQLite database: {exc}") from None
+        raise _unopened(exc, path, f"{path!r} is not a usable SQLite database: {exc}") from None
     except UnicodeError as exc:
         conn.close()
         raise unreadable(exc, f" ({path!r})") from None
     return conn
+
+
+def _unopened(exc: sqlite3.Error, path: str, message: str) -> RowfleetError:
+    """Why ``path`` could not be opened: for good (``DatabaseBroken``, saying ``message``), for
+    want of room on its disk (``DiskFull``), or for now (``StoreUnavailable``)."""
+    if permanent(exc):
+        return DatabaseBroken(message)
+    if no_room(_code(exc)):
+        return DiskFull(f"cannot open database {path!r}: {NO_ROOM} ({exc}); make room on it")
+    return StoreUnavailable(message)
 
 
 def use_wal(conn: sqlite3.Connection) -> None:
@@ -112,6 +121,30 @@ def _uri_path(path: str) -> str:
 PERMANENT = {3: "permission denied", 8: "read-only", 11: "corrupt", 23: "access refused", 26: "not a database"}
 
 
+# Result codes that say the disk has no room: SQLITE_FULL (a page or the journal could not be
+# written), and SQLITE_IOERR_SHMSIZE (the WAL index, the -shm file that opening a database in
+# WAL mode makes, could not grow: how a full disk answers before any write). Room made, the
+# same statements succeed: a full disk is waited out, never taken for a broken database.
+SQLITE_FULL = 13
+SQLITE_IOERR_SHMSIZE = 10 | (19 << 8)
+NO_ROOM = "the disk holding the database is full"
+
+
+def no_room(code: int) -> bool:
+    """Whether a result code (extended, as ``sqlite_errorcode`` gives it) says the disk is full.
+
+    >>> no_room(SQLITE_FULL), no_room(SQLITE_IOERR_SHMSIZE), no_room(4874)
+    (True, True, True)
+    >>> no_room(10), no_room(778), no_room(11), no_room(5), no_room(0)  # other I/O, corrupt, busy
+    (False, False, False, False, False)
+    """
+    return code & 0xFF == SQLITE_FULL or code == SQLITE_IOERR_SHMSIZE
+
+
+def _code(exc: sqlite3.Error) -> int:
+    return getattr(exc, "sqlite_errorcode", None) or 0
+
+
 def translate(exc: sqlite3.Error, what: str = "") -> RowfleetError:
     """Turn a driver exception into the rowfleet error that tells the caller what to do."""
     text = str(exc)
@@ -120,6 +153,8 @@ def translate(exc: sqlite3.Error, what: str = "") -> RowfleetError:
     if permanent(exc):
         return DatabaseBroken(f"the database cannot be used{what}: {text} ({PERMANENT[permanent(exc)]}): "
                               f"an operator must repair it, as no wait will")
+    if no_room(_code(exc)):
+        return DiskFull(f"database error{what}: {NO_ROOM} ({text}); make room on it")
     if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
         return DatabaseBusy(f"the database stayed locked past the busy timeout{what}: {text}")
     return StoreUnavailable(f"database error{what}: {text}")
@@ -137,7 +172,7 @@ def unreadable(exc: UnicodeError, what: str = "") -> RowfleetError:
 
 def permanent(exc: sqlite3.Error) -> int:
     """The primary result code of an error no wait repairs, else 0."""
-    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    code = _code(exc) & 0xFF
     return code if code in PERMANENT else 0
 
 
