@@ -17,7 +17,7 @@ from rowfleet import exitcodes, models, routing, tasks, waiting
 from rowfleet.cli.arguments import Parser, allow_module_flag, app_flag, positive_float, trusted
 from rowfleet.cli.arguments import sample_path_flag, typed, with_sample_paths
 from rowfleet.cli.output import print_json, report
-from rowfleet.errors import ConfigError, Conflict, DatabaseUnreachable, RowfleetError, StoreUnavailable
+from rowfleet.errors import ConfigError, Conflict, DatabaseUnreachable, DiskFull, RowfleetError, StoreUnavailable
 from rowfleet.gpu_worker import GpuSettings, model_list
 from rowfleet.orchestrator import Orchestrator
 from rowfleet.sidecar import SidecarSpec
@@ -110,8 +110,8 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
 
 def refuse_broken_database(config: configuration.Config) -> None:
     """Raise ``DatabaseBroken`` where no wait can help (another program's database, say)
-    before any child is forked; a database that is only not there yet is left to the
-    children, which wait for it."""
+    before any child is forked; a database that is only not there yet, or on a disk with no
+    room (a ``StoreUnavailable``), is left to the children, which wait for it."""
     try:
         with open_store(config):
             pass  # opening it is the check
@@ -270,9 +270,10 @@ def run_until_stopped(ready_store: Callable[[threading.Event], Store | None],
 
 def _migrated_store(config: configuration.Config, stop: threading.Event) -> Store | None:
     """The orchestrator's store, its schema migrated. A server that does not answer yet (down,
-    restarting) is waited for, as workers wait, until ``stop``; None if stopped first."""
+    restarting) or a disk with no room is waited for, as workers wait, until ``stop``; None if
+    stopped first."""
     return waiting.open_when_ready(lambda: open_store(config, create=True), stop, config.poll, log,
-                                   ready=lambda store: store.migrate(), transient=(DatabaseUnreachable,))
+                                   ready=lambda store: store.migrate(), transient=(DatabaseUnreachable, DiskFull))
 
 
 

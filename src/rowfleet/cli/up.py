@@ -34,7 +34,7 @@ from rowfleet.cli.panel import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV, allow_host
 from rowfleet.cli.processes import (gpu_flags, gpu_settings_of, on_stop_signals, run_orchestrator, run_worker,
                                     sampler_child, supervise)
 from rowfleet.cli.schedules import run_scheduler, vetted_schedules
-from rowfleet.errors import ConfigError, DatabaseUnreachable
+from rowfleet.errors import ConfigError, DatabaseUnreachable, DiskFull
 from rowfleet.scheduler import Schedule
 from rowfleet.store import open_store, sqlite_path
 from rowfleet.supervisor import Child
@@ -235,13 +235,15 @@ def _feeders(config: configuration.Config, schedules: list[Schedule], *, orchest
 
 def _migrate_if_answering(config: configuration.Config) -> None:
     """Make or upgrade the schema before any child starts, so that a fresh box's workers
-    find it at once; a server that does not answer yet is left to the orchestrator child,
-    which waits for it. The connection is closed before the first fork."""
+    find it at once; a server that does not answer yet, or a disk with no room, is left to the
+    orchestrator child, which waits for it. The connection is closed before the first fork."""
     try:
         with open_store(config, create=True) as store:
             store.migrate()
     except DatabaseUnreachable as exc:
         log.warning("the database does not answer yet (%s): the orchestrator will migrate it once it does", exc)
+    except DiskFull as exc:
+        log.warning("%s: the orchestrator will migrate it once there is room", exc)
 
 
 def _panel_request(args: argparse.Namespace, config: configuration.Config) -> PanelAsk | None:
