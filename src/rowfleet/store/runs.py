@@ -25,7 +25,7 @@ import logging
 from typing import Any, Iterable
 
 from rowfleet import dag
-from rowfleet.errors import ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, NotFound, SchemaMissing
+from rowfleet.errors import ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, DiskFull, NotFound, SchemaMissing
 from rowfleet.job import Job, JobSpec, column_kind, decode_column, decode_row, drain_retry_delay, encode_json, iso
 from rowfleet.store.core import StoreCore, Tx
 
@@ -381,8 +381,9 @@ class RunStore(StoreCore):
         the next. An event whose drain raises is left with the error recorded and is not
         tried again before its ``next_attempt_at`` (``drain_retry_delay``: the sweep interval,
         doubling per failure); after ``POISON_AFTER`` failures it is set aside and its run
-        failed, naming the event. Safe with several drainers at once. Counts events applied
-        and failed."""
+        failed, naming the event; the database's own trouble (not answering, locked, no schema,
+        its disk full) is raised instead, and counts against no event. Safe with several
+        drainers at once. Counts events applied and failed."""
         after, applied, failed = 0, 0, 0
         if self.reader().one("dispatch_waiting", project=project) is None:
             return {"applied": 0, "failed": 0}  # the common case, found without the write lock
@@ -401,8 +402,11 @@ class RunStore(StoreCore):
                     if run is not None:  # else the run was pruned: nothing left to do
                         self._advance(tx, run)
                 applied += absorbed
-            except (DatabaseUnreachable, DatabaseBusy, SchemaMissing):
-                raise  # the database's trouble, not this event's: retried whole on the next sweep
+            except (DatabaseUnreachable, DatabaseBusy, SchemaMissing, DiskFull):
+                # The database's trouble, not this event's: retried whole on the next sweep,
+                # counting against nothing. Only an error that would recur with the database
+                # well (a bug, a row it cannot walk) counts toward POISON_AFTER.
+                raise
             except Exception as exc:  # a bug or bad data in one run must not stop the others
                 if event is None:
                     raise
