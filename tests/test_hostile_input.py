@@ -708,6 +708,7 @@ FIELDS = [  # field of names.RULES, a value (text where its kind is a number) ->
     ("count", "1", True), ("count", "0", False),
     ("count or zero", "0", True), ("count or zero", "-1", False),
     ("procs", "256", True), ("procs", "257", False), ("procs", "0", False), ("procs", str(INT64_MAX), False),
+    ("schedule name", "nightly-refresh", True), ("schedule name", "two words", False), ("schedule name", "*", False),
     ("workflow name", "nightly digest", True), ("workflow name", "x" * 256, False), ("workflow name", "", False),
     ("prefetch", "1000", True), ("prefetch", "1001", False), ("prefetch", "0", False),
     ("vram mb", "1", True), ("vram mb", "0", False),

@@ -504,6 +504,7 @@ RULES: dict[str, Rule] = {rule.field: rule for rule in (
     Rule("host", _NAME, check_name),
     Rule("task", _NAME + ": a registered name or module:function", check_name),
     Rule("model", _NAME, check_name),
+    Rule("schedule name", _NAME, check_name),
     Rule("node id", "letters, digits, _ or - (starting with a letter or _, at most 64)", check_node_id),
     Rule("module", "a module name (identifiers joined by dots, such as app or pkg.tasks)", check_module),
     # Other text.

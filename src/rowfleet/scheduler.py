@@ -109,9 +109,9 @@ class Schedule:
     timing: Cron | Every = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not _is_word(self.name):
+        if not _fits("schedule name", self.name):
             raise InvalidSchedule(self.name, "name", "must be a non-empty word without spaces")
-        if not _is_word(self.task):
+        if not _fits("task", self.task):
             raise InvalidSchedule(self.name, "task", f"must be a registered task name or module:function, "
                                                      f"got {self.task!r}")
         self._check_options()
@@ -131,18 +131,18 @@ class Schedule:
 
     def _check_options(self) -> None:
         checks = [
-            ("queue", self.queue is None or _is_word(self.queue),
+            ("queue", self.queue is None or _fits("queue", self.queue),
              "must be a non-empty word without spaces, other than '*' (which no worker serves)"),
             ("zone", isinstance(self.zone, str), "must be an IANA time zone name such as 'Europe/Berlin'"),
             ("missed", self.missed in MISSED_POLICIES, f"must be {' or '.join(map(repr, MISSED_POLICIES))}"),
             ("at_boot", isinstance(self.at_boot, bool), "must be true or false"),
-            ("priority", _is_int(self.priority), "must be a whole number within 64 bits (lower runs sooner)"),
-            ("max_attempts", _is_int(self.max_attempts) and self.max_attempts >= 1,
+            ("priority", _fits("priority", self.priority), "must be a whole number within 64 bits (lower runs sooner)"),
+            ("max_attempts", _fits("max attempts", self.max_attempts),
              "must be a whole number of at least 1"),
-            ("timeout", self.timeout is None or _is_positive(self.timeout),
+            ("timeout", self.timeout is None or _fits("seconds", self.timeout),
              "must be a positive number of seconds, at most 100 years"),
-            ("model", self.model is None or _is_word(self.model), "must be a model id: a word without spaces"),
-            ("vram_mb", self.vram_mb is None or (_is_int(self.vram_mb) and 1 <= self.vram_mb <= names.INT32_MAX),
+            ("model", self.model is None or _fits("model", self.model), "must be a model id: a word without spaces"),
+            ("vram_mb", self.vram_mb is None or _fits("vram mb", self.vram_mb),
              "must be a whole number of MiB, at least 1"),
             ("args", _is_json(self.args), "must be a JSON value (an object, a list, a string, a number ...)"),
         ]
@@ -160,7 +160,7 @@ class Schedule:
             if not isinstance(self.cron, str):
                 raise InvalidSchedule(self.name, "cron", f"must be a string such as '*/15 * * * *', got {self.cron!r}")
             return self._built("cron", lambda: Cron(self.cron, self.zone, self.hours))
-        if not _is_positive(self.every):
+        if not _fits("seconds", self.every):
             raise InvalidSchedule(self.name, "every", f"must be a positive number of seconds, at most 100 years, "
                                                       f"got {names.shown(self.every)}")
         cadence = self._built("every", lambda: Every(self.every, EPOCH, self.hours, self.zone))
@@ -186,18 +186,6 @@ class Schedule:
         return data
 
 
-def _is_word(value: Any) -> bool:
-    return _allowed(names.check_name, value)
-
-
-def _is_int(value: Any) -> bool:
-    return _allowed(names.check_int, value)
-
-
-def _is_positive(value: Any) -> bool:
-    return _allowed(names.check_seconds, value)
-
-
 def _is_json(value: Any) -> bool:
     try:
         encode_json(names.check_json("args", value))
@@ -206,10 +194,11 @@ def _is_json(value: Any) -> bool:
     return True
 
 
-def _allowed(check: Callable[[str, Any], Any], value: Any) -> bool:
-    """Whether ``names`` allows ``value``; the schedule's own message says what is allowed."""
+def _fits(rule: str, value: Any) -> bool:
+    """Whether ``names.RULES[rule]`` allows ``value``; the schedule's own message says what
+    is allowed, in a schedule file's words."""
     try:
-        check("value", value)
+        names.RULES[rule].check("value", value)
     except ConfigError:
         return False
     return True
@@ -422,7 +411,7 @@ class Scheduler:
                  clock: Callable[[], float] | None = None, tick: float = 1.0, grace: float | None = None,
                  identity: str | None = None) -> None:
         self.schedules = _unique(schedules)
-        if not _is_positive(tick):
+        if not _fits("seconds", tick):
             raise ConfigError(f"the scheduler's tick must be a positive number of seconds, got {tick!r}")
         grace = max(2 * tick, SHORTEST_GRACE) if grace is None else grace
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
