@@ -272,3 +272,106 @@ def trip_outcome(job: Any, trip: Trip, limits: Limits, *, backoff_base: float = 
     delay = backoff(job.attempts, backoff_base, backoff_max, rng)
     return Outcome(QUEUED, error=error, delay=delay, event="retried"), 1, 0
 
+
+
+# --- whether a dead-worker sweep may trust its moment ----------------------------------
+
+# A sweep that comes more than this many of its intervals after the last one was late: the
+# process, or the whole box, was held up (a storage stall, a VM paused), and its workers may
+# not have had a moment to beat since either.
+LATE_SWEEPS = 2.0
+# Seconds the heartbeats' clock may run ahead of the monotonic clock between two sweeps
+# before the sweep counts it as a jump (the box's clock stepped, a VM resumed): far above a
+# clock's rate error or a round trip's, far below a heartbeat's staleness.
+CLOCK_JUMP = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepMoment:
+    """When a dead-worker sweep judged: by its own process's monotonic clock, and by the clock
+    the heartbeats are written with (the database's on PostgreSQL, the box's on SQLite)."""
+
+    monotonic: float
+    wall: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Beat:
+    """A live worker's heartbeat as a sweep reads it: its project, its age by the heartbeats'
+    clock and the worker's own cadence."""
+
+    project: str
+    age: float
+    heartbeat: float
+
+    @property
+    def stale(self) -> bool:
+        return silent(0.0, self.heartbeat, self.age)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trust:
+    """A dead-worker sweep's verdict on its own moment: ``flag`` the silent workers now, or
+    hold off; ``held_since`` is the monotonic time a hold began (None: no hold), for the next
+    sweep to carry; ``why`` says why it holds, for one log line."""
+
+    flag: bool
+    held_since: float | None = None
+    why: str | None = None
+
+
+def trust_sweep(previous: SweepMoment | None, now: SweepMoment, interval: float, beats: Sequence[Beat],
+                held_since: float | None) -> Trust:
+    """May a dead-worker sweep at ``now`` flag the workers whose heartbeats read stale
+    (``beats``: every live worker's), given the moment of the sweep before (``previous``, None
+    for a process's first), its ``interval`` and a hold begun at ``held_since``?
+
+    It doubts its moment when every heartbeat of a project (two or more) is stale at once,
+    when it came late (more than ``LATE_SWEEPS`` intervals after the last, by the monotonic
+    clock), or when the heartbeats' clock ran ahead of the monotonic clock by more than
+    ``CLOCK_JUMP`` seconds since: then it holds off one heartbeat (the longest cadence of the
+    stale workers), so that live workers beat again, and flags whoever is still stale after
+    it. One stale worker among fresh ones, at a sweep that came on time, is flagged at once.
+
+    >>> fresh, dead = Beat("", 1.0, 2.0), Beat("", 30.0, 2.0)
+    >>> before, on_time = SweepMoment(100.0, 5000.0), SweepMoment(105.0, 5005.0)
+    >>> trust_sweep(before, on_time, 5.0, [fresh, dead, fresh], None)
+    Trust(flag=True, held_since=None, why=None)
+    >>> trust_sweep(before, on_time, 5.0, [dead, dead], None).why
+    "every heartbeat of project '' is stale at once (2 workers)"
+    >>> trust_sweep(before, SweepMoment(105.0, 5605.0), 5.0, [fresh, dead], None)
+    Trust(flag=False, held_since=105.0, why='the clock moved 600.0s further than the monotonic clock since the last sweep')
+    >>> trust_sweep(before, SweepMoment(140.0, 5040.0), 5.0, [fresh, dead], None).why
+    'this sweep came 40.0s after the last, every 5s'
+    >>> trust_sweep(on_time, SweepMoment(106.0, 5006.0), 5.0, [dead], 105.0).flag
+    False
+    >>> trust_sweep(on_time, SweepMoment(107.0, 5007.0), 5.0, [dead], 105.0).flag
+    True
+    """
+    stale = [beat for beat in beats if beat.stale]
+    if not stale:
+        return Trust(True)  # nothing to flag; a hold ends when every worker beats again
+    if held_since is not None:
+        hold = max(beat.heartbeat for beat in stale)
+        if now.monotonic - held_since >= hold:
+            return Trust(True)
+        return Trust(False, held_since, f"holding since {now.monotonic - held_since:.1f}s ago")
+    why = _doubt(previous, now, interval, beats)
+    return Trust(True) if why is None else Trust(False, now.monotonic, why)
+
+
+def _doubt(previous: SweepMoment | None, now: SweepMoment, interval: float, beats: Sequence[Beat]) -> str | None:
+    if previous is not None:
+        gap = now.monotonic - previous.monotonic
+        if gap > LATE_SWEEPS * interval:
+            return f"this sweep came {gap:.1f}s after the last, every {interval:g}s"
+        jump = (now.wall - previous.wall) - gap
+        if jump > CLOCK_JUMP:
+            return f"the clock moved {jump:.1f}s further than the monotonic clock since the last sweep"
+    projects: dict[str, list[bool]] = {}
+    for beat in beats:
+        projects.setdefault(beat.project, []).append(beat.stale)
+    for project, stale in sorted(projects.items()):
+        if len(stale) >= 2 and all(stale):
+            return f"every heartbeat of project {project!r} is stale at once ({len(stale)} workers)"
+    return None
