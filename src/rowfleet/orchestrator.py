@@ -7,7 +7,8 @@ on SQLite) between sweeps. An event whose drain failed is skipped until its
 ``next_attempt_at`` (the store's backoff), however often the waiter wakes us. A sweep re-queues jobs whose lease lapsed (the only recovery
 path for an orphaned row) or whose row names no holder a lapse could ever free (no lease, a
 lease that is no time, no worker: plain SQL's), fails queued jobs no claim could ever take
-(a run_at that is no number), flags workers whose heartbeat went stale, gives stranded runs
+(a run_at that is no number), flags workers whose heartbeat went stale (unless the sweep doubts
+its moment: see ``flag_silent``), gives stranded runs
 a fresh event, and prunes finished rows past the retention period. Every step is a
 guarded write, so two orchestrators may run at once. Each sweep also beats the
 orchestrator's own row, so ``status`` and ``broker`` can say whether a project is served.
@@ -37,9 +38,9 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
-from rowfleet import routing, snapshot, waiting
+from rowfleet import liveness, routing, snapshot, waiting
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBroken, RowfleetError
 from rowfleet.job import QUEUED
@@ -134,9 +135,15 @@ def overdue(group: Demand, reason: str | None, now: float, after: float | None) 
 
 
 class Orchestrator:
-    def __init__(self, store: Store, config: Config, fail_unplaceable_after: float | None = None) -> None:
+    def __init__(self, store: Store, config: Config, fail_unplaceable_after: float | None = None, *,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.config = config
+        # The dead-worker sweep's own clock, which no step of the wall clock moves, and its
+        # last moment and hold (``liveness.trust_sweep``): one stale moment flags nobody.
+        self.monotonic = monotonic
+        self._last_sweep: liveness.SweepMoment | None = None
+        self._held_since: float | None = None
         # Seconds a queued model job may stay unplaceable before it fails; None: forever.
         self.fail_unplaceable_after = fail_unplaceable_after
         self._next_prune = 0.0
@@ -164,7 +171,7 @@ class Orchestrator:
         never_due = self.store.fail_never_due()
         for job in never_due:
             log.warning("job %d failed unclaimed: %s", job.id, job.error)
-        flagged = self.store.flag_stale_workers()
+        flagged = self.flag_silent()
         for worker in flagged:
             log.warning("worker %s (project %r, queue %r) missed its heartbeats; flagged dead",
                         worker["worker_id"], worker["project"], worker["queue"])
@@ -193,6 +200,18 @@ class Orchestrator:
                      dispatch_failures=drained["failed"], unplaceable=placed.flagged, placeable=placed.cleared,
                      unplaceable_failed=placed.failed, tallied=tallied, samples_pruned=samples_pruned,
                      pruned=pruned)
+
+    def flag_silent(self) -> list[dict[str, Any]]:
+        """Flag the workers that missed their heartbeats (``store.flag_stale_workers``),
+        unless this sweep's moment is in doubt (``liveness.trust_sweep``): then flag none and
+        judge again on fresh heartbeats one heartbeat later."""
+        wall, beats = self.store.heartbeat_ages()
+        moment = liveness.SweepMoment(self.monotonic(), wall)
+        trust = liveness.trust_sweep(self._last_sweep, moment, self.config.interval, beats, self._held_since)
+        if not trust.flag and self._held_since is None:
+            log.warning("not flagging silent workers yet: %s; judging again after one heartbeat", trust.why)
+        self._last_sweep, self._held_since = moment, trust.held_since
+        return self.store.flag_stale_workers() if trust.flag else []
 
     def place(self) -> Placed:
         """Flag, clear and fail this project's queued model jobs by where they could run

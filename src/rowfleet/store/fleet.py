@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Mapping, Sequence
 
-from rowfleet import control, exitcodes, liveness
+from rowfleet import control, exitcodes, liveness, names
 from rowfleet.control import ModelControl, Switch
 from rowfleet.errors import ConfigError
 from rowfleet.job import QUEUED, RUNNING, by_name, decode_column, encode_json
@@ -129,6 +129,16 @@ class FleetStore(StoreCore):
                 lost = f"worker {holder} stopped beating ({silent:.0f}s since its last heartbeat)"
                 worker["jobs"] = self._recover_jobs_of(tx, worker, lost, "worker_dead")
             return flagged
+
+    def heartbeat_ages(self) -> tuple[float, list[liveness.Beat]]:
+        """The clock the dead-worker sweep judges by (the database's on PostgreSQL) and every
+        live worker's heartbeat read by it, for ``liveness.trust_sweep``. A row whose last
+        heartbeat or cadence is no number (plain SQL's) is left out: no sweep judges it stale."""
+        rows = self.reader().all("heartbeat_ages")
+        now = rows[0]["now"]
+        return now, [liveness.Beat(row["project"], now - row["last_seen"], row["heartbeat"]) for row in rows
+                     if row["project"] is not None and names.is_finite_number(row["last_seen"])
+                     and names.is_finite_number(row["heartbeat"])]
 
     def worker_exited(self, host: str, pid: int, code: int) -> list[dict[str, Any]]:
         """Record how a worker process ended (its supervisor saw the exit code, negative for a

@@ -40,6 +40,13 @@ WHERE worker_id IN (SELECT worker_id FROM workers
                     FOR UPDATE SKIP LOCKED)
 RETURNING *;
 
+-- name: heartbeat_ages
+-- Every live worker's heartbeat, its cadence and the clock the dead-worker sweep judges it
+-- by (one row, of NULLs, when no worker is live).
+SELECT n.now, w.project, w.heartbeat, w.last_seen
+FROM (SELECT rowfleet_now(%(now)s) AS now) AS n
+LEFT JOIN workers AS w ON w.stopped_at IS NULL AND w.flagged_dead_at IS NULL;
+
 -- name: prune_workers
 DELETE FROM workers WHERE last_seen < rowfleet_now(%(now)s) - %(retention)s AND (stopped_at IS NOT NULL OR flagged_dead_at IS NOT NULL);
 

@@ -35,6 +35,13 @@ WHERE worker_id IN (SELECT worker_id FROM workers
                     WHERE stopped_at IS NULL AND flagged_dead_at IS NULL AND last_seen < :now - :missed_beats * heartbeat)
 RETURNING *;
 
+-- name: heartbeat_ages
+-- Every live worker's heartbeat, its cadence and the clock the dead-worker sweep judges it
+-- by (one row, of NULLs, when no worker is live).
+SELECT n.now, w.project, w.heartbeat, w.last_seen
+FROM (SELECT :now AS now) AS n
+LEFT JOIN workers AS w ON w.stopped_at IS NULL AND w.flagged_dead_at IS NULL;
+
 -- name: prune_workers
 DELETE FROM workers WHERE last_seen < :now - :retention AND (stopped_at IS NOT NULL OR flagged_dead_at IS NOT NULL);
 
