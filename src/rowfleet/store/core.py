@@ -75,6 +75,12 @@ class StoreCore(abc.ABC):
         either way), a lost renewal or heartbeat is renewed or beaten again.
         """
 
+    def statement(self) -> contextlib.AbstractContextManager[Tx]:
+        """One write statement, atomic on its own: a renewal, a heartbeat. Here a transaction
+        of its own, not durable (a lost one is written again); a networked dialect runs it in
+        autocommit, so that no row lock is held across round trips."""
+        return self.transaction(durable=False)
+
     @abc.abstractmethod
     def reader(self) -> Tx:
         """Statements that only read, each seeing the latest committed state."""

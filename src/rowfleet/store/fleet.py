@@ -100,7 +100,7 @@ class FleetStore(StoreCore):
         out is stored as NULL, as for a worker without a GPU. A worker that owns a sidecar
         adds what it is doing (``Sidecar.status``, stored as a JSON object), and a worker of
         several queues all of them in order (a JSON array; ``queue`` is the first)."""
-        with self.transaction(durable=False) as tx:
+        with self.statement() as tx:
             tx.run("worker_beat", worker_id=worker_id, project=project, host=host, queue=queue,
                    pid=pid, current_job=current_job, state=state, heartbeat=self.config.heartbeat,
                    lease=self.config.lease, models=None if models is None else encode_json(list(models)),
@@ -214,7 +214,7 @@ class FleetStore(StoreCore):
     def renew_gpu(self, lease: "GpuLease", holder: str, ttl: float) -> "GpuLease | None":
         """Extend ``lease`` to at least ``ttl`` seconds from now; None when it changed hands
         since (a new token: the GPU is no longer this model's)."""
-        with self.transaction(durable=False) as tx:
+        with self.statement() as tx:
             row = tx.one("renew_gpu", host=lease.host, gpu_index=lease.gpu_index, model=lease.model,
                          token=lease.token, holder=holder, ttl=ttl)
         return None if row is None else GpuLease.from_row(row)

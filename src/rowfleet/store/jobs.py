@@ -160,7 +160,7 @@ class JobStore(StoreCore):
     def renew(self, job: Job, lease: float) -> "Renewal":
         """Extend the lease of a job still held with ``job.lease_token``: the new deadline,
         and whether an operator has asked for the job to be cancelled."""
-        with self.transaction(durable=False) as tx:
+        with self.statement() as tx:
             row = tx.one("renew", id=job.id, token=job.lease_token, lease=lease)
             if row is None:
                 raise self._stale(tx, job)

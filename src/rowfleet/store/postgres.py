@@ -10,6 +10,7 @@ again on next use; the caller sees ``StoreUnavailable`` once and backs off.
 from __future__ import annotations
 
 import contextlib
+import math
 import select
 import time
 from typing import Any, Callable, Iterator
@@ -26,10 +27,68 @@ from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
 from rowfleet.store.jobs import claim_forms, claim_params, outcome_detail
 from rowfleet.wake import SelfPipe
 
-CONNECT_TIMEOUT = 10
-# TCP keepalives, so a network that silently drops packets (rather than closing the
-# connection) is noticed in about a minute instead of a worker waiting on it for ever.
-KEEPALIVE = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+# The session settings among ``connection_bounds``: sent once per connection with
+# ``session_bounds``, as a pooler refuses them as startup options; the rest are libpq's.
+SESSION_BOUNDS = ("statement_timeout", "idle_in_transaction_session_timeout")
+# Floors under the bounds, so that short test settings do not cut healthy work short: libpq
+# reads a connect_timeout under 2 s as 2 s, and the engine's longest statements (a prune
+# batch, a sweep of a large queue, the panel's counts) take seconds on a loaded server.
+MIN_CONNECT_TIMEOUT = 2
+MIN_TCP_USER_TIMEOUT = 1.0
+MIN_STATEMENT_TIMEOUT = 30.0
+MIN_IDLE_IN_TRANSACTION = 10.0
+KEEPALIVE_PROBES = 3
+
+
+def connection_bounds(config: Config) -> dict[str, int]:
+    """How long anything on one PostgreSQL connection may take to fail, from ``config``'s
+    lease, renew and heartbeat: libpq's connection parameters (seconds, but
+    ``tcp_user_timeout`` in ms) and the session's timeouts (ms, ``SESSION_BOUNDS``).
+
+    - ``tcp_user_timeout`` = renew (at least 1 s): data sent and not acknowledged for that
+      long ends the connection. Keepalives probe only an idle socket; a statement in flight
+      on a dead path (a renewal, a sweep, a finish) would otherwise wait out TCP's
+      retransmissions, about 15 minutes. So a renewal on a dead path fails within one renew
+      period and the keeper tries again on a fresh connection before the lease runs out.
+    - ``connect_timeout`` = renew (at least 2 s, libpq's floor): each host of a multi-host
+      URL gets that long, so a reconnect moves on from a vanished primary to the promoted
+      standby within a renew period per dead host.
+    - keepalives: idle = heartbeat, interval = heartbeat / 3, 3 probes: an idle connection
+      (a LISTEN waiter, a keeper between beats) on a dead path is dropped within about two
+      heartbeats, and made again through the multi-host list.
+    - ``statement_timeout`` = lease (at least 30 s): a statement still running after a lease
+      has lost its point, as the lease it guards has lapsed and the job may be handed on;
+      ended, its process asks again. Migrations lift it for their own transaction.
+    - ``idle_in_transaction_session_timeout`` = lease (at least 10 s): a second net. The engine
+      never leaves a transaction idle; a session whose client was cut off between two
+      statements would hold its row locks (which sweeps skip) until the server's keepalives
+      gave up, two hours by default; it is ended by the time the lease it guards lapses.
+
+    >>> from rowfleet.config import Config
+    >>> connection_bounds(Config(lease=30.0, renew=10.0, heartbeat=10.0))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'connect_timeout': 10, 'keepalives': 1, 'keepalives_idle': 10, 'keepalives_interval': 4,
+     'keepalives_count': 3, 'tcp_user_timeout': 10000, 'statement_timeout': 30000,
+     'idle_in_transaction_session_timeout': 30000}
+    >>> bounds = connection_bounds(Config(lease=1.0, renew=0.3, heartbeat=0.5))
+    >>> bounds["connect_timeout"], bounds["tcp_user_timeout"], bounds["statement_timeout"]
+    (2, 1000, 30000)
+    """
+    renew, lease, heartbeat = config.renew, config.lease, config.heartbeat
+    return {
+        "connect_timeout": max(MIN_CONNECT_TIMEOUT, math.ceil(renew)),
+        "keepalives": 1,
+        "keepalives_idle": max(1, math.ceil(heartbeat)),
+        "keepalives_interval": max(1, math.ceil(heartbeat / KEEPALIVE_PROBES)),
+        "keepalives_count": KEEPALIVE_PROBES,
+        "tcp_user_timeout": _ms(max(MIN_TCP_USER_TIMEOUT, renew)),
+        "statement_timeout": _ms(max(MIN_STATEMENT_TIMEOUT, lease)),
+        "idle_in_transaction_session_timeout": _ms(max(MIN_IDLE_IN_TRANSACTION, lease)),
+    }
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
 
 
 def driver() -> Any:
@@ -41,15 +100,36 @@ def driver() -> Any:
     return psycopg
 
 
-def connect(url: str, *, autocommit: bool = True) -> Any:
+def connect(url: str, config: Config | None = None, *, autocommit: bool = True) -> Any:
+    """A connection to ``url`` bounded by ``connection_bounds(config)`` (the defaults' without
+    a config). A bound the URL names itself (``?tcp_user_timeout=5000``, or ``-c
+    statement_timeout=...`` in its ``options``) is the operator's choice and kept; every
+    other part of the URL, a multi-host list and ``target_session_attrs`` included, is
+    handed to libpq as written."""
     psycopg = driver()
+    from psycopg.conninfo import conninfo_to_dict
     from psycopg.rows import dict_row
 
     try:
-        return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row,
-                               connect_timeout=CONNECT_TIMEOUT, **KEEPALIVE)
+        named = conninfo_to_dict(url)
+    except psycopg.Error as exc:  # as psycopg.connect would have answered
+        raise DatabaseUnreachable(f"cannot connect to {redact_url(url)}: {_first_line(exc)}") from None
+    bounds = connection_bounds(config if config is not None else Config())
+    options = (named.get("options") or "").replace("-", "_")  # "--statement-timeout=5s" too
+    params = {name: value for name, value in bounds.items() if name not in named and name not in SESSION_BOUNDS}
+    session = {name: f"{bounds[name]}ms" for name in SESSION_BOUNDS if name not in options}
+    try:
+        conn = psycopg.connect(url, autocommit=autocommit, row_factory=dict_row, **params)
     except psycopg.Error as exc:
         raise DatabaseUnreachable(f"cannot connect to {redact_url(url)}: {_first_line(exc)}") from None
+    try:
+        conn.execute(queries("postgres")["session_bounds"], {name: session.get(name) for name in SESSION_BOUNDS})
+        if not autocommit:
+            conn.commit()
+    except psycopg.Error as exc:
+        conn.close()
+        raise translate(exc, " setting the session's timeouts") from None
+    return conn
 
 
 def translate(exc: Exception, what: str = "") -> RowfleetError:
@@ -103,6 +183,7 @@ class PostgresTx(Tx):
     def script(self, sql: str) -> None:
         psycopg = driver()
         try:
+            self.cursor.execute(self.sql["migration_unbounded"])
             self.cursor.execute(sql)  # no parameters: several statements may run in one go
         except psycopg.Error as exc:
             raise translate(exc, " in a migration") from exc
@@ -114,7 +195,8 @@ class PostgresStore(Store):
     # Queries only this dialect has: composite operations SQLite cannot do in one statement.
     own_queries = frozenset({*(f"finish_and_claim{form}" for form in ("", "[routed]", "[newest]", "[warm]")),
                              "finish_terminal",
-                             "database_time", "listen_jobs", "listen_dispatch", "listen_control"})
+                             "database_time", "listen_jobs", "listen_dispatch", "listen_control",
+                             "session_bounds", "migration_unbounded"})
     own_fragments = frozenset({"finished_turn"})  # fragments only this dialect's own queries include
 
     def __init__(self, url: str, config: Config, *, clock: Callable[[], float] | None = None) -> None:
@@ -130,7 +212,7 @@ class PostgresStore(Store):
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed:
-            self._conn = connect(self.url)
+            self._conn = connect(self.url, self.config)
         return self._conn
 
     def _lost(self, exc: Exception) -> bool:
@@ -234,6 +316,12 @@ class PostgresStore(Store):
         return _AutocommitTx(self)
 
     @contextlib.contextmanager
+    def statement(self) -> Iterator[Tx]:
+        """Autocommit: the statement is its own transaction, begun and committed in its one
+        round trip, so a cut never leaves a session idle in a transaction holding a row."""
+        yield _AutocommitTx(self)
+
+    @contextlib.contextmanager
     def caller_transaction(self, conn: Any) -> Iterator[Tx]:
         psycopg = driver()
         from psycopg.pq import TransactionStatus
@@ -263,13 +351,13 @@ class PostgresStore(Store):
                 raise
 
     def waiter(self, queues: str | tuple[str, ...]) -> "ListenWaiter":
-        return ListenWaiter(self.url, queues)
+        return ListenWaiter(self.url, queues, config=self.config)
 
     def dispatch_waiter(self, project: str) -> "ListenWaiter":
-        return ListenWaiter(self.url, project, listen="listen_dispatch")
+        return ListenWaiter(self.url, project, listen="listen_dispatch", config=self.config)
 
     def control_waiter(self, host: str) -> "ListenWaiter":
-        return ListenWaiter(self.url, (host, ANY), listen="listen_control")
+        return ListenWaiter(self.url, (host, ANY), listen="listen_control", config=self.config)
 
     def changed(self) -> bool:
         return True  # a NOTIFY arrives only after its commit: nothing to second-guess
@@ -316,8 +404,10 @@ class ListenWaiter:
 
     settle_window = 0.0
 
-    def __init__(self, url: str, payload: str | tuple[str, ...], listen: str = "listen_jobs") -> None:
+    def __init__(self, url: str, payload: str | tuple[str, ...], listen: str = "listen_jobs", *,
+                 config: Config | None = None) -> None:
         self.url = url
+        self.config = config
         # The trigger's payload (a queue, a project for dispatch events, a host for switches,
         # where "*" is every host): only ours wake us.
         self._payloads = {item.encode() for item in ((payload,) if isinstance(payload, str) else payload)}
@@ -328,7 +418,7 @@ class ListenWaiter:
 
     def _listen(self) -> bool:
         try:
-            conn = connect(self.url)
+            conn = connect(self.url, self.config)
             conn.execute(queries("postgres")[self._listen_query])
         except (RowfleetError, driver().Error):
             return False

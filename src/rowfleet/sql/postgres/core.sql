@@ -42,6 +42,18 @@ RELEASE SAVEPOINT rowfleet_write;
 -- Leaves the savepoint in place, empty; savepoint_release then ends it.
 ROLLBACK TO SAVEPOINT rowfleet_write;
 
+-- name: session_bounds
+-- Each connection's own bounds (store/postgres.py, connection_bounds); NULL keeps the value the
+-- URL's options set. One statement, so a pooler in transaction mode sees no open transaction.
+SELECT set_config('statement_timeout', coalesce(%(statement_timeout)s, current_setting('statement_timeout')), false),
+       set_config('idle_in_transaction_session_timeout',
+                  coalesce(%(idle_in_transaction_session_timeout)s, current_setting('idle_in_transaction_session_timeout')),
+                  false);
+
+-- name: migration_unbounded
+-- A migration may rewrite a large table: its transaction alone runs without a statement timeout.
+SET LOCAL statement_timeout = 0;
+
 -- name: database_time
 -- The database's clock (or a test's), as every statement here reads it.
 SELECT coalesce(%(now)s::double precision, extract(epoch FROM now())::double precision) AS now;
