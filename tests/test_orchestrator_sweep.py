@@ -135,6 +135,25 @@ class SilentMomentsContract:
         self.assertEqual(self.sweep(HEARTBEAT), Sweep())
         self.assertEqual((self.flagged(), self.held()), (set(), set(PIDS)))
 
+    def test_a_one_shot_sweep_waits_its_hold_out_and_judges(self):
+        # orchestrator --once, from cron say: a process's only sweep must still give a verdict.
+        self.ticks.advance(7.0)
+        self.clock.advance(7.0)  # nobody beats: every heartbeat of the project stale at once
+        waited = []
+
+        def sleep(seconds: float) -> None:  # the hold passes by both clocks; 1-3 beat meanwhile
+            waited.append(seconds)
+            self.ticks.advance(seconds)
+            self.clock.advance(seconds)
+            self.beat(1, 2, 3)
+
+        fresh = Orchestrator(self.store, self.store.config, monotonic=self.ticks)
+        with self.assertLogs("rowfleet.orchestrator", "WARNING"):
+            swept = fresh.run_once_settled(sleep)
+        self.assertEqual(waited, [HEARTBEAT])
+        self.assertEqual((swept.flagged_workers, swept.reclaimed), (1, 1))
+        self.assertEqual((self.flagged(), self.held()), ({4}, {1, 2, 3}))
+
     def test_a_late_sweep_holds_one_heartbeat(self):
         self.beat(1, 2, 3)  # 4 is silent from here on; the others go on beating
         with self.assertLogs("rowfleet.orchestrator", "WARNING") as logged:

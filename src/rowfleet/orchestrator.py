@@ -99,6 +99,14 @@ class Sweep:
         """
         return dataclasses.asdict(self)
 
+    def __add__(self, other: "Sweep") -> "Sweep":
+        """Two sweeps' counts together.
+
+        >>> (Sweep(reclaimed=1) + Sweep(reclaimed=2, flagged_workers=1)).to_dict()["reclaimed"]
+        3
+        """
+        return Sweep(**{name: getattr(self, name) + getattr(other, name) for name in self.to_dict()})
+
 
 @dataclasses.dataclass(frozen=True)
 class Placed:
@@ -144,6 +152,7 @@ class Orchestrator:
         self.monotonic = monotonic
         self._last_sweep: liveness.SweepMoment | None = None
         self._held_since: float | None = None
+        self._hold = 0.0  # seconds the hold in progress lasts: the longest cadence of the stale workers
         # Seconds a queued model job may stay unplaceable before it fails; None: forever.
         self.fail_unplaceable_after = fail_unplaceable_after
         self._next_prune = 0.0
@@ -155,6 +164,16 @@ class Orchestrator:
     def drain(self) -> dict[str, int]:
         """Apply the pending dispatch events of this project."""
         return self.store.drain(self.config.project)
+
+    def run_once_settled(self, sleep: Callable[[float], None] = time.sleep) -> Sweep:
+        """One sweep as ``run_once``; when its dead-worker sweep held off (its moment was in
+        doubt), wait the hold out and sweep once more, so that a one-shot sweep (``orchestrator
+        --once``, from cron say) still judges its silent workers. The two sweeps' counts."""
+        done = self.run_once()
+        if self._held_since is None:
+            return done
+        sleep(max(0.0, self._held_since + self._hold - self.monotonic()))
+        return done + self.run_once()
 
     def run_once(self, now: float | None = None) -> Sweep:
         """One sweep and one drain at ``now`` (the store's clock by default: it decides
@@ -210,6 +229,7 @@ class Orchestrator:
         trust = liveness.trust_sweep(self._last_sweep, moment, self.config.interval, beats, self._held_since)
         if not trust.flag and self._held_since is None:
             log.warning("not flagging silent workers yet: %s; judging again after one heartbeat", trust.why)
+            self._hold = max(beat.heartbeat for beat in beats if beat.stale)
         self._last_sweep, self._held_since = moment, trust.held_since
         return self.store.flag_stale_workers() if trust.flag else []
 

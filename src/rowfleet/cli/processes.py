@@ -237,7 +237,7 @@ def cmd_orchestrator(args: argparse.Namespace, config: configuration.Config) -> 
         with open_store(config, create=True) as store:
             version = store.migrate()
             sweeps = Orchestrator(store, config, args.fail_unplaceable_after)
-            print_json({"schema_version": version, **sweeps.run_once().to_dict()})
+            print_json({"schema_version": version, **sweeps.run_once_settled().to_dict()})
         return exitcodes.OK
     return run_orchestrator(config, args.fail_unplaceable_after)
 
