@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 from rowfleet.claim import Claim
 from rowfleet.config import Config, redact_url
 from rowfleet.control import ANY
-from rowfleet.errors import (ConfigError, DatabaseBroken, DatabaseUnreachable, RowfleetError, SchemaMissing,
+from rowfleet.errors import (ConfigError, DatabaseBroken, DatabaseUnreachable, DiskFull, RowfleetError, SchemaMissing,
                              StoreUnavailable)
 from rowfleet.job import TERMINAL, Job, Outcome
 from rowfleet.queries import queries
@@ -144,6 +144,8 @@ def translate(exc: Exception, what: str = "") -> RowfleetError:
                         psycopg.errors.DataCorrupted, psycopg.errors.IndexCorrupted)):
         return DatabaseBroken(f"the database cannot be used{what}: {_first_line(exc)}: an operator must "
                               f"repair it, as no wait will")
+    if isinstance(exc, psycopg.errors.DiskFull):  # weather, as on SQLite: waited out, counted against nothing
+        return DiskFull(f"the database's disk is full{what}: {_first_line(exc)}; make room on the server")
     if isinstance(exc, psycopg.OperationalError):  # the connection or the server, not the statement
         return DatabaseUnreachable(f"database unreachable{what}: {_first_line(exc)}")
     return StoreUnavailable(f"database error{what}: {_first_line(exc)}")
