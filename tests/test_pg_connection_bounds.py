@@ -188,5 +188,25 @@ class PostgresConnectionBounds(PostgresDatabaseCase, unittest.TestCase):
             self.assertEqual(self.session(conn)["statement_timeout"], 0)
         self.assertEqual(self.session(conn)["statement_timeout"], 40000)
 
+class PostgresErrorTest(unittest.TestCase):
+    """PostgreSQL's disk-full error (SQLSTATE 53100) is the same weather as SQLite's."""
+
+    def test_disk_full_is_waited_out_and_other_errors_keep_their_kind(self):
+        try:
+            import psycopg
+        except ImportError:
+            self.skipTest("psycopg is not installed")  # the PostgreSQL suites say so loudly
+        from rowfleet.errors import DatabaseBroken, DatabaseUnreachable, DiskFull, SchemaMissing
+        from rowfleet.store import postgres
+
+        cases = [(psycopg.errors.DiskFull("could not extend file"), DiskFull),
+                 (psycopg.errors.ReadOnlySqlTransaction("read-only"), DatabaseBroken),
+                 (psycopg.errors.UndefinedTable("no jobs"), SchemaMissing),
+                 (psycopg.OperationalError("server closed the connection"), DatabaseUnreachable)]
+        for exc, expected in cases:
+            with self.subTest(exc=type(exc).__name__):
+                self.assertIs(type(postgres.translate(exc, " committing")), expected)
+
+
 if __name__ == "__main__":
     unittest.main()
