@@ -62,7 +62,8 @@ SAMPLES = {
 TEXT_SAMPLES = {"db": ("other.db", "other.db"), "project": ("alpha", "alpha"), "host": ("box-1", "box-1"),
                 "synchronous": ("normal", "NORMAL"), "nvidia_smi": ("/opt/smi", "/opt/smi"),
                 "log_level": ("DEBUG", "DEBUG"), "metrics_token": ("s3cret", "s3cret"),
-                "panel_token": ("s3cret", "s3cret")}
+                "panel_token": ("s3cret", "s3cret"), "pooler": ("Transaction", "transaction"),
+                "listen_url": ("postgresql://db/fleet", "postgresql://db/fleet")}
 
 
 # The command that reads each setting of its own scope.
@@ -80,7 +81,7 @@ FIELDS = ("db", "project", "host", "lease", "renew", "heartbeat", "poll", "inter
           "idle_gpu", "memory_delta_mb", "gpu_first_window", "gpu_window", "gpu_sample", "watchdog_retries",
           "nvidia_smi", "restart_delay", "restart_delay_max", "cancel_grace", "sample_every",
           "sample_detail_keep", "sample_minute_keep", "sample_paths", "metrics_token",
-          "panel_token", "allow_modules", "allowed_hosts")
+          "panel_token", "allow_modules", "allowed_hosts", "pooler", "listen_url")
 
 
 class DeclarationTest(unittest.TestCase):
@@ -100,7 +101,8 @@ class DeclarationTest(unittest.TestCase):
                          (30.0, 6.0, "postgresql://ops:***@db/fleet"))
         for changes in ({"lease": 0}, {"renew": 600}, {"stall_samples": 0}, {"watchdog_retries": 2 ** 31},
                         {"idle_gpu": float("nan")}, {"nvidia_smi": " "}, {"synchronous": "OFF"},
-                        {"allow_modules": "1x"}, {"host": "a b"}, {"project": "*"}, {"db": " "}):
+                        {"allow_modules": "1x"}, {"host": "a b"}, {"project": "*"}, {"db": " "},
+                        {"pooler": "pgbouncer"}, {"listen_url": "db.example:5432"}):
             with self.subTest(changes=changes), self.assertRaises(ConfigError):
                 config.Config(**changes)
 

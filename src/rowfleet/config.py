@@ -195,6 +195,23 @@ def _check_command(what: str, value: Any) -> str:
     return names.check_text(what, value)
 
 
+POOLERS = ("none", "session", "transaction")
+
+
+def _check_pooler(what: str, value: Any) -> str:
+    mode = str(value).lower()
+    if mode not in POOLERS:
+        raise ConfigError(f"{what} must be none, session or transaction, got {names.shown(value)}")
+    return mode
+
+
+def _check_listen_url(what: str, value: Any) -> str:
+    text = names.check_text(what, value, empty=True)
+    if text and text.split("://", 1)[0] not in ("postgres", "postgresql"):
+        raise ConfigError(f"{what} must be a postgresql:// URL straight to the server, got {redact_url(text)!r}")
+    return text
+
+
 def _items(what: str, value: Any, kind: str) -> tuple[str, ...]:
     """A list setting's items: a comma list or an iterable, stripped, blanks dropped.
 
@@ -334,6 +351,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("allowed_hosts", (), HOST_NAMES, "also answer requests whose Host header names this host (with any "
             "port), besides localhost and IP addresses", "host names the panel and /metrics answer to",
             check=_host_names, flag="--allow-host", scope=OWN, shown="localhost and IP addresses"),
+    # PostgreSQL through a connection pooler such as PgBouncer (see the README's section on it).
+    Setting("pooler", "none", TEXT, "the pooler --db goes through to PostgreSQL: none, session or transaction "
+            "(transaction: no prepared statements, session settings, LISTEN or migrations through it)",
+            "PostgreSQL pooler mode of `--db`", check=_check_pooler),
+    Setting("listen_url", "", TEXT, "a postgresql:// URL straight to the server, for LISTEN wake-ups",
+            "direct PostgreSQL URL for wake-ups (LISTEN)", check=_check_listen_url,
+            shown="`--db`; none (the idle safety poll) with `--pooler transaction`"),
 )
 SETTING = {setting.name: setting for setting in SETTINGS}
 CONFIG_SETTINGS = tuple(setting for setting in SETTINGS if setting.in_config)
