@@ -229,6 +229,21 @@ def _traversable_by_all(folder: str) -> bool:
         folder = parent
 
 
+def start_watchdog(directory: str, stop_command: list[str]) -> subprocess.Popen | None:
+    """A process that, should this one die without writing ``b"stopped"`` to its stdin and
+    closing it, runs ``stop_command`` and deletes ``directory``; None where it cannot start
+    (atexit still tidies up after an ordinary exit)."""
+    try:
+        # Its own session, so the Ctrl-C that kills the test run does not kill it too.
+        return subprocess.Popen(
+            [sys.executable, "-I", "-c", WATCHDOG_SOURCE, directory, *stop_command],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, cwd="/",
+        )
+    except OSError:
+        return None
+
+
 class _Cluster:
     """One data directory and the postgres server running on it, owned by this process."""
 
@@ -291,6 +306,11 @@ class _Cluster:
                          "--no-sync", "-E", "UTF8", "--locale=C"),
             "initdb",
         )
+        self.launch()
+
+    def launch(self) -> None:
+        """Start the server on the data directory already there (made by initdb, or copied
+        from another server by pg_basebackup) on a free port, trying another if one was taken."""
         for attempt in range(1, PORT_ATTEMPTS + 1):
             self.port = free_port()
             try:
@@ -330,16 +350,7 @@ class _Cluster:
             pass  # no pid file, or no such process: nothing left to kill
 
     def _start_watchdog(self) -> subprocess.Popen | None:
-        stop = self.pg_ctl("stop", "-m", "immediate", "-w", "-t", "30")
-        try:
-            # Its own session, so the Ctrl-C that kills the test run does not kill it too.
-            return subprocess.Popen(
-                [sys.executable, "-I", "-c", WATCHDOG_SOURCE, self.directory, *stop],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, cwd="/",
-            )
-        except OSError:
-            return None  # atexit still stops the server on an ordinary exit
+        return start_watchdog(self.directory, self.pg_ctl("stop", "-m", "immediate", "-w", "-t", "30"))
 
     def log_tail(self) -> str:
         try:
