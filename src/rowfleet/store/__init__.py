@@ -54,6 +54,8 @@ def open_store(config: Config, *, create: bool = False, clock: Callable[[], floa
 
 def _connect(config: Config, create: bool, clock: Callable[[], float]) -> Store:
     path = sqlite_path(config.db)
+    if path is not None and (config.pooler != "none" or config.listen_url):
+        raise ConfigError("--pooler and --listen-url are for a PostgreSQL database; SQLite has no pooler")
     if path is not None:
         from rowfleet.store.sqlite import SQLiteStore
 

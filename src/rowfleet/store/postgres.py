@@ -10,6 +10,7 @@ again on next use; the caller sees ``StoreUnavailable`` once and backs off.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import select
 import time
@@ -18,14 +19,16 @@ from typing import Any, Callable, Iterator
 from rowfleet.claim import Claim
 from rowfleet.config import Config, redact_url
 from rowfleet.control import ANY
-from rowfleet.errors import (ConfigError, DatabaseBroken, DatabaseUnreachable, DiskFull, RowfleetError, SchemaMissing,
-                             StoreUnavailable)
+from rowfleet.errors import (ConfigError, DatabaseBroken, DatabaseUnreachable, DiskFull, MigrationError, RowfleetError,
+                             SchemaMissing, StoreUnavailable)
 from rowfleet.job import TERMINAL, Job, Outcome
-from rowfleet.queries import queries
+from rowfleet.queries import latest_version, queries
 from rowfleet.store.base import Store
 from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
 from rowfleet.store.jobs import claim_forms, claim_params, outcome_detail
-from rowfleet.wake import SelfPipe
+from rowfleet.wake import SelfPipe, Sleeper
+
+log = logging.getLogger("rowfleet.store")
 
 # The session settings among ``connection_bounds``: sent once per connection with
 # ``session_bounds``, as a pooler refuses them as startup options; the rest are libpq's.
@@ -91,6 +94,17 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+def transaction_pooled(config: Config | None) -> bool:
+    """Whether ``--db`` goes through a pooler in transaction mode (``--pooler transaction``):
+    each transaction may run on another server connection, so nothing may outlive one (a
+    prepared statement, a session setting, a LISTEN). Session mode is the server's own.
+
+    >>> transaction_pooled(Config(pooler="transaction")), transaction_pooled(Config(pooler="session"))
+    (True, False)
+    """
+    return config is not None and config.pooler == "transaction"
+
+
 def driver() -> Any:
     """The psycopg module, or the one-line answer for a machine without it."""
     try:
@@ -100,12 +114,17 @@ def driver() -> Any:
     return psycopg
 
 
-def connect(url: str, config: Config | None = None, *, autocommit: bool = True) -> Any:
+def connect(url: str, config: Config | None = None, *, autocommit: bool = True, direct: bool = False) -> Any:
     """A connection to ``url`` bounded by ``connection_bounds(config)`` (the defaults' without
     a config). A bound the URL names itself (``?tcp_user_timeout=5000``, or ``-c
     statement_timeout=...`` in its ``options``) is the operator's choice and kept; every
     other part of the URL, a multi-host list and ``target_session_attrs`` included, is
-    handed to libpq as written."""
+    handed to libpq as written.
+
+    Through a transaction pooler (``transaction_pooled``, unless ``direct``: the URL reaches
+    the server itself) psycopg prepares no statement, and the session's timeouts are left
+    to each transaction of the store's own (``transaction_bounds``): set on the session,
+    they would stay on a server connection that other clients' transactions then use."""
     psycopg = driver()
     from psycopg.conninfo import conninfo_to_dict
     from psycopg.rows import dict_row
@@ -118,10 +137,15 @@ def connect(url: str, config: Config | None = None, *, autocommit: bool = True) 
     options = (named.get("options") or "").replace("-", "_")  # "--statement-timeout=5s" too
     params = {name: value for name, value in bounds.items() if name not in named and name not in SESSION_BOUNDS}
     session = {name: f"{bounds[name]}ms" for name in SESSION_BOUNDS if name not in options}
+    pooled = transaction_pooled(config) and not direct
+    if pooled:
+        params["prepare_threshold"] = None
     try:
         conn = psycopg.connect(url, autocommit=autocommit, row_factory=dict_row, **params)
     except psycopg.Error as exc:
         raise DatabaseUnreachable(f"cannot connect to {redact_url(url)}: {_first_line(exc)}") from None
+    if pooled:
+        return conn
     try:
         conn.execute(queries("postgres")["session_bounds"], {name: session.get(name) for name in SESSION_BOUNDS})
         if not autocommit:
@@ -198,7 +222,7 @@ class PostgresStore(Store):
     own_queries = frozenset({*(f"finish_and_claim{form}" for form in ("", "[routed]", "[newest]", "[warm]")),
                              "finish_terminal",
                              "database_time", "listen_jobs", "listen_dispatch", "listen_control",
-                             "session_bounds", "migration_unbounded"})
+                             "session_bounds", "transaction_bounds", "migration_unbounded"})
     own_fragments = frozenset({"finished_turn"})  # fragments only this dialect's own queries include
 
     def __init__(self, url: str, config: Config, *, clock: Callable[[], float] | None = None) -> None:
@@ -206,6 +230,10 @@ class PostgresStore(Store):
         self.url = url
         # Production reads the database's clock; tests pass a clock of their own to move time.
         self._test_clock = clock
+        # Through a transaction pooler the session's bounds go with each transaction of ours instead.
+        bounds = connection_bounds(config)
+        self._transaction_bounds = ({name: f"{bounds[name]}ms" for name in SESSION_BOUNDS}
+                                    if transaction_pooled(config) else None)
         self._conn: Any = None
         self._connection()
 
@@ -232,6 +260,8 @@ class PostgresStore(Store):
         conn = self._connection()
         try:
             with conn.transaction(), conn.cursor() as cursor:
+                if self._transaction_bounds is not None:
+                    cursor.execute(self.sql["transaction_bounds"], self._transaction_bounds)
                 yield PostgresTx(cursor, self.sql, self._now())
         except psycopg.Error as exc:
             self._lost(exc)
@@ -352,14 +382,42 @@ class PostgresStore(Store):
                     conn.rollback()
                 raise
 
-    def waiter(self, queues: str | tuple[str, ...]) -> "ListenWaiter":
-        return ListenWaiter(self.url, queues, config=self.config)
+    def waiter(self, queues: str | tuple[str, ...]) -> "ListenWaiter | Sleeper":
+        return self._listener(queues, "listen_jobs")
 
-    def dispatch_waiter(self, project: str) -> "ListenWaiter":
-        return ListenWaiter(self.url, project, listen="listen_dispatch", config=self.config)
+    def dispatch_waiter(self, project: str) -> "ListenWaiter | Sleeper":
+        return self._listener(project, "listen_dispatch")
 
-    def control_waiter(self, host: str) -> "ListenWaiter":
-        return ListenWaiter(self.url, (host, ANY), listen="listen_control", config=self.config)
+    def control_waiter(self, host: str) -> "ListenWaiter | Sleeper":
+        return self._listener((host, ANY), "listen_control")
+
+    def _listener(self, payload: str | tuple[str, ...], listen: str) -> "ListenWaiter | Sleeper":
+        """A LISTEN waiter on ``--listen-url``, else on ``--db`` unless that goes through a
+        transaction pooler, where LISTEN hears nothing (its session is nobody's): there the
+        caller wakes at its safety poll alone (a ``Sleeper``)."""
+        if self.config.listen_url:
+            return ListenWaiter(self.config.listen_url, payload, listen=listen, config=self.config)
+        if not transaction_pooled(self.config):
+            return ListenWaiter(self.url, payload, listen=listen, config=self.config)
+        global _told_no_listen
+        if not _told_no_listen:
+            _told_no_listen = True
+            log.info("no LISTEN through a transaction pooler: idle processes look for work every %gs (give "
+                     "--listen-url, a URL straight to the server, for wake-ups)", self.config.poll)
+        return Sleeper()
+
+    def migrate(self) -> int:
+        """As ``StoreCore.migrate``; through a transaction pooler only a schema with nothing to
+        migrate passes (a migration holds one session for its DDL, its bookkeeping and its
+        own statement timeout), and one behind is a ``MigrationError`` saying where to run it."""
+        if not transaction_pooled(self.config):
+            return super().migrate()
+        version, target = self.refuse_newer_schema(), latest_version(self.dialect)
+        if version < target:
+            raise MigrationError(f"the schema is version {version} and this rowfleet needs {target}, but migrations do "
+                                 f"not run through a pooler in transaction mode (--pooler transaction): run "
+                                 f"`rowfleet init` once with --db straight to the server")
+        return self.require_schema()
 
     def changed(self) -> bool:
         return True  # a NOTIFY arrives only after its commit: nothing to second-guess
@@ -373,6 +431,9 @@ class PostgresStore(Store):
                 self._conn.close()
             finally:
                 self._conn = None
+
+
+_told_no_listen = False  # the safety-poll fallback is logged once per process
 
 
 def _first_row(tx: Tx, forms: tuple[str, ...], params: dict[str, Any]) -> Any | None:
@@ -420,7 +481,7 @@ class ListenWaiter:
 
     def _listen(self) -> bool:
         try:
-            conn = connect(self.url, self.config)
+            conn = connect(self.url, self.config, direct=True)  # never a transaction pooler's
             conn.execute(queries("postgres")[self._listen_query])
         except (RowfleetError, driver().Error):
             return False

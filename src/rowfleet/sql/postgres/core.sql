@@ -50,6 +50,12 @@ SELECT set_config('statement_timeout', coalesce(%(statement_timeout)s, current_s
                   coalesce(%(idle_in_transaction_session_timeout)s, current_setting('idle_in_transaction_session_timeout')),
                   false);
 
+-- name: transaction_bounds
+-- The same bounds for one transaction of the store's own, where --db goes through a pooler in
+-- transaction mode: a session's settings would stay on a server connection others then use.
+SELECT set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(idle_in_transaction_session_timeout)s, true);
+
 -- name: migration_unbounded
 -- A migration may rewrite a large table: its transaction alone runs without a statement timeout.
 SET LOCAL statement_timeout = 0;
