@@ -13,8 +13,8 @@ whatever a client left on a server connection (a prepared statement, a session s
 LISTEN) is then missing, or someone else's, on its next transaction. In session mode each
 client holds a server connection from login to logout, so the pool holds every client.
 
-A PgBouncer dies with the test process: ``stop()`` at exit (atexit), and a small watchdog
-process for deaths atexit never sees (SIGKILL), as ``pg_harness`` does for the server.
+A PgBouncer dies with the test process: ``stop()`` at exit (atexit), and ``pg_harness``'s
+watchdog process for deaths atexit never sees (SIGKILL), as for the server.
 
 ``require_pgbouncer(test)`` is what tests call: the binary's path, or a loud skip (a
 failure under ``ROWFLEET_REQUIRE_PGBOUNCER=1``). Imports only the stdlib and the harness
@@ -27,13 +27,12 @@ import atexit
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 from urllib.parse import urlsplit, urlunsplit
 
-from pg_harness import SERVER_USER, PgServer, free_port, wait_accepting
+from pg_harness import SERVER_USER, PgServer, free_port, start_watchdog, wait_accepting
 from support import require_tool
 
 ENV_REQUIRE = "ROWFLEET_REQUIRE_PGBOUNCER"
@@ -42,18 +41,6 @@ POOL_SIZE = {"transaction": 2, "session": 40}
 START_TIMEOUT = 30
 PORT_ATTEMPTS = 3
 DEBIAN_BINARY = "/usr/sbin/pgbouncer"
-
-# Waits for its stdin to close (the test process ended, however), then kills PgBouncer.
-WATCHDOG_SOURCE = """\
-import os, signal, sys
-pid = int(sys.argv[1])
-if sys.stdin.buffer.read() != b"stopped":
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-"""
-
 
 def require_pgbouncer(test: unittest.TestCase) -> str:
     """The ``pgbouncer`` binary (PATH, then Debian's /usr/sbin), or skip ``test`` loudly."""
@@ -120,7 +107,8 @@ class PgBouncer:
                                       SERVER_USER if as_user is not None else None))
             self.process = subprocess.Popen([binary, ini], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL, cwd=self.directory)
-            self._watch(self.process.pid)
+            # Kills PgBouncer (and deletes its folder) should this process die unseen by atexit.
+            self.watchdog = start_watchdog(self.directory, ["kill", "-KILL", str(self.process.pid)])
             try:
                 self._await_ready()
                 return
@@ -138,14 +126,6 @@ class PgBouncer:
 
         account = pwd.getpwnam(SERVER_USER)
         return account.pw_uid, account.pw_gid
-
-    def _watch(self, pid: int) -> None:
-        try:
-            self.watchdog = subprocess.Popen([sys.executable, "-I", "-c", WATCHDOG_SOURCE, str(pid)],
-                                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
-        except OSError:
-            self.watchdog = None  # atexit still stops it on an ordinary exit
 
     def _await_ready(self) -> None:
         give_up = time.monotonic() + START_TIMEOUT
