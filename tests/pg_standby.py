@@ -162,6 +162,17 @@ class StandbyPair:
             _iptables("-I", "INPUT", *rule)
             self._rules.append(rule)
 
+    def detach_standby(self) -> None:
+        """Stop the standby's streaming (its ``primary_conninfo`` emptied, the setting
+        reloaded): from now on nothing the primary commits reaches it, a standby lagging
+        without bound. An asynchronous primary goes on acknowledging every commit; a
+        synchronous one would make each commit wait, so only an asynchronous pair may."""
+        if self.synchronous:
+            raise ValueError("a synchronous primary would wait for its detached standby forever")
+        self._admin(self.standby, "ALTER SYSTEM SET primary_conninfo = ''")
+        self._admin(self.standby, "SELECT pg_reload_conf()")
+        _wait(lambda: self.standby_state() is None, DEADLINE, "the standby to stop streaming")
+
     def promote(self, timeout: float = DEADLINE) -> None:
         """Promote the standby and wait until it takes writes."""
         self.standby.run(self.standby.pg_ctl("promote", "-w", "-t", str(int(timeout))), "pg_ctl promote")
@@ -227,7 +238,8 @@ class StandbyPair:
 
     def _admin(self, cluster: pg_harness._Cluster, sql: str, params: object = None) -> list[tuple]:
         with pg_harness._connect(_single_url(cluster.port, ADMIN_DATABASE)) as conn:
-            return conn.execute(sql, params).fetchall()
+            cursor = conn.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
 
 
 def find_basebackup(bindir: str) -> str:
