@@ -42,10 +42,12 @@ def open_store(config: Config, *, create: bool = False, clock: Callable[[], floa
     Every store checks the database once, here, before any command reads or writes with it
     (``refuse_unusable``): another program's (``DatabaseBroken``, which no wait repairs) and a
     schema newer than this rowfleet (``MigrationError``) are refused, the file left untouched.
+    Then a SQLite store's clock, the box's, is held to the newest time written (``hold_clock``).
     """
     store = _connect(config, create, clock)
     try:
         store.refuse_unusable()
+        store.hold_clock()
     except BaseException:
         store.close()
         raise

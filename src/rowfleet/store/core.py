@@ -95,6 +95,11 @@ class StoreCore(abc.ABC):
         (committed at once where the connection autocommits, else left for the caller's commit).
         """
 
+    def hold_clock(self) -> None:
+        """Once the database is known usable (``open_store``): a dialect whose clock is the box's
+        (SQLite) raises it to the newest time written, so that a step back of the box's clock
+        stops nothing. PostgreSQL's is the server's: nothing to do."""
+
     def _queued_into(self, tx: Tx, queue: str) -> None:
         """``tx`` inserted jobs into ``queue``: a dialect whose idle workers wait on doorbells
         (SQLite) rings the queue's after the commit. PostgreSQL's trigger sends a NOTIFY."""

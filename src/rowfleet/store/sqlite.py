@@ -23,6 +23,7 @@ from rowfleet.errors import (ConfigError, DatabaseBroken, DatabaseBusy, DiskFull
                              StoreUnavailable)
 from rowfleet.queries import migrations
 from rowfleet.store.base import Store
+from rowfleet.store.clock import LONGEST_HOLD, HeldClock, for_database
 from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
 from rowfleet.wake import FileWaiter, Sleeper, Waiter, bell_path, ring
 
@@ -266,13 +267,17 @@ def _on_callers(conn: sqlite3.Connection, statement: str, what: str) -> None:
 class SQLiteStore(Store):
     dialect = "sqlite"
     elsewhere = "another file"
-    # Queries only this dialect has: the TEMP triggers behind its doorbells (where
-    # PostgreSQL has NOTIFY triggers in its schema and LISTEN queries).
-    own_queries = frozenset({"bell_requeued", "bell_dispatched"})
+    # The TEMP triggers behind its doorbells (where PostgreSQL has NOTIFY triggers in its
+    # schema and LISTEN queries).
+    bells = ("bell_requeued", "bell_dispatched")
+    # Queries only this dialect has: the bells', and the floor of the box's held clock.
+    own_queries = frozenset({*bells, "clock_floor"})
 
     def __init__(self, path: str, config: Config, *, create: bool = False,
                  clock: Callable[[], float] = time.time) -> None:
-        super().__init__(config, clock)
+        # Every time this store writes and compares comes from the box's clock, held so that
+        # a step back stops nothing (rowfleet.store.clock); a test's own clock is used as given.
+        super().__init__(config, for_database(path) if clock is time.time else clock)
         self.path = path
         self.conn = connect(path, config, create=create)
         # A fixed fragment and an integer of our own Config: never a caller's string.
@@ -352,11 +357,23 @@ class SQLiteStore(Store):
         not made yet has nothing to arm: the next transaction tries again (a migration that
         rebuilt the jobs table would drop them: test_doorbells migrates, then enqueues)."""
         try:
-            for name in self.own_queries:
+            for name in self.bells:
                 self.conn.execute(self.sql[name])
         except sqlite3.OperationalError:
             return
         self._bells_armed = True
+
+    def hold_clock(self) -> None:
+        """Raise the box's held clock to the newest time the fleet wrote here that was "now"
+        when written (``clock_floor``): a process started after the box's clock stepped back
+        agrees with those that held theirs through the step. Read once, as the store opens."""
+        if not isinstance(self.clock, HeldClock):
+            return
+        try:
+            row = self.reader().one("clock_floor", ceiling=time.time() + LONGEST_HOLD)
+        except SchemaMissing:
+            return  # no schema yet: nothing written to hold to
+        self.clock.hold_at_least(row["floor"])
 
     def _queued_into(self, tx: Tx, queue: str) -> None:
         if getattr(tx, "conn", None) is self.conn:  # a caller's own transaction commits after we return

@@ -41,3 +41,21 @@ RELEASE SAVEPOINT rowfleet_write;
 -- name: savepoint_rollback
 -- Leaves the savepoint in place, empty; savepoint_release then ends it.
 ROLLBACK TO SAVEPOINT rowfleet_write;
+
+-- name: clock_floor
+-- SQLite only: the newest time written here that was "now" when written (a worker's heartbeat, an
+-- orchestrator's beat, a fired slot, the newest job event, job and finish), none after :ceiling: the
+-- floor a store opening the database raises the box's held clock to (rowfleet.store.clock). Each is
+-- one seek along an index or the rowid. Text or bytes (plain SQL's) sort above every number, so the
+-- ceiling passes over them too.
+SELECT max(coalesce((SELECT last_seen FROM workers WHERE last_seen <= :ceiling
+                     ORDER BY last_seen DESC LIMIT 1), 0),
+           coalesce((SELECT max(last_seen) FROM orchestrators WHERE last_seen <= :ceiling), 0),
+           coalesce((SELECT fired_at FROM schedule_slots WHERE fired_at <= :ceiling
+                     ORDER BY fired_at DESC LIMIT 1), 0),
+           coalesce((SELECT at FROM job_events WHERE id = (SELECT max(id) FROM job_events)
+                     AND at <= :ceiling), 0),
+           coalesce((SELECT created_at FROM jobs WHERE id = (SELECT max(id) FROM jobs)
+                     AND created_at <= :ceiling), 0),
+           coalesce((SELECT finished_at FROM jobs WHERE finished_at IS NOT NULL AND finished_at <= :ceiling
+                     ORDER BY finished_at DESC LIMIT 1), 0)) AS floor;
