@@ -137,6 +137,7 @@ def connect(url: str, config: Config | None = None, *, autocommit: bool = True, 
     options = (named.get("options") or "").replace("-", "_")  # "--statement-timeout=5s" too
     params = {name: value for name, value in bounds.items() if name not in named and name not in SESSION_BOUNDS}
     session = {name: f"{bounds[name]}ms" for name in SESSION_BOUNDS if name not in options}
+    params.update(writable_session(named))
     pooled = transaction_pooled(config) and not direct
     if pooled:
         params["prepare_threshold"] = None
@@ -154,6 +155,27 @@ def connect(url: str, config: Config | None = None, *, autocommit: bool = True, 
         conn.close()
         raise translate(exc, " setting the session's timeouts") from None
     return conn
+
+
+def writable_session(named: dict[str, Any]) -> dict[str, str]:
+    """What to add to a URL (read by libpq into ``named``) so that a multi-host one reaches
+    a server that takes writes: ``target_session_attrs=read-write`` where it names none.
+    libpq would otherwise take the first host that answers; after a failover that may be a
+    hot standby, where every process's first write (a heartbeat, a claim) is refused as
+    read-only. Every rowfleet process writes, so the choice is made for the operator; a URL
+    that names one keeps it.
+
+    >>> writable_session({"host": "db1,db2", "dbname": "jobs"})
+    {'target_session_attrs': 'read-write'}
+    >>> writable_session({"host": "db1,db2", "target_session_attrs": "primary"})
+    {}
+    >>> writable_session({"host": "db1"})
+    {}
+    """
+    hosts = [host for host in str(named.get("host") or named.get("hostaddr") or "").split(",") if host]
+    if len(hosts) > 1 and "target_session_attrs" not in named:
+        return {"target_session_attrs": "read-write"}
+    return {}
 
 
 def translate(exc: Exception, what: str = "") -> RowfleetError:
