@@ -89,12 +89,13 @@ class StandbyPair:
 
     # --- addresses -----------------------------------------------------------------------
 
-    def url(self, dbname: str) -> str:
+    def url(self, dbname: str, target_session_attrs: str | None = "read-write") -> str:
         """The multi-host URL of ``dbname`` (a ``*_test`` name): the primary, then the
-        standby; libpq takes the first that accepts writes."""
+        standby; libpq takes the first that accepts writes (the first that answers, with
+        ``target_session_attrs=None``: the parameter left out)."""
         pg_harness.check_test_database(dbname)
-        return (f"postgresql://postgres@127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}/"
-                f"{dbname}?target_session_attrs=read-write")
+        query = "" if target_session_attrs is None else f"?target_session_attrs={target_session_attrs}"
+        return f"postgresql://postgres@127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}/{dbname}{query}"
 
     def primary_url(self, dbname: str = ADMIN_DATABASE) -> str:
         return _single_url(self.primary.port, dbname)

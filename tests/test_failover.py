@@ -404,6 +404,34 @@ class FleetFailover(FailoverCase):
         self.stop(*fleet.values())
 
 
+class UrlWithoutSessionAttributes(FailoverCase):
+    """A multi-host URL that names no ``target_session_attrs``: rowfleet asks for a
+    read-write session anyway (every process writes), so a worker waits for the promotion
+    instead of landing on the hot standby, where its first write would end it."""
+
+    def test_a_worker_waits_for_the_promotion_instead_of_using_the_standby(self):
+        self.start_pair()
+        self.db = self.pair.url(self.dbname, target_session_attrs=None)
+        worker = self.worker("w1")
+        first = self.enqueue("note")[0]
+        wait_until(lambda: self.store.get_job(first, "").state == "completed", message="a job done on the primary")
+        self.store.close()
+        self.pair.stop_primary("fast")
+        standby = self.session(self.pair.standby_url(self.dbname))
+        # The standby refused a read-write session (libpq's words), or w1 took a session there.
+        on_standby = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'w1'"
+        wait_until(lambda: worker.poll() is not None or "session is read-only" in self.output(worker)
+                   or standby.value(on_standby), message="w1 to try the standby")
+        self.assertIsNone(worker.poll(), f"w1 exited on the standby:\n{self.output(worker)}")
+        self.assertFalse(standby.value(on_standby), "w1 holds a session on the standby, where it cannot write")
+        self.pair.promote()
+        self.store = self.open_store()
+        second = self.store.enqueue(JobSpec(task="note")).id
+        wait_until(lambda: self.store.get_job(second, "").state == "completed",
+                   message="w1 to serve from the promoted standby")
+        self.stop(worker)
+
+
 class AsynchronousFailover(FailoverCase):
     """Asynchronous replication: what the primary acknowledged and the standby had not
     received is gone after the promotion. Recorded, not a defect: the price of commits that
