@@ -138,6 +138,7 @@ def connect(url: str, config: Config | None = None, *, autocommit: bool = True, 
     params = {name: value for name, value in bounds.items() if name not in named and name not in SESSION_BOUNDS}
     session = {name: f"{bounds[name]}ms" for name in SESSION_BOUNDS if name not in options}
     params.update(writable_session(named))
+    params.update(last_writable_first(named, _last_writable.get(url)))
     pooled = transaction_pooled(config) and not direct
     if pooled:
         params["prepare_threshold"] = None
@@ -145,6 +146,8 @@ def connect(url: str, config: Config | None = None, *, autocommit: bool = True, 
         conn = psycopg.connect(url, autocommit=autocommit, row_factory=dict_row, **params)
     except psycopg.Error as exc:
         raise DatabaseUnreachable(f"cannot connect to {redact_url(url)}: {_first_line(exc)}") from None
+    if "," in str(named.get("host") or ""):
+        _last_writable[url] = (conn.info.host, str(conn.info.port))
     if pooled:
         return conn
     try:
@@ -176,6 +179,41 @@ def writable_session(named: dict[str, Any]) -> dict[str, str]:
     if len(hosts) > 1 and "target_session_attrs" not in named:
         return {"target_session_attrs": "read-write"}
     return {}
+
+
+# Each multi-host URL's host (and port) that last gave this process a session, tried first
+# the next time (``last_writable_first``).
+_last_writable: dict[str, tuple[str, str]] = {}
+
+
+def last_writable_first(named: dict[str, Any], last: tuple[str, str] | None) -> dict[str, str]:
+    """The ``host`` and ``port`` of a multi-host URL (read by libpq into ``named``) reordered
+    so that ``last``, the (host, port) that last accepted a read-write session, comes
+    first; {} to leave the URL as written. libpq tries the hosts in order, and a vanished
+    primary first in the list costs every new connection its connect or TCP timeout
+    (seconds each: a scrape of ``/metrics`` opens one per request) for as long as it is
+    gone. Only where the server decides (``target_session_attrs`` read-write or primary,
+    which rowfleet asks for by default): any other host that now takes writes is still
+    found, as libpq moves on from one that does not.
+
+    >>> last_writable_first({"host": "db1,db2", "port": "5432,5433"}, ("db2", "5433"))
+    {'host': 'db2,db1', 'port': '5433,5432'}
+    >>> last_writable_first({"host": "db1,db2", "port": "5432"}, ("db2", "5432"))
+    {'host': 'db2,db1', 'port': '5432,5432'}
+    >>> last_writable_first({"host": "db1,db2", "target_session_attrs": "any"}, ("db2", "5432"))
+    {}
+    """
+    if last is None or named.get("target_session_attrs", "read-write") not in ("read-write", "primary") \
+            or named.get("hostaddr") or named.get("load_balance_hosts"):
+        return {}
+    hosts = str(named.get("host") or "").split(",")
+    ports = str(named.get("port") or "5432").split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports
+    if len(hosts) < 2 or len(ports) != len(hosts) or last not in (pairs := list(zip(hosts, ports))):
+        return {}
+    pairs.remove(last)
+    pairs.insert(0, last)
+    return {"host": ",".join(host for host, _ in pairs), "port": ",".join(port for _, port in pairs)}
 
 
 def translate(exc: Exception, what: str = "") -> RowfleetError:
