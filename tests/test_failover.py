@@ -5,7 +5,7 @@ Owns what a real streaming standby adds to the PostgreSQL process tests: every l
 process (workers with their keepers, an idle worker on LISTEN, the orchestrator, the
 scheduler, the sampler, the panel and the exporter) runs on
 ``postgresql://h1,h2/db?target_session_attrs=read-write`` with short settings (lease 6 s,
-renew 1 s, heartbeat 1 s); the primary is stopped (``pg_ctl stop -m fast``) or vanishes
+renew 1 s, heartbeat 1 s); the primary is stopped (``pg_ctl stop -m fast``), crashes (``-m immediate``) or vanishes
 silently (iptables drops its packets, so a statement in flight gets no answer and no reset),
 and the standby is promoted at once, as a failover manager would. From the fault, each role
 must be back on the promoted server within ``BACK_WITHIN``: the first job claimed and the
@@ -230,6 +230,9 @@ class FleetFailover(FailoverCase):
 
     def test_primary_stopped_then_standby_promoted(self):
         self.fail_over(lambda pair: pair.stop_primary("fast"), "primary stopped (fast)")
+
+    def test_primary_crashes_then_standby_promoted(self):
+        self.fail_over(lambda pair: pair.stop_primary("immediate"), "primary crashed (stopped immediate)")
 
     def test_primary_vanishes_silently_then_standby_promoted(self):
         self.fail_over(lambda pair: pair.vanish_primary(), "primary vanished (packets dropped)", vanishing=True)
