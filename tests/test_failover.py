@@ -1,21 +1,24 @@
 """Failover: a fleet on a multi-host URL serves from the promoted standby, within seconds,
-when its primary stops or vanishes.
+when its primary stops, crashes or vanishes.
 
 Owns what a real streaming standby adds to the PostgreSQL process tests: every long-running
 process (workers with their keepers, an idle worker on LISTEN, the orchestrator, the
 scheduler, the sampler, the panel and the exporter) runs on
-``postgresql://h1,h2/db?target_session_attrs=read-write`` with short settings (lease 6 s,
-renew 1 s, heartbeat 1 s); the primary is stopped (``pg_ctl stop -m fast``), crashes (``-m immediate``) or vanishes
-silently (iptables drops its packets, so a statement in flight gets no answer and no reset),
-and the standby is promoted at once, as a failover manager would. From the fault, each role
-must be back on the promoted server within ``BACK_WITHIN``: the first job claimed and the
-first completed, each worker's heartbeat and next claim, the keeper's renewal of a job held
-across the failover, an orchestrator sweep, a schedule slot fired, a sampler row, the
-panel answering with a job only the new primary has, ``/metrics`` counting it, and the idle
-worker's LISTEN made again. With synchronous replication nothing acknowledged is lost and
-no job completes twice. With asynchronous replication what the standby had not received is
-lost: that test records what happens (jobs finished on the old primary run again, under the
-same lease token numbers), as the price of not waiting for the standby.
+``postgresql://h1,h2/db?target_session_attrs=read-write`` with short settings (lease 8 s,
+renew 1 s, heartbeat 1 s); the primary is stopped (``pg_ctl stop -m fast``), crashes
+(``-m immediate``) or vanishes silently (iptables drops its packets, so a statement in
+flight gets no answer and no reset), and the standby is promoted at once, as a failover
+manager would. From the fault, each role must be back on the promoted server within
+``BACK_WITHIN``: the first job claimed and the first completed, each worker's heartbeat and
+next claim, the keeper's renewal of a job held across the failover, an orchestrator sweep,
+a schedule slot fired, a sampler row, the panel answering with a job only the new primary
+has, ``/metrics`` counting it, and the idle worker's LISTEN made again; later connections
+go to the promoted server first (a scrape does not wait on the vanished primary again).
+With synchronous replication nothing acknowledged is lost and no job completes twice. A URL
+that names no ``target_session_attrs`` still waits for the promotion rather than settle on
+the hot standby. With asynchronous replication what the standby had not received is lost:
+that test records what happens (enqueues gone; finished jobs run again, under the same
+lease token numbers), the price of commits that do not wait for the standby.
 
 Each figure is printed on the real stderr (``failover figures: ...``). The servers come from
 ``pg_standby`` (skipped loudly without PostgreSQL, pg_basebackup, root or iptables; required
