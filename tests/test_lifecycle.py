@@ -13,6 +13,7 @@ import unittest
 import rowfleet
 from rowfleet import queries
 from rowfleet.claim import Claim
+from rowfleet.config import Config
 from rowfleet.errors import ConfigError, Conflict, LeaseLost, NotFound, SchemaMissing
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, Cancel, JobSpec, Outcome, Retry, \
     decide_outcome
@@ -256,7 +257,8 @@ class LifecycleContract:
         self.clock.advance(11)
         self.assertEqual([r["action"] for r in self.store.reclaim_lapsed()], ["reclaimed"])
         fresh = self.claim(lease=10)
-        self.assertEqual((fresh.id, fresh.lease_token, fresh.attempts), (stale.id, 2, 2))
+        # A new token; the attempt the lost lease counted was given back.
+        self.assertEqual((fresh.id, fresh.lease_token, fresh.attempts), (stale.id, 2, 1))
         before = self.store.get_job(stale.id, "")
         for attempt in (lambda: self.store.finish(stale, Outcome(COMPLETED, result="stale", event="completed")),
                         lambda: self.store.finish(stale, Outcome(FAILED, error="x", event="failed")),
@@ -289,14 +291,30 @@ class LifecycleContract:
         self.assertEqual(self.claim().id, fresh.id)
         self.assertEqual(self.kinds(lapsed.id), ["claimed", "reclaimed", "claimed"])
 
-    def test_a_lapse_on_the_last_attempt_fails_the_job(self):
+    def test_a_lapse_gives_the_attempt_back_and_spends_a_watchdog_retry(self):
+        # From the database a holder cut off and a box that died look the same: neither is
+        # the job's fault, so even its last attempt runs again.
         self.enqueue(max_attempts=1)
+        job = self.claim(lease=5)
+        self.clock.advance(6)
+        self.assertEqual([r["action"] for r in self.store.reclaim_lapsed()], ["reclaimed"])
+        requeued = self.store.get_job(job.id, "")
+        self.assertEqual((requeued.state, requeued.attempts, requeued.watchdog_retries), (QUEUED, 0, 1))
+        self.assertIn("lease lapsed", requeued.error)
+
+    def test_a_job_whose_holders_keep_losing_their_leases_fails_once_the_watchdog_retries_are_spent(self):
+        self.enqueue(max_attempts=1)
+        for _ in range(Config().watchdog_retries):
+            self.claim(lease=5)
+            self.clock.advance(6)
+            self.assertEqual([r["action"] for r in self.store.reclaim_lapsed()], ["reclaimed"])
         job = self.claim(lease=5)
         self.clock.advance(6)
         self.assertEqual([r["action"] for r in self.store.reclaim_lapsed()], ["failed"])
         failed = self.store.get_job(job.id, "")
         self.assertEqual(failed.state, FAILED)
         self.assertIn("lease lapsed", failed.error)
+        self.assertIn("watchdog retries used up", failed.error)
 
     # --- retries, cancel, revive -------------------------------------------------------
 
@@ -368,8 +386,8 @@ class LifecycleContract:
     def test_stale_workers_are_flagged_and_a_beat_clears_it(self):
         self.store.worker_beat("w1", "", "host", "default", 1, None)  # the store's config: a beat every 10 s
         self.clock.advance(31)
-        self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers()], ["w1"])
-        self.assertEqual(self.store.flag_stale_workers(), [])
+        self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers(known_dead=lambda worker: True)], ["w1"])
+        self.assertEqual(self.store.flag_stale_workers(known_dead=lambda worker: True), [])
         self.store.worker_beat("w1", "", "host", "default", 1, None)
         self.assertIsNone(self.store.workers(since=0)[0]["flagged_dead_at"])
 
@@ -382,12 +400,12 @@ class LifecycleContract:
         job = self.claim()
         worker_store.worker_beat("w40", "", "host", "default", 4242, job.id)
         self.clock.advance(31)  # past 3 beats of the sweeper's 10 s, inside 3 of the worker's 40 s
-        self.assertEqual(self.store.flag_stale_workers(), [])
+        self.assertEqual(self.store.flag_stale_workers(known_dead=lambda worker: True), [])
         self.assertEqual(self.store.get_job(job.id, "").state, RUNNING)
         row = self.store.workers(since=0)[0]
-        self.assertEqual((row["heartbeat"], row["lease"]), (40.0, 600.0))
+        self.assertEqual((row["heartbeat"], row["lease"]), (40.0, 30.0))
         self.clock.advance(90)  # 121 s: past 3 of its own beats
-        self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers()], ["w40"])
+        self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers(known_dead=lambda worker: True)], ["w40"])
 
     def test_project_services_count_live_orchestrators_and_waiting_outbox_events(self):
         self.enqueue()

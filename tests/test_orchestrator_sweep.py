@@ -7,14 +7,17 @@ Time is moved, never waited for: the store's clock and the orchestrator's monoto
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import doctest
 import json
 import sqlite3
+import subprocess
+import sys
 import unittest
 
 from rowfleet import orchestrator
 from rowfleet.claim import Claim
-from rowfleet.job import RUNNING, JobSpec
+from rowfleet.job import QUEUED, RUNNING, JobSpec
 from rowfleet.orchestrator import PRUNE_EVERY, Orchestrator, Sweep
 from pg_harness import PostgresServerCase
 from support import TempDirTestCase
@@ -121,9 +124,9 @@ class SilentMomentsContract:
         self.assertEqual(self.sweep(INTERVAL).flagged_workers, 0, "flagged within the hold")
         self.beat(1, 2, 3)
         after = self.sweep(INTERVAL)  # one heartbeat after the held sweep
-        self.assertEqual((after.flagged_workers, after.reclaimed), (1, 1))
+        self.assertEqual((after.flagged_workers, after.reclaimed), (1, 0))
         self.assertEqual(self.flagged(), {4})
-        self.assertEqual(self.held(), {1, 2, 3})
+        self.assertEqual(self.held(), set(PIDS), "box is not the sweep's host: 4's job waits for its lease")
 
     def test_every_heartbeat_stale_at_once_holds_one_heartbeat(self):
         for _ in range(6):  # a storage stall: nobody beats for 7 s, while the sweeps come on time
@@ -151,8 +154,8 @@ class SilentMomentsContract:
         with self.assertLogs("rowfleet.orchestrator", "WARNING"):
             swept = fresh.run_once_settled(sleep)
         self.assertEqual(waited, [HEARTBEAT])
-        self.assertEqual((swept.flagged_workers, swept.reclaimed), (1, 1))
-        self.assertEqual((self.flagged(), self.held()), ({4}, {1, 2, 3}))
+        self.assertEqual((swept.flagged_workers, swept.reclaimed), (1, 0))
+        self.assertEqual((self.flagged(), self.held()), ({4}, set(PIDS)))
 
     def test_a_late_sweep_holds_one_heartbeat(self):
         self.beat(1, 2, 3)  # 4 is silent from here on; the others go on beating
@@ -169,7 +172,41 @@ class SilentMomentsContract:
             self.beat(1, 2, 3)
             sweeps.append(self.sweep(INTERVAL).flagged_workers)
         self.assertEqual(sweeps, [0, 0, 0, 0, 0, 0, 1], "flagged at the first sweep that saw it stale")
-        self.assertEqual((self.flagged(), self.held()), ({4}, {1, 2, 3}))
+        self.assertEqual((self.flagged(), self.held()), ({4}, set(PIDS)))
+
+    def test_a_silent_worker_of_another_host_keeps_its_job_until_its_lease_lapses(self):
+        # It may be cut off from the database and still running the job: only the lapse,
+        # which its lease rule stops the job before, may hand the job to another worker.
+        for _ in range(7):
+            self.beat(1, 2, 3)
+            self.sweep(INTERVAL)
+        self.assertEqual((self.flagged(), self.held()), ({4}, set(PIDS)))
+        for pid in (1, 2, 3):
+            self.store.renew(self.jobs[pid], 3600.0)
+        self.beat(1, 2, 3)
+        self.assertEqual(self.sweep(3600.0 - 7 * INTERVAL - 0.5).reclaimed, 0, "reclaimed before its lease lapsed")
+        self.beat(1, 2, 3)
+        self.assertEqual(self.sweep(1.0).reclaimed, 1)
+        self.assertEqual(self.held(), {1, 2, 3})
+        requeued = self.store.get_job(self.jobs[4].id, "")
+        self.assertEqual((requeued.state, requeued.attempts, requeued.watchdog_retries), (QUEUED, 0, 1),
+                         "a lost lease gives the attempt back and spends a watchdog retry")
+
+    def test_a_silent_worker_whose_process_is_gone_from_this_host_frees_its_job_at_once(self):
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()  # reaped: no process has its pid now (a reuse would only mean waiting for the lease)
+        self.store.worker_beat(f"box:{gone.pid}:0", "", "box", "default", gone.pid, None)
+        self.store.enqueue(JobSpec(task="moments.hold"))
+        orphan = self.store.claim(Claim("", "default", f"box:{gone.pid}", 3600.0))
+        here = Orchestrator(self.store, dataclasses.replace(self.store.config, host="box"), monotonic=self.ticks)
+        for _ in range(7):
+            self.beat(*PIDS)
+            self.ticks.advance(INTERVAL)
+            self.clock.advance(INTERVAL)
+            swept = here.run_once()
+        self.assertEqual((swept.flagged_workers, swept.reclaimed), (1, 1))
+        self.assertEqual(self.store.get_job(orphan.id, "").state, QUEUED)
+        self.assertEqual(self.held(), set(PIDS))
 
     def test_a_heartbeat_row_that_is_no_number_is_left_out_of_the_judgment(self):
         self.plant_unreadable_beat(4)  # plain SQL's: no sweep could ever judge it stale

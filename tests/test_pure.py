@@ -100,7 +100,7 @@ class ConfigTest(unittest.TestCase):
     def test_precedence_environment_then_overrides(self):
         env = {"ROWFLEET_LEASE": "30", "ROWFLEET_PROJECT": "alpha", "ROWFLEET_SYNCHRONOUS": "normal"}
         built = config.from_env(env, project="beta", renew=None)
-        self.assertEqual((built.lease, built.project, built.renew, built.synchronous), (30.0, "beta", 10.0, "NORMAL"))
+        self.assertEqual((built.lease, built.project, built.renew, built.synchronous), (30.0, "beta", 5.0, "NORMAL"))
 
     def test_invalid_values(self):
         cases = [({"ROWFLEET_LEASE": "x"}, {}), ({}, {"lease": 0}), ({}, {"lease": 5, "renew": 5}),

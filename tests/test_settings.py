@@ -50,7 +50,7 @@ def readme() -> str:
 
 # Text a variable or flag may give each kind, and the value it stands for.
 SAMPLES = {
-    config.SECONDS: ("42.5", 42.5),
+    config.SECONDS: ("12.5", 12.5),
     config.PERCENT: ("7.5", 7.5),
     config.MIB: ("100", 100.0),
     config.AT_LEAST_ONE: ("4", 4),
@@ -91,7 +91,7 @@ class DeclarationTest(unittest.TestCase):
         declared = {setting.name: setting.default for setting in config.CONFIG_SETTINGS}
         self.assertEqual({field.name: field.default for field in fields}, declared)
         self.assertEqual((config.Config().lease, config.Config().synchronous, config.Config().allow_modules),
-                         (600.0, "FULL", ()))
+                         (30.0, "FULL", ()))
 
     def test_config_stays_a_frozen_validated_dataclass(self):
         built = config.Config(db="postgresql://ops:s3cret@db/fleet", lease=30, renew=5)
@@ -201,7 +201,7 @@ class CommandLineTest(unittest.TestCase):
                                            "least 0, got '-1'"),
             (["--idle-gpu", "nan"], "rowfleet status: argument --idle-gpu: expected a positive finite number, "
                                     "got 'nan'"),
-            (["--renew", "700"], "rowfleet: error: renew (700s) must be shorter than lease (600s)"),
+            (["--renew", "700"], "rowfleet: error: renew (700s) must be shorter than lease (30s)"),
             (["--allow-module", "x"], "rowfleet: unrecognized arguments: --allow-module x"),
             (["--log-level", "loud"], "rowfleet: error: --log-level must be DEBUG, INFO, WARNING or ERROR, "
                                       "got 'loud'"),
@@ -248,7 +248,7 @@ class ReadmeTablesTest(unittest.TestCase):
 
     def test_a_stale_table_is_found(self):
         text = readme()
-        stale = text.replace("| `ROWFLEET_LEASE` | 600 s |", "| `ROWFLEET_LEASE` | 60 s |", 1)
+        stale = text.replace("| `ROWFLEET_LEASE` | 30 s |", "| `ROWFLEET_LEASE` | 60 s |", 1)
         self.assertNotEqual(stale, text)
         self.assertEqual(settings_table.splice(stale), text)
         self.assertEqual(settings_table.stale_tables(stale, text), ["general"])

@@ -138,7 +138,7 @@ class Setting:
         """The default as the README shows it.
 
         >>> [SETTING[name].default_markdown() for name in ("lease", "idle_gpu", "project", "host")]
-        ['600 s', '5 %', '`""`', 'the hostname']
+        ['30 s', '5 %', '`""`', 'the hostname']
         """
         return self._default_shown(" ")
 
@@ -147,7 +147,7 @@ class Setting:
         so that the help never wraps between them.
 
         >>> [SETTING[name].default_text() for name in ("lease", "idle_gpu", "synchronous", "project")]
-        ['600s', '5%', 'FULL', '""']
+        ['30s', '5%', 'FULL', '""']
         """
         return self._default_shown("").replace("`", "")
 
@@ -163,7 +163,7 @@ class Setting:
         """The setting's row in its README table.
 
         >>> SETTING["lease"].row()
-        '| lease length | `--lease` | `ROWFLEET_LEASE` | 600 s |'
+        '| lease length | `--lease` | `ROWFLEET_LEASE` | 30 s |'
         """
         flag, env = f"`{self.flag}`", f"`{self.env}`"
         if self.kind.repeated:
@@ -283,8 +283,9 @@ SETTINGS: tuple[Setting, ...] = (
             in_config=False),
     Setting("host", "", TEXT, "this machine's label in holders and heartbeats", "host label", check=_check_host,
             shown="the hostname"),
-    _seconds("lease", 600.0, "seconds a claimed job's lease lasts", "lease length"),
-    _seconds("renew", 10.0, "seconds between lease renewals", "lease renewal cadence"),
+    _seconds("lease", 30.0, "seconds a claimed job's lease lasts (its holder stops it sooner if it cannot renew)",
+             "lease length"),
+    _seconds("renew", 5.0, "seconds between lease renewals", "lease renewal cadence"),
     _seconds("heartbeat", 10.0, "seconds between worker heartbeats",
              "heartbeat cadence (silent after 3 missed)"),
     # A floor: an idle worker that polls faster spins a core and gains nothing.

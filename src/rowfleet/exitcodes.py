@@ -1,6 +1,6 @@
 """Process exit codes, defined once. The README's exit-code tables are this module.
 
-The 75-80 band is a worker's own way out of a job it should not go on running; the
+The 75-81 band is a worker's own way out of a job it should not go on running; the
 supervisor reads it back with ``meaning()``. A leaf: imports nothing but ``signal``.
 """
 
@@ -20,6 +20,7 @@ REASSIGNED = 77     # the job's row was taken by another holder: exit, write not
 GPU_IDLE = 78       # GPU idle and memory static for a whole window on a GPU job   (a fault)
 OPERATOR_STOP = 79  # an operator turned this worker off, hard                     (not a fault)
 CANCELLED = 80      # an operator cancelled the job, and its handler did not stop in the grace (not a fault)
+CUT_OFF = 81        # its lease could not be renewed in time: stopped before the lease could lapse (not a fault)
 
 WATCHDOG_FAULTS = (BUDGET, STALLED, GPU_IDLE)
 
@@ -33,6 +34,7 @@ _MEANINGS = {
     GPU_IDLE: "GPU idle and memory static past the window",
     OPERATOR_STOP: "stopped by an operator",
     CANCELLED: "its job was cancelled by an operator",
+    CUT_OFF: "cut off: its job's lease could not be renewed in time",
     INTERRUPTED: "interrupted",
     BROKEN_PIPE: "its output was closed",
     137: "killed (SIGKILL, or out of memory)",

@@ -475,13 +475,15 @@ def _hashable(value: Any) -> Any:
 
 
 def _history_order(event: Event) -> tuple[Any, ...]:
-    """Where an event goes in a job's history: by time, then attempt (an event that names
+    """Where an event goes in a job's history: by time, then claim (its lease token, which
+    every claim raises, then its attempt, which a lost lease gives back; an event that names
     none after those that do), its claim first, then as written (one made from the row last)."""
     at = (0, float(event.at)) if names.is_finite_number(event.at) else (1, 0.0)
-    attempt = event.detail.get("attempt") if isinstance(event.detail, dict) else None
-    attempt = (0, attempt) if names.is_finite_number(attempt) else (1, 0)
+    detail = event.detail if isinstance(event.detail, dict) else {}
+    token, attempt = (((0, value) if names.is_finite_number(value) else (1, 0))
+                      for value in (detail.get("token"), detail.get("attempt")))
     written = (0, event.id) if isinstance(event.id, int) else (1, 0)
-    return at, attempt, event.kind != "claimed", written
+    return at, token, attempt, event.kind != "claimed", written
 
 
 def iso(epoch: Any) -> str | None:

@@ -5,6 +5,10 @@ claims name it, and the rhythm of the keeper's chores) and shares with the worke
 thread only explicit cells: the ``SwitchCell`` both threads read and write, the job in
 hand (``hold``/``release``), and the state its heartbeat shows (``publish``).
 
+Each renewal that succeeds is noted in ``Leases`` with the moment it was sent: a keeper
+that cannot renew (its box cut off from the database) leaves the watchdog to stop the job
+before its lease could lapse and another worker start it (the lease rule, exit 81).
+
 A switch that moves is acted on here, because the main thread may be deep in a handler:
 a hard switch has the watchdog stop the job in hand, a drain switch makes the heartbeat
 say draining; then ``wake`` tells the main thread to look. A renewal that finds the job
@@ -74,6 +78,33 @@ class Identity:
     def holder(self) -> str:
         """How its claims name it: host and pid."""
         return f"{self.host}:{self.pid}"
+
+
+class Leases:
+    """When the lease of each job a worker holds was last granted or renewed: the monotonic
+    moment the statement that did it was sent, since the database counts the lease from no
+    earlier. Written by the main thread (its claims) and the keeper (its renewals), read by
+    the watchdog, which stops a job whose lease is running out (``liveness.lease_running_out``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: dict[tuple[int, int], float] = {}
+
+    def granted(self, jobs: "Job | Sequence[Job] | None", sent: float) -> None:
+        """The jobs a statement sent at ``sent`` claimed or renewed (one, several, or None)."""
+        taken = [] if jobs is None else [jobs] if isinstance(jobs, Job) else list(jobs)
+        with self._lock:
+            for job in taken:
+                self._since[(job.id, job.lease_token)] = sent
+
+    def since(self, job: Job) -> float | None:
+        with self._lock:
+            return self._since.get((job.id, job.lease_token))
+
+    def forget(self, jobs: Sequence[Job]) -> None:
+        with self._lock:
+            for job in jobs:
+                self._since.pop((job.id, job.lease_token), None)
 
 
 class Prefetched:
@@ -156,7 +187,7 @@ class Keeper(threading.Thread):
     def __init__(self, identity: Identity, switch: SwitchCell, connect: Callable[[], Store], watchdog: Watchdog, *,
                  exit: Callable[[int], None], wake: Callable[[], None], gpu: "GpuBox | None" = None,
                  sidecar: Callable[[], Mapping[str, Any] | None] = lambda: None,
-                 prefetched: Prefetched | None = None) -> None:
+                 prefetched: Prefetched | None = None, leases: Leases | None = None) -> None:
         super().__init__(name=f"rowfleet-keeper-{identity.pid}", daemon=True)
         self.identity = identity
         self.switch = switch
@@ -167,6 +198,7 @@ class Keeper(threading.Thread):
         self.gpu = gpu  # a GPU worker's lease and advert; None for a worker without one
         self.sidecar = sidecar  # what its sidecar is doing (Sidecar.status), for the heartbeat
         self.prefetched = prefetched if prefetched is not None else Prefetched()  # renewed with the job in hand
+        self.leases = leases if leases is not None else Leases()  # each renewal noted, for the lease rule
         self._job: Job | None = None
         self._cancel_reason: str | None = None  # an operator cancelled the job in hand: why
         self._state = control.SERVING  # what the heartbeat row shows
@@ -321,6 +353,7 @@ class Keeper(threading.Thread):
         job = self.held()
         if job is None:
             return
+        sent = time.monotonic()
         try:
             renewal = store.renew(job, self.identity.lease)
         except LeaseLost as exc:
@@ -335,6 +368,7 @@ class Keeper(threading.Thread):
         except RowfleetError as exc:
             log.warning("lease renewal of job %d failed (will retry): %s", job.id, exc)
             return
+        self.leases.granted(job, sent)
         if renewal.cancel_requested_at is not None:
             self._cancel_seen(job, renewal.cancel_reason or "cancelled by an operator")
 
@@ -344,6 +378,7 @@ class Keeper(threading.Thread):
         cancelled meanwhile, which ends cancelled without running. One the main thread took
         and finished since the snapshot is no loss: short jobs often end between the two."""
         for job in self.prefetched.snapshot():
+            sent = time.monotonic()
             try:
                 renewal = store.renew(job, self.identity.lease)
             except LeaseLost as exc:
@@ -354,6 +389,7 @@ class Keeper(threading.Thread):
             except RowfleetError as exc:
                 log.warning("lease renewal of prefetched job %d failed (will retry): %s", job.id, exc)
                 continue
+            self.leases.granted(job, sent)
             if renewal.cancel_requested_at is not None:
                 self.prefetched.discard([job])
                 reason = renewal.cancel_reason or "cancelled by an operator"

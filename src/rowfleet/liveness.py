@@ -34,6 +34,46 @@ def silent(last_seen: float, heartbeat: float, now: float) -> bool:
     return now - last_seen > MISSED_BEATS * heartbeat
 
 
+# The lease rule: a holder that has not renewed its job's lease stops the job before the
+# lease can lapse, so that no other worker starts it while it still runs. The margin covers
+# the holder's clock running slower than the database's (a monotonic clock's rate error is
+# parts per million; LEASE_CLOCK_RATE allows a hundred times the worst seen on a VM), the
+# watchdog's tick and the hard exit itself (LEASE_STOP_TIME). It never takes more than half
+# of what the lease leaves after one renew period, so that one renewal may always fail.
+LEASE_CLOCK_RATE = 0.01
+LEASE_STOP_TIME = 1.0
+
+
+def lease_margin(lease: float, renew: float) -> float:
+    """Seconds before its lease could lapse at which a holder that has not renewed stops its job.
+
+    >>> lease_margin(30.0, 5.0), lease_margin(600.0, 10.0), lease_margin(1.0, 0.25)
+    (1.0, 6.0, 0.375)
+    """
+    return max(lease * LEASE_CLOCK_RATE, min(LEASE_STOP_TIME, (lease - renew) / 2))
+
+
+def lease_running_out(leased_since: float, now: float, lease: float, renew: float) -> bool:
+    """Must a holder stop its job at ``now``, its lease last granted or renewed by a statement
+    sent at ``leased_since`` (the same monotonic clock)? The database counts the lease from
+    no earlier than that send, so the holder's count is the longer: it stops first.
+
+    >>> lease_running_out(100.0, 128.9, 30.0, 5.0), lease_running_out(100.0, 129.0, 30.0, 5.0)
+    (False, True)
+    """
+    return now - leased_since >= lease - lease_margin(lease, renew)
+
+
+def lease_exit_by(leased_since: float, lease: float, renew: float) -> float:
+    """The latest moment (monotonic, as ``leased_since``) a holder whose lease is running out
+    may still be alive: what a watchdog's trip may spend recording its outcome stops here.
+
+    >>> lease_exit_by(100.0, 30.0, 5.0)
+    129.5
+    """
+    return leased_since + lease - lease_margin(lease, renew) / 2
+
+
 def unheld(lease_expires_at: Any, claimed_by: Any) -> str | None:
     """Why a running job's row names no holder a sweep could ever see lose it, or None: it
     has no lease, or one that is no time (plain SQL's text or bytes, a NaN or an infinity:
@@ -103,6 +143,37 @@ def orphan_outcome(attempts: Any, max_attempts: Any, lost: str, stopped: str | N
     if attempts < max_attempts:
         return QUEUED, f"{lost}; re-queued"
     return FAILED, f"{lost} on the last attempt ({attempts} of {max_attempts})"
+
+
+def lapse_outcome(row: Any, lost: str, stopped: str | None, watchdog_retries: int) -> tuple[str, str]:
+    """What becomes of a running job whose lease lapsed, by its row (``attempts``,
+    ``max_attempts``, ``watchdog_retries``): ``(state, error)``. Its holder stopped renewing,
+    and from the database a holder cut off (which stopped the job itself, by the lease rule)
+    and one whose box died look the same; neither is the job's fault, so the attempt its claim
+    counted is given back (the re-queue's statement does that) and one watchdog retry is
+    spent instead: a job whose holders keep vanishing (one that takes its box down, say)
+    fails once ``watchdog_retries`` are used up. Cancelled when it is not to run again, as
+    any orphan (``orphan_outcome``).
+
+    >>> row = {"attempts": 5, "max_attempts": 5, "watchdog_retries": 0}
+    >>> lapse_outcome(row, "worker h:1 was lost (lease lapsed)", None, 3)
+    ('queued', 'worker h:1 was lost (lease lapsed); re-queued, its attempt given back')
+    >>> lapse_outcome({**row, "watchdog_retries": 3}, "worker h:1 was lost (lease lapsed)", None, 3)[1]
+    'worker h:1 was lost (lease lapsed); its holders lost 4 leases (watchdog retries used up: 3)'
+    >>> lapse_outcome({**row, "watchdog_retries": "x"}, "lapsed", None, 3)
+    ('failed', "lapsed; not re-queued, since its row cannot be decoded: column watchdog_retries is not an integer: 'x'")
+    """
+    if stopped is not None:
+        return CANCELLED, not_retried(stopped, lost)
+    problems = [decode_column(name, row[name])[1] or f"column {name} is empty"
+                for name in ("attempts", "max_attempts", "watchdog_retries")
+                if row[name] is None or decode_column(name, row[name])[1]]
+    if problems:
+        return FAILED, f"{lost}; not re-queued, since its row cannot be decoded: {'; '.join(problems)}"
+    spent = row["watchdog_retries"]
+    if spent + 1 > watchdog_retries:
+        return FAILED, f"{lost}; its holders lost {spent + 1} leases (watchdog retries used up: {watchdog_retries})"
+    return QUEUED, f"{lost}; re-queued, its attempt given back"
 
 
 def not_retried(why: str, error: str | None) -> str:
@@ -243,7 +314,10 @@ def trip_outcome(job: Any, trip: Trip, limits: Limits, *, backoff_base: float = 
     is re-queued after a backoff, or fails once the retries (``limits.watchdog_retries``)
     or its attempts are used up. An operator stop (79) is not a fault: the job is
     re-queued at once and the attempt is given back. A cancel whose handler did not stop
-    in time (80) ends the job cancelled, as the operator asked.
+    in time (80) ends the job cancelled, as the operator asked. A holder cut off (81: its
+    lease could not be renewed) re-queues the job at once with its attempt given back and a
+    watchdog retry spent, as the lapse it forestalls would (``lapse_outcome``), when it can
+    still write at all.
 
     >>> from types import SimpleNamespace as J
     >>> job = J(attempts=1, max_attempts=5, watchdog_retries=0)
@@ -257,12 +331,20 @@ def trip_outcome(job: Any, trip: Trip, limits: Limits, *, backoff_base: float = 
     (Outcome(state='queued', result=None, error='stopped by an operator: turned off', traceback=None, delay=0.0, event='operator_stop', result_json=None), 1)
     >>> trip_outcome(spent, Trip(80, "cancel", "cancelled by ops"), Limits())[0].state
     'cancelled'
+    >>> outcome, retries, refund = trip_outcome(job, Trip(81, "lease", "not renewed for 29s"), Limits())
+    >>> outcome.state, outcome.delay, retries, refund
+    ('queued', 0.0, 1, 1)
     """
     if trip.code == exitcodes.OPERATOR_STOP:
         return Outcome(QUEUED, error=f"stopped by an operator: {trip.reason}", event="operator_stop"), 0, 1
     if trip.code == exitcodes.CANCELLED:  # what the operator asked for: no fault, no retry
         return Outcome(CANCELLED, error=trip.reason, event="cancelled"), 0, 0
     error = f"watchdog {trip.watchdog} (exit {trip.code}, {exitcodes.meaning(trip.code)}): {trip.reason}"
+    if trip.code == exitcodes.CUT_OFF:  # as a lapse would decide (lapse_outcome), written by the holder
+        if job.watchdog_retries + 1 > limits.watchdog_retries:
+            return Outcome(FAILED, error=f"{error}; watchdog retries used up ({job.watchdog_retries} of "
+                           f"{limits.watchdog_retries})", event="failed"), 1, 0
+        return Outcome(QUEUED, error=f"{error}; re-queued, its attempt given back", event="retried"), 1, 1
     if job.watchdog_retries + 1 > limits.watchdog_retries:
         return Outcome(FAILED, error=f"{error}; watchdog retries used up ({job.watchdog_retries} of "
                        f"{limits.watchdog_retries})", event="failed"), 1, 0

@@ -4,15 +4,20 @@ Draining applies the dispatch events that finished nodes wrote (each in its own
 transaction with the walk it triggers), and runs as soon as one is written: the
 orchestrator sleeps on the store's dispatch waiter (NOTIFY on Postgres, the database file
 on SQLite) between sweeps. An event whose drain failed is skipped until its
-``next_attempt_at`` (the store's backoff), however often the waiter wakes us. A sweep re-queues jobs whose lease lapsed (the only recovery
-path for an orphaned row) or whose row names no holder a lapse could ever free (no lease, a
-lease that is no time, no worker: plain SQL's), fails queued jobs no claim could ever take
-(a run_at that is no number), flags workers whose heartbeat went stale (unless the sweep doubts
-its moment: see ``flag_silent``), gives stranded runs
-a fresh event, and prunes finished rows past the retention period. Every step is a
-guarded write, so two orchestrators may run at once. Each sweep also beats the
-orchestrator's own row, so ``status`` and ``broker`` can say whether a project is served.
-``run_once(now)`` is one sweep and one drain; its ``Sweep`` says what they did.
+``next_attempt_at`` (the store's backoff), however often the waiter wakes us.
+
+A sweep re-queues jobs whose lease lapsed (the only recovery path for an orphaned row) or
+whose row names no holder a lapse could ever free (no lease, a lease that is no time, no
+worker: plain SQL's), fails queued jobs no claim could ever take (a run_at that is no
+number), flags workers whose heartbeat went stale (unless the sweep doubts its moment: see
+``flag_silent``), gives stranded runs a fresh event, and prunes finished rows past the
+retention period. A flagged worker's jobs go back to the queue at once only when its death
+is certain (``known_dead``: its process is gone from this host); otherwise they wait for
+their leases, since a worker cut off from the database runs them until its lease rule
+stops them, just before the lease could lapse. Every step is a guarded write, so two
+orchestrators may run at once. Each sweep also beats the orchestrator's own row, so
+``status`` and ``broker`` can say whether a project is served. ``run_once(now)`` is one
+sweep and one drain; its ``Sweep`` says what they did.
 
 Each sweep also decides placement for the project's queued model jobs, a group at a time
 (one per queue, model and job size, as ``rowfleet.snapshot.models`` reads them, never a job
@@ -38,7 +43,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from rowfleet import liveness, routing, snapshot, waiting
 from rowfleet.config import Config
@@ -47,6 +52,7 @@ from rowfleet.job import QUEUED
 from rowfleet.snapshot import Demand, Models
 from rowfleet.store import Store
 from rowfleet.store.jobs import PLACEMENT_BATCH
+from rowfleet.telemetry import memory
 
 log = logging.getLogger("rowfleet.orchestrator")
 
@@ -192,8 +198,10 @@ class Orchestrator:
             log.warning("job %d failed unclaimed: %s", job.id, job.error)
         flagged = self.flag_silent()
         for worker in flagged:
-            log.warning("worker %s (project %r, queue %r) missed its heartbeats; flagged dead",
-                        worker["worker_id"], worker["project"], worker["queue"])
+            log.warning("worker %s (project %r, queue %r) missed its heartbeats; flagged dead; %s",
+                        worker["worker_id"], worker["project"], worker["queue"],
+                        "its process is gone" if worker["known_dead"] else
+                        "the jobs it holds wait for their leases, which it stops them before if merely cut off")
             for item in worker["jobs"]:
                 if item["action"] != "none":
                     log.warning("job %d of silent worker %s: %s", item["id"], worker["worker_id"], item["action"])
@@ -231,7 +239,17 @@ class Orchestrator:
             log.warning("not flagging silent workers yet: %s; judging again after one heartbeat", trust.why)
             self._hold = max(beat.heartbeat for beat in beats if beat.stale)
         self._last_sweep, self._held_since = moment, trust.held_since
-        return self.store.flag_stale_workers() if trust.flag else []
+        return self.store.flag_stale_workers(self.known_dead) if trust.flag else []
+
+    def known_dead(self, worker: Mapping[str, Any]) -> bool:
+        """Is a silent worker's death certain, not merely its silence? So when it ran on this
+        host (by its label: one label, one machine's processes) and its process is gone. A
+        worker of another host may be cut off from the database and still running its jobs,
+        so they wait for their leases (which it stops them before); a reused pid only makes
+        that wait happen here too."""
+        pid = worker["pid"]
+        return (worker["host"] == self.config.host and isinstance(pid, int) and pid > 0
+                and memory.process_gone(pid))
 
     def place(self) -> Placed:
         """Flag, clear and fail this project's queued model jobs by where they could run

@@ -166,9 +166,10 @@ class Supervisor:
             self.request_stop()
             self.exit_code = code
             return
-        if code in (exitcodes.OPERATOR_STOP, exitcodes.CANCELLED):  # an operator's doing, not a fault
+        if code in (exitcodes.OPERATOR_STOP, exitcodes.CANCELLED, exitcodes.CUT_OFF):  # no fault of the child's
             self.delays[slot], self.crashes[slot] = 0.0, 0
-            then = "it parks until switched on" if code == exitcodes.OPERATOR_STOP else "its job was cancelled"
+            then = {exitcodes.OPERATOR_STOP: "it parks until switched on", exitcodes.CANCELLED: "its job was cancelled",
+                    exitcodes.CUT_OFF: "it serves again once the database answers"}[code]
             log.info("%s child %d %s; restarting it (%s)", spec.name, pid, exitcodes.describe(code), then)
             self.restarts[slot] = time.monotonic() + self.first_delay
             return

@@ -1,6 +1,6 @@
 """The in-process watchdog: a thread of each worker process that stops a job gone wrong.
 
-It watches the job in hand for three faults, each decided by ``rowfleet.liveness``:
+It watches the job in hand for three faults and its lease, each decided by ``rowfleet.liveness``:
 
 * 75, the wall-clock budget: the job's ``timeout`` (its own, else its task's, stamped when
   it was enqueued), else ``config.budget``;
@@ -10,6 +10,9 @@ It watches the job in hand for three faults, each decided by ``rowfleet.liveness
   watches again;
 * 78, GPU health (workers started with ``--gpu``): GPU idle and memory static for a whole
   window, the long ``gpu_first_window`` until the first progress beat, then ``gpu_window``;
+* 81, the lease rule: a job whose lease its keeper has not renewed for the lease less a
+  margin (``liveness.lease_running_out``: the box is cut off from the database, or its
+  keeper is stuck) is stopped before the lease could lapse and another worker start it;
 
 and it carries out an operator's hard switch (79, ``operator_stop``), so that stop takes
 the same path: the policy hands the job back without spending an attempt; and an
@@ -19,8 +22,9 @@ seconds to stop: the job ends cancelled.
 A trip writes the policy's outcome (``liveness.trip_outcome``: re-queue or fail, a
 watchdog retry spent, a forensic ``watchdog_trip`` event; for an operator's stop an
 ``operator_stop`` event instead, since an operator is not a fault) on the watchdog's own
-connection, then ends the process with ``os._exit(code)``: a wedged native call ignores
-any cooperative cancel, and only the death of the process frees its memory and VRAM.
+connection, for no longer than the lease rule allows, then ends the process with
+``os._exit(code)``: a wedged native call ignores any cooperative cancel, and only the death
+of the process frees its memory and VRAM.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from rowfleet.telemetry import gpu, memory
 log = logging.getLogger("rowfleet.watchdog")
 
 TICK = 0.1  # seconds between checks while a job is held; a check is a few comparisons unless a reading is due
+_FINISHED = -1  # a trip's record found the job finished just before: nothing to stop, no exit
 
 
 def limits_of(config: Config) -> liveness.Limits:
@@ -63,7 +68,8 @@ class Watchdog(threading.Thread):
 
     def __init__(self, config: Config, store_factory: Callable[[Config], Any], *, gpu_jobs: bool = False,
                  exit: Callable[[int], None] = os._exit,
-                 unstarted: Callable[[], Sequence[Job]] = lambda: ()) -> None:
+                 unstarted: Callable[[], Sequence[Job]] = lambda: (),
+                 leased_since: Callable[[Job], float | None] = lambda job: None) -> None:
         super().__init__(name=f"rowfleet-watchdog-{os.getpid()}", daemon=True)
         self.config = config
         self.limits = limits_of(config)
@@ -71,6 +77,7 @@ class Watchdog(threading.Thread):
         self.gpu_jobs = gpu_jobs
         self.exit = exit
         self.unstarted = unstarted  # a prefetching worker's jobs not started: handed back with a trip
+        self.leased_since = leased_since  # when the job's lease was last granted or renewed (monotonic)
         self._lock = threading.Lock()
         self._halt = threading.Event()
         # Set by whatever gives the thread something to look at: with no job held it sleeps
@@ -159,9 +166,14 @@ class Watchdog(threading.Thread):
             operator_stop, cancel = self._operator_stop, self._cancel
         if job is None:
             return None
+        now = time.monotonic()
+        leased_since = self.leased_since(job)
+        if leased_since is not None and liveness.lease_running_out(leased_since, now, self.config.lease,
+                                                                   self.config.renew):
+            return job, Trip(exitcodes.CUT_OFF, "lease", f"its lease was last renewed {now - leased_since:.1f}s ago "
+                             f"(lease {self.config.lease:g}s), so it was stopped before the lease could lapse")
         if operator_stop is not None:
             return job, Trip(exitcodes.OPERATOR_STOP, "operator", operator_stop)
-        now = time.monotonic()
         if cancel is not None and cancel[0] is job and now >= cancel[2]:
             return job, Trip(exitcodes.CANCELLED, "cancel", f"{cancel[1]}; its handler did not stop within "
                              f"{self.config.cancel_grace:g}s, so its worker process was ended")
@@ -226,9 +238,33 @@ class Watchdog(threading.Thread):
     # --- tripping -----------------------------------------------------------------------
 
     def _trip(self, job: Job, trip: Trip) -> None:
+        """Record the trip's outcome, then end the process with its code. The record is given
+        only until the lease rule's last moment (``liveness.lease_exit_by``): on a path to the
+        database that has died, the process must be gone before its lease could lapse, and
+        the lapse recovers the job instead."""
+        tripped = f"watchdog {trip.watchdog} trips (exit {trip.code}, {exitcodes.meaning(trip.code)}): {trip.reason}"
+        recorded: list[int] = []
+        recorder = threading.Thread(target=lambda: recorded.append(self._record_trip(job, trip, tripped)),
+                                    name=f"rowfleet-trip-{os.getpid()}", daemon=True)
+        recorder.start()
+        leased_since = self.leased_since(job)
+        if leased_since is None:
+            recorder.join()
+        else:
+            recorder.join(max(0.0, liveness.lease_exit_by(leased_since, self.config.lease, self.config.renew)
+                              - time.monotonic()))
+        if not recorded:
+            log.error("job %d: %s; could not record it before its lease ran out, so the lease will lapse",
+                      job.id, tripped)
+            self.exit(trip.code)
+        elif recorded[0] != _FINISHED:
+            self.exit(recorded[0])
+
+    def _record_trip(self, job: Job, trip: Trip, tripped: str) -> int:
+        """Write the trip's outcome (``liveness.trip_outcome``); the code to exit with, or
+        ``_FINISHED`` when the job finished just before (nothing to stop)."""
         outcome, spent, refund = liveness.trip_outcome(job, trip, self.limits, backoff_base=self.config.backoff_base,
                                                       backoff_max=self.config.backoff_max)
-        tripped = f"watchdog {trip.watchdog} trips (exit {trip.code}, {exitcodes.meaning(trip.code)}): {trip.reason}"
         try:
             written = self._connection().watchdog_trip(job, trip.detail(job.attempts, job.watchdog_retries + spent),
                                                        outcome, spent, refund, hand_back=self.unstarted())
@@ -237,13 +273,12 @@ class Watchdog(threading.Thread):
             log.error("job %d: %s; the job is %s", job.id, tripped, written)
         except LeaseLost as exc:
             if self.held() is not job:
-                return  # it finished just now: nothing to stop
+                return _FINISHED
             log.error("job %d: %s; exiting without writing", job.id, exc)
-            self.exit(exitcodes.REASSIGNED)
-            return
+            return exitcodes.REASSIGNED
         except RowfleetError as exc:  # the lease lapses and the job is reclaimed: still recovered
             log.error("job %d: %s; could not record it (%s), so its lease will lapse", job.id, tripped, exc)
-        self.exit(trip.code)
+        return trip.code
 
     def _record(self, job: Job, kind: str, **detail: Any) -> None:
         try:

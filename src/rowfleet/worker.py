@@ -41,7 +41,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from rowfleet import control, exitcodes, models, names, serving, tasks, waiting
 from rowfleet.claim import Claim
@@ -49,7 +49,7 @@ from rowfleet.config import Config
 from rowfleet.errors import ConfigError, LeaseLost, RowfleetError, StoreUnavailable
 from rowfleet.gpu_worker import GpuBox, GpuSettings
 from rowfleet.job import CANCELLED, COMPLETED, Job, Outcome, decide_outcome, unreadable_outcome
-from rowfleet.keeper import Identity, Keeper, Prefetched, SwitchCell, read_switch
+from rowfleet.keeper import Identity, Keeper, Leases, Prefetched, SwitchCell, read_switch
 from rowfleet.sidecar import Sidecar, SidecarSpec
 from rowfleet.store import Store, open_store
 from rowfleet.watchdog import Watchdog
@@ -63,6 +63,8 @@ SETTLE_STEP_MAX = 0.005
 
 # Progress beats reach the database at most this often; the watchdog hears every one.
 PROGRESS_WRITE_EVERY = 1.0
+
+_Taken = TypeVar("_Taken")  # what a claiming statement returns: a job, None, or a list of jobs
 
 
 _current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("rowfleet_job", default=None)
@@ -113,6 +115,7 @@ class Worker:
         self.config = config
         self.prefetch = prefetch
         self.prefetched = Prefetched()  # claimed with the job in hand, not started yet (prefetch > 1)
+        self.leases = Leases()  # when each held job's lease was granted or renewed: the lease rule's count
         self.queues = (queue,) if isinstance(queue, str) else tuple(dict.fromkeys(queue))
         self.queue = self.queues[0]
         self.burst = burst
@@ -169,7 +172,7 @@ class Worker:
             return exitcodes.OK
         self.waiter = self.store.waiter(self.queues)
         self.watchdog = Watchdog(self.config, self.store_factory, gpu_jobs=self.gpu, exit=self.exit,
-                                 unstarted=self.prefetched.snapshot)
+                                 unstarted=self.prefetched.snapshot, leased_since=self.leases.since)
         self.watchdog.start()
         # After the watchdog: a switch the keeper reads may stop a job through it.
         if self.gpu_box is not None:
@@ -177,7 +180,7 @@ class Worker:
         self.keeper = Keeper(self.identity, self.switch, lambda: self.store_factory(self.config), self.watchdog,
                              exit=self.exit, wake=self._wake, gpu=self.gpu_box,
                              sidecar=self.sidecar.status if self.sidecar is not None else lambda: None,
-                             prefetched=self.prefetched)
+                             prefetched=self.prefetched, leases=self.leases)
         self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
         log.info("worker %s serving %s %s of project %r", self.holder, "queues" if len(self.queues) > 1 else "queue",
@@ -281,17 +284,25 @@ class Worker:
         if self.prefetch > 1:
             return self._next_prefetched() or self._claim_batch()
         for queue in self._serving():
-            job = self.store.claim(self._claim_request(queue))
+            job = self._leasing(lambda: self.store.claim(self._claim_request(queue)))
             if job is not None:
                 return job
         return None
 
     def _claim_batch(self) -> Job | None:
         for queue in self._serving():
-            taken = self.store.claim_batch(self._claim_request(queue), self.prefetch)
+            taken = self._leasing(lambda: self.store.claim_batch(self._claim_request(queue), self.prefetch))
             if taken:
                 return self._hold_batch(taken)
         return None
+
+    def _leasing(self, claim: Callable[[], _Taken]) -> _Taken:
+        """Run a statement that may claim jobs, noting when it was sent: the leases it grants
+        run from no earlier, and the lease rule counts from there (``Leases``)."""
+        sent = time.monotonic()
+        taken = claim()
+        self.leases.granted(taken, sent)
+        return taken
 
     def _hold_batch(self, taken: list[Job]) -> Job | None:
         """The first of a batch just claimed, to run now; the rest held for later."""
@@ -317,6 +328,7 @@ class Worker:
                 self.store.hand_back(job, reason)
             except RowfleetError as exc:
                 log.warning("prefetched job %d: not handed back (%s); its lease will lapse", job.id, exc)
+        self.leases.forget(self.prefetched.snapshot())
         self.prefetched.discard(self.prefetched.snapshot())
 
     def run_job(self, job: Job) -> Job | None:
@@ -343,6 +355,7 @@ class Worker:
                               event="cancelled")
         self.watchdog.release()
         self.keeper.release()
+        self.leases.forget([job])
         ran = time.monotonic() - started
         self.jobs_run += 1
         try:
@@ -368,7 +381,7 @@ class Worker:
             try:
                 if self.prefetch > 1:
                     return self._finish_prefetched(job, outcome, claim_next)
-                return self.store.finish(job, outcome, claim_next)
+                return self._leasing(lambda: self.store.finish(job, outcome, claim_next))
             except StoreUnavailable as exc:
                 if time.monotonic() + pause > give_up:
                     raise
@@ -389,8 +402,8 @@ class Worker:
         if len(self.prefetched):
             self.store.finish(job, outcome)
             return self._next_prefetched()
-        return self._hold_batch(self.store.finish_prefetched(job, outcome, claim_next=claim_next,
-                                                             limit=self.prefetch))
+        return self._hold_batch(self._leasing(lambda: self.store.finish_prefetched(
+            job, outcome, claim_next=claim_next, limit=self.prefetch)))
 
     def execute(self, job: Job) -> Outcome:
         """Run the handler; never raises for the handler's sake."""

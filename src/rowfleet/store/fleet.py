@@ -11,7 +11,7 @@ Also the fleet's rows in one consistent read (``fleet_rows``), from which
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rowfleet import control, exitcodes, liveness, names
 from rowfleet.control import ModelControl, Switch
@@ -113,11 +113,14 @@ class FleetStore(StoreCore):
         with self.transaction() as tx:
             tx.run("worker_stopped", worker_id=worker_id)
 
-    def flag_stale_workers(self) -> list[dict[str, Any]]:
-        """Flag workers that missed ``liveness.MISSED_BEATS`` of their own heartbeats as dead,
-        and put the jobs they hold back in the queue at once (ahead of fresh work) rather
-        than waiting for their leases. The rows flagged, each with ``jobs``: what was done
-        with its jobs.
+    def flag_stale_workers(self, known_dead: Callable[[Mapping[str, Any]], bool]) -> list[dict[str, Any]]:
+        """Flag workers that missed ``liveness.MISSED_BEATS`` of their own heartbeats as dead.
+        A worker ``known_dead`` (by its row: its process is known to be gone) has the jobs it
+        holds put back in the queue at once, ahead of fresh work. Any other silent worker may
+        merely be cut off from the database and still running them: its jobs wait for their
+        leases to lapse (``reclaim_lapsed``), which it stops them before (the lease rule). The
+        rows flagged, each with ``jobs``: what was done with its jobs (none when left to lapse),
+        and ``known_dead``.
 
         A frozen worker that wakes up finds its jobs' tokens taken and exits without writing.
         """
@@ -126,8 +129,9 @@ class FleetStore(StoreCore):
             for worker in flagged:
                 holder = f"{worker['host']}:{worker['pid']}"
                 silent = worker["flagged_dead_at"] - worker["last_seen"]
-                lost = f"worker {holder} stopped beating ({silent:.0f}s since its last heartbeat)"
-                worker["jobs"] = self._recover_jobs_of(tx, worker, lost, "worker_dead")
+                lost = f"worker {holder} stopped beating ({silent:.0f}s since its last heartbeat) and is gone"
+                worker["known_dead"] = known_dead(worker)
+                worker["jobs"] = self._recover_jobs_of(tx, worker, lost, "worker_dead") if worker["known_dead"] else []
             return flagged
 
     def heartbeat_ages(self) -> tuple[float, list[liveness.Beat]]:

@@ -236,18 +236,23 @@ class JobStore(StoreCore):
     # --- recovery ----------------------------------------------------------------------
 
     def reclaim_lapsed(self, limit: int = 100) -> list[dict[str, Any]]:
-        """Re-queue running jobs whose lease lapsed (or fail them on their last attempt, or
-        when they belong to a workflow run that has ended).
+        """Re-queue running jobs whose lease lapsed, with the attempt given back and a watchdog
+        retry spent (``liveness.lapse_outcome``: failed once those are used up, cancelled when
+        it belongs to a workflow run that has ended or an operator cancelled it).
 
         A reclaimed job keeps its id and run_at, so it sorts ahead of fresh work of its priority.
         """
         with self.transaction() as tx:
             rows = tx.all("reclaim_lapsed", limit=limit)
             now = self._now_of(tx) if rows else 0.0
-            done = [self._recover(tx, row, liveness.lost_holder(row["lease_expires_at"], row["claimed_by"], now)
-                                  or f"worker {jobs.raw_text(row['claimed_by'])} was lost (lease lapsed)",
-                                  "reclaimed", requeue="job_reclaim", fail="job_fail_lapsed")
-                    for row in rows]
+            done = []
+            for row in rows:
+                lost = (liveness.lost_holder(row["lease_expires_at"], row["claimed_by"], now)
+                        or f"worker {jobs.raw_text(row['claimed_by'])} was lost (lease lapsed)")
+                decided = liveness.lapse_outcome(row, lost, self._not_to_run_again(tx, row),
+                                                 self.config.watchdog_retries)
+                done.append(self._recover(tx, row, lost, "reclaimed", requeue="job_reclaim", fail="job_fail_lapsed",
+                                          decided=decided))
         return [item for item in done if item["action"] != "none"]
 
     def reclaim_unheld(self, limit: int = 100) -> list[dict[str, Any]]:
@@ -296,18 +301,19 @@ class JobStore(StoreCore):
                                   host=worker["host"], pid=worker["pid"], since=worker["started_at"])]
 
     def _recover(self, tx: Tx, row: Any, lost: str, kind: str, requeue: str, fail: str,
-                 reason: str | None = None) -> dict[str, Any]:
+                 reason: str | None = None, decided: tuple[str, str] | None = None) -> dict[str, Any]:
         """Put an orphaned running job back in the queue with ``requeue``, or end it with
         ``fail``, as ``liveness.orphan_outcome`` decides: cancelled when it was not to run
         again (its workflow run has ended, or an operator asked for it to be cancelled),
         failed when that was its last attempt or its counts cannot be read (plain SQL's: such
         a row ends here, rather than the sweep and every other job of its batch on a
         TypeError). What it did: its ``action`` is the state written (reclaimed for a
-        re-queue), or none. ``reason``, when given, goes in the re-queue's event."""
+        re-queue), or none. ``reason``, when given, goes in the re-queue's event; ``decided``,
+        when given, is the ``(state, error)`` to write instead of ``orphan_outcome``'s."""
         guard = {"id": row["id"], "token": row["lease_token"]}
         detail = {"token": row["lease_token"], "holder": row["claimed_by"], "attempt": row["attempts"]}
-        state, error = liveness.orphan_outcome(row["attempts"], row["max_attempts"], lost,
-                                               self._not_to_run_again(tx, row))
+        state, error = decided or liveness.orphan_outcome(row["attempts"], row["max_attempts"], lost,
+                                                          self._not_to_run_again(tx, row))
         if state == jobs.QUEUED:
             if tx.one(requeue, error=error, **guard):
                 _record_event(tx, row["id"], kind, **detail, **({} if reason is None else {"reason": reason}))
@@ -427,11 +433,12 @@ class JobStore(StoreCore):
             for unstarted in hand_back:
                 self._hand_back(tx, unstarted, f"its worker is ending: job {job.id}'s watchdog tripped")
             if refund and not (job.run_id is not None and self._run_ended(tx, job.run_id)):
-                # an operator's stop, not a fault: back at once, ahead of fresh work
+                # an operator's stop or a holder cut off, not the job's fault: back at once,
+                # ahead of fresh work
                 tx.one("job_hand_back", id=job.id, token=job.lease_token, error=outcome.error)
                 _record_event(tx, job.id, outcome.event or "operator_stop", token=job.lease_token, **detail)
                 return jobs.QUEUED
-            _record_event(tx, job.id, "watchdog_trip", **detail)
+            _record_event(tx, job.id, "watchdog_trip", token=job.lease_token, **detail)
             return self._write_outcome(tx, job, outcome).state
 
     def hand_back(self, job: Job, reason: str) -> bool:

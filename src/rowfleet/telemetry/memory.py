@@ -3,7 +3,7 @@
 Owns the pure parsers of ``/proc/<pid>/status`` (VmRSS), ``/proc/<pid>/stat`` (state and
 ppid), ``/proc/<pid>/cgroup`` (the v2 path) and ``memory.current``, and the thin readers
 that walk a process tree and measure it: ``process_tree``, ``tree_rss_bytes`` and
-``memory_of``. Readers take ``proc_root`` and ``cgroup_root`` so tests can point them at a
+``memory_of``, and ``process_gone``. Readers take ``proc_root`` and ``cgroup_root`` so tests can point them at a
 fake tree, and never raise for a process that exits while it is being read.
 
 Linux only in what it finds; elsewhere the readers answer "gone". Imports nothing from rowfleet.
@@ -191,6 +191,21 @@ def tree_rss_bytes(pids: Iterable[int], proc_root: str = "/proc") -> int:
         text = read_text(os.path.join(proc_root, str(pid), "status"))
         total += (parse_vmrss_bytes(text) or 0) if text is not None else 0
     return total
+
+
+def process_gone(pid: int, proc_root: str = "/proc") -> bool:
+    """Is there no process ``pid`` on this machine (none, or only its zombie)? Where there is
+    no ``/proc`` to read, asks the kernel with signal 0 instead."""
+    if not os.path.isdir(proc_root):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # someone else's process: it exists
+            return False
+        return False
+    stat = parse_proc_stat(read_text(os.path.join(proc_root, str(pid), "stat")) or "")
+    return stat is None or stat.state == "Z"
 
 
 def memory_of(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> MemoryReading:

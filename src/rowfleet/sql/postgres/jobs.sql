@@ -232,8 +232,8 @@ WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
 -- name: reclaim_lapsed
-SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, run_id, cancel_reason,
-       cancel_requested_at
+SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, watchdog_retries, run_id,
+       cancel_reason, cancel_requested_at
 FROM jobs
 WHERE state = 'running' AND lease_expires_at < rowfleet_now(%(now)s)
 ORDER BY lease_expires_at
@@ -263,9 +263,11 @@ FOR UPDATE OF jobs SKIP LOCKED;
 
 -- name: job_reclaim
 -- run_at is left as it was (due, since it was claimed): the lapsed job keeps its place
--- ahead of fresh work.
+-- ahead of fresh work. A lost lease is no fault of the job's: the attempt its claim counted
+-- is given back and a watchdog retry spent instead (liveness.lapse_outcome).
 UPDATE jobs
-SET state = 'queued', error = %(error)s, delayed = 0, lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s)
+SET state = 'queued', attempts = attempts - 1, watchdog_retries = watchdog_retries + 1,
+    error = %(error)s, delayed = 0, lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s AND lease_expires_at < rowfleet_now(%(now)s)
 RETURNING id;
 

@@ -197,8 +197,8 @@ WHERE id = :id AND state = 'running' AND lease_token = :token
 RETURNING id;
 
 -- name: reclaim_lapsed
-SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, run_id, cancel_reason,
-       cancel_requested_at
+SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, watchdog_retries, run_id,
+       cancel_reason, cancel_requested_at
 FROM jobs
 WHERE state = 'running' AND lease_expires_at < :now
 ORDER BY lease_expires_at
@@ -226,9 +226,11 @@ LIMIT :limit;
 
 -- name: job_reclaim
 -- run_at is left as it was (due, since it was claimed): the lapsed job keeps its place
--- ahead of fresh work.
+-- ahead of fresh work. A lost lease is no fault of the job's: the attempt its claim counted
+-- is given back and a watchdog retry spent instead (liveness.lapse_outcome).
 UPDATE jobs
-SET state = 'queued', error = :error, delayed = 0, lease_expires_at = NULL, claimed_by = NULL, updated_at = :now
+SET state = 'queued', attempts = attempts - 1, watchdog_retries = watchdog_retries + 1,
+    error = :error, delayed = 0, lease_expires_at = NULL, claimed_by = NULL, updated_at = :now
 WHERE id = :id AND state = 'running' AND lease_token = :token AND lease_expires_at < :now
 RETURNING id;
 
