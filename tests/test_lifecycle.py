@@ -458,6 +458,16 @@ class LifecycleContract:
         row = self.store.workers(since=0)[0]
         self.assertEqual((row["exit_code"], row["current_job"]), (-9, None))
         self.assertEqual(self.store.worker_exited("box", 4242, -9), [])  # nothing left to hand back
+        self.assertEqual((back.attempts, back.watchdog_retries), (1, 0), "a kill may be the job's doing")
+
+    def test_a_worker_that_exited_cut_off_has_its_jobs_attempt_given_back(self):
+        self.enqueue()
+        self.store.worker_beat("w1", "", "box", "default", 4242, None)
+        job = self.store.claim(Claim("", "default", "box:4242", 600.0))
+        self.assertEqual(self.store.worker_exited("box", 4242, 81)[0]["action"], "reclaimed")
+        back = self.store.get_job(job.id, "")
+        self.assertEqual((back.state, back.attempts, back.watchdog_retries), (QUEUED, 0, 1))
+        self.assertIn("exited 81 (cut off: its job's lease could not be renewed in time)", back.error)
 
     def test_transactional_enqueue_commits_or_rolls_back_with_the_caller(self):
         conn = self.caller_connection()  # the application's own connection, in a transaction

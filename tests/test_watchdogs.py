@@ -188,6 +188,12 @@ class WatchdogContract:
         """Whether some other process holds a transaction open in the database now."""
         raise NotImplementedError
 
+    def holding_the_job_row(self, job_id: int) -> contextlib.AbstractContextManager[float]:
+        """A transaction of the test's that keeps every write to job ``job_id`` waiting while
+        it is open (a renewal among them), yielding the job's lease expiry as the transaction
+        reads it: no renewal can move it until the transaction ends."""
+        raise NotImplementedError
+
     # --- processes -----------------------------------------------------------------------
 
     def launch(self, *args: str, smi: str = "idle") -> subprocess.Popen:
@@ -571,6 +577,34 @@ class WatchdogContract:
         self.assertEqual(self.events(job_id), events, "the woken worker wrote an event")
         self.stop(orchestrator, rescuer)
 
+    # --- the lease rule ------------------------------------------------------------------
+
+    def test_a_worker_that_cannot_renew_stops_its_job_before_the_lease_lapses_and_exits_81(self):
+        job_id = self.enqueue("dog.hang_first")
+        cut_off = self.worker("--lease", "3", "--renew", "0.3", "--heartbeat", "0.3")
+        self.started(job_id, process=cut_off)
+        with self.holding_the_job_row(job_id) as lease_expires_at:
+            try:
+                cut_off.wait(DEADLINE)
+            except subprocess.TimeoutExpired:
+                self.fail(f"the worker still runs a job it cannot renew:\n{self.logs()}")
+            gone_at = time.time()
+            self.assertLess(gone_at, lease_expires_at, "the holder outlived its lease")
+            self.assertEqual(cut_off.returncode, 81, self.logs())
+        self.assertIn("watchdog lease trips (exit 81, cut off: its job's lease could not be renewed in time)",
+                      self.output(cut_off))
+        self.assertIn("could not record it before its lease ran out", self.output(cut_off))
+        # An orchestrator of another box: it cannot see that the process is gone, so only
+        # the lapse hands the job on, as it would be for a box cut off from the database.
+        orchestrator = self.launch("orchestrator", "--interval", "0.2", "--host", "elsewhere")
+        rescuer = self.worker("--lease", "3", "--renew", "0.3")
+        job = self.wait_for_state(job_id, "completed")
+        self.assertEqual((job.result, job.attempts, job.lease_token, job.watchdog_retries), ("recovered", 1, 2, 1),
+                         "a lost lease spends a watchdog retry, not an attempt")
+        self.assertEqual(self.kinds(job_id), ["claimed", "reclaimed", "claimed", "completed"])
+        self.assertGreaterEqual(self.event(job_id, "reclaimed").at, lease_expires_at)
+        self.stop(orchestrator, rescuer)
+
     def test_a_worker_killed_right_after_a_claim_has_that_job_handed_back_at_once(self):
         """A silent worker whose process is gone from the sweep's host is known dead: every
         job it claimed in its lifetime goes back at once, including one claimed after its
@@ -681,6 +715,15 @@ class SQLiteWatchdogTest(WatchdogContract, TempDirTestCase):
             conn.execute("ROLLBACK")
             return False
 
+    @contextlib.contextmanager
+    def holding_the_job_row(self, job_id: int):
+        with contextlib.closing(sqlite3.connect(self.db, timeout=DEADLINE, isolation_level=None)) as conn:
+            conn.execute("BEGIN IMMEDIATE")  # the write lock: every writer waits behind it
+            try:
+                yield conn.execute("SELECT lease_expires_at FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+            finally:
+                conn.execute("ROLLBACK")
+
 
 class PostgresWatchdogTest(PostgresServerCase, WatchdogContract, TempDirTestCase):
     """The same contract on a throwaway PostgreSQL database: ``self.db`` is its URL."""
@@ -695,6 +738,17 @@ class PostgresWatchdogTest(PostgresServerCase, WatchdogContract, TempDirTestCase
     def steal(self, job_id: int) -> None:
         self.pg.psql(self.db, "UPDATE jobs SET lease_token = lease_token + 1, claimed_by = 'thief:1' WHERE id = %s",
                      (job_id,))
+
+    @contextlib.contextmanager
+    def holding_the_job_row(self, job_id: int):
+        from rowfleet.store.postgres import connect
+
+        with contextlib.closing(connect(self.db, autocommit=False)) as conn:
+            try:
+                row = conn.execute("SELECT lease_expires_at FROM jobs WHERE id = %s FOR UPDATE", (job_id,)).fetchone()
+                yield row["lease_expires_at"]
+            finally:
+                conn.rollback()
 
     def test_a_worker_row_locked_by_a_frozen_heartbeat_does_not_wedge_the_sweep(self):
         """PostgreSQL: a keeper frozen between its heartbeat's UPDATE and the COMMIT (a hang

@@ -164,7 +164,8 @@ class StoreCore(abc.ABC):
         """jobs: read one job in ``tx`` (``NotFound`` when there is none)."""
 
     @abc.abstractmethod
-    def _recover_jobs_of(self, tx: Tx, worker: Any, lost: str, kind: str) -> list[dict[str, Any]]:
+    def _recover_jobs_of(self, tx: Tx, worker: Any, lost: str, kind: str,
+                         lease_lost: bool = False) -> list[dict[str, Any]]:
         """jobs: hand back (or end) the running jobs a lost worker claimed; what was done."""
 
     @abc.abstractmethod

@@ -147,15 +147,16 @@ class FleetStore(StoreCore):
     def worker_exited(self, host: str, pid: int, code: int) -> list[dict[str, Any]]:
         """Record how a worker process ended (its supervisor saw the exit code, negative for a
         signal), and hand back at once any job it still held: a child killed by SIGKILL (the
-        OOM killer's signal) must not leave its job waiting out the lease. What was done
-        with each such job."""
+        OOM killer's signal) must not leave its job waiting out the lease. One that ended
+        because it could not renew (81, cut off) had its jobs' attempts given back, as their
+        lapse would. What was done with each such job."""
         with self.transaction() as tx:
             worker = tx.one("worker_exited", host=host, pid=pid, code=code)
             if worker is None:  # it died before its first heartbeat: it claimed nothing
                 return []
             lost = f"worker {host}:{pid} {exitcodes.describe(code)} while running it"
-            return [item for item in self._recover_jobs_of(tx, worker, lost, "worker_exited")
-                    if item["action"] != "none"]
+            recovered = self._recover_jobs_of(tx, worker, lost, "worker_exited", lease_lost=code == exitcodes.CUT_OFF)
+            return [item for item in recovered if item["action"] != "none"]
 
     def flagged_workers(self, host: str) -> set[int]:
         """Pids of this host's workers that the dead-worker sweep flagged and that have not stopped."""

@@ -294,11 +294,20 @@ class JobStore(StoreCore):
         dialect whose SQL reads the clock itself)."""
         return tx.now if tx.now is not None else self.clock()
 
-    def _recover_jobs_of(self, tx: Tx, worker: Any, lost: str, kind: str) -> list[dict[str, Any]]:
-        """Hand back (or end) the running jobs the worker of this row claimed in its lifetime."""
-        return [self._recover(tx, row, lost, kind, requeue="job_hand_back", fail="job_orphan_fail")
-                for row in tx.all("jobs_of_silent_worker", holder=f"{worker['host']}:{worker['pid']}",
-                                  host=worker["host"], pid=worker["pid"], since=worker["started_at"])]
+    def _recover_jobs_of(self, tx: Tx, worker: Any, lost: str, kind: str,
+                         lease_lost: bool = False) -> list[dict[str, Any]]:
+        """Hand back (or end) the running jobs the worker of this row claimed in its lifetime;
+        as a lapse would (``liveness.lapse_outcome``) when it ended because it had lost their
+        leases (``lease_lost``: it exited 81, cut off)."""
+        rows = tx.all("jobs_of_silent_worker", holder=f"{worker['host']}:{worker['pid']}", host=worker["host"],
+                      pid=worker["pid"], since=worker["started_at"])
+        if not lease_lost:
+            return [self._recover(tx, row, lost, kind, requeue="job_hand_back", fail="job_orphan_fail")
+                    for row in rows]
+        return [self._recover(tx, row, lost, kind, requeue="job_lease_lost", fail="job_orphan_fail",
+                              decided=liveness.lapse_outcome(row, lost, self._not_to_run_again(tx, row),
+                                                             self.config.watchdog_retries))
+                for row in rows]
 
     def _recover(self, tx: Tx, row: Any, lost: str, kind: str, requeue: str, fail: str,
                  reason: str | None = None, decided: tuple[str, str] | None = None) -> dict[str, Any]:

@@ -377,6 +377,15 @@ SET state = 'queued', error = :error, delayed = 0, lease_expires_at = NULL, clai
 WHERE id = :id AND state = 'running' AND lease_token = :token
 RETURNING id;
 
+-- name: job_lease_lost
+-- As job_hand_back, for a holder that lost its lease (it exited 81, cut off): the attempt
+-- given back and a watchdog retry spent instead, as a lapse would (liveness.lapse_outcome).
+UPDATE jobs
+SET state = 'queued', attempts = attempts - 1, watchdog_retries = watchdog_retries + 1,
+    error = :error, delayed = 0, lease_expires_at = NULL, claimed_by = NULL, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING id;
+
 -- name: hand_back
 -- A claimed job given back unrun, which is no fault: queued again at once with its run_at
 -- (ahead of fresh work), and the attempt its claim counted given back.
@@ -400,7 +409,8 @@ ORDER BY required_model;
 -- The running jobs a worker claimed in its lifetime: since its row was made (its first
 -- heartbeat comes before its first claim), and before a newer worker with the same
 -- host:pid appeared (pids are reused).
-SELECT id, project, lease_token, claimed_by, attempts, max_attempts, run_id, cancel_reason, cancel_requested_at
+SELECT id, project, lease_token, claimed_by, attempts, max_attempts, watchdog_retries, run_id, cancel_reason,
+       cancel_requested_at
 FROM jobs
 WHERE state = 'running' AND claimed_by = :holder AND started_at >= :since
   AND NOT EXISTS (SELECT 1 FROM workers AS newer
