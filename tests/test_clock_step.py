@@ -297,9 +297,13 @@ class ClockStepProcessTest(TempDirTestCase):
         return self.launch(f"worker-{queue}", "worker", "--app", APP, "--queue", queue, *FAST, *flags)
 
     def enqueue(self, task: str, count: int = 1, *, queue: str = "default", args=None, delay: float = 0.0):
+        """Enqueue ``count`` jobs from this test's process (before any step: its clock is the
+        children's); their ids."""
+        known = {job.id for job in self.store.list_jobs("", limit=1_000_000)}
         self.store.enqueue_many(JobSpec(task=task, queue=queue, delay=delay), [args] * count)
-        return [job.id for job in self.store.list_jobs("", limit=1_000_000) if job.task == task
-                and job.queue == queue][:count]
+        ids = sorted(job.id for job in self.store.list_jobs("", limit=1_000_000) if job.id not in known)
+        self.assertEqual(len(ids), count)
+        return ids
 
     def enqueue_stepped(self, task: str, queue: str, args) -> int:
         """Enqueue from a process started after the step: the command line, its clock stepped."""
