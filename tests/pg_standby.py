@@ -112,7 +112,10 @@ class StandbyPair:
 
         name = pg_harness.check_test_database(f"{prefix}_{secrets.token_hex(6)}{TEST_SUFFIX}")
         with pg_harness._connect(self.primary_url()) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {} STRATEGY = FILE_COPY").format(sql.Identifier(name)))
+            # As the harness does: from PostgreSQL 15, copying the template's files is faster.
+            create = "CREATE DATABASE {} STRATEGY = FILE_COPY" if conn.info.server_version >= 150000 \
+                else "CREATE DATABASE {}"
+            conn.execute(sql.SQL(create).format(sql.Identifier(name)))
         self.wait_replayed()
         return self.url(name)
 

@@ -132,7 +132,6 @@ class FailoverCase(TempDirTestCase):
         with open(self.schedule_path, "w") as handle:
             json.dump(SCHEDULES, handle)
         self.store = self.open_store()
-        self.sessions: list[pg_standby.Session] = []
 
     def session(self, url: str) -> pg_standby.Session:
         session = self.pair.session(url)
