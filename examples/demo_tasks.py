@@ -38,12 +38,13 @@ def charge_card(order: int, card_file: str) -> dict:
 
 @rowfleet.task(name="build_report")
 def build_report(started_file: str) -> dict:
-    """Hang on the first attempt, like a stuck machine; finish on any later one.
+    """Hang on the first claim, like a stuck machine; finish on any later one (its lease
+    token counts the claims: a lost lease gives the attempt back).
 
     Creates ``started_file`` once the job is in hand, so the demo knows when to kill us.
     """
     job = rowfleet.current_job()
-    if job.attempts == 1:
+    if job.lease_token == 1:
         with open(started_file, "w") as handle:
             handle.write(f"{os.getpid()}\n")
         time.sleep(HANG_LIMIT)

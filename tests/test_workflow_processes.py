@@ -77,9 +77,10 @@ def step(value=None):
 
 @rowfleet.task(name="wf.hang_first")
 def hang_first(value=None):
-    """Records its run; hangs on its first attempt (until killed), returns on a later one."""
+    """Records its run; hangs on its first claim (until killed), returns on a later one (a
+    lost lease gives the attempt back: the claim's token counts)."""
     job = _effect()
-    if job.attempts == 1:
+    if job.lease_token == 1:
         _mark(f"started-{job.run_id}-{job.node_id}", str(os.getpid()))
         give_up = time.monotonic() + GIVE_UP
         while time.monotonic() < give_up:
@@ -378,11 +379,13 @@ class WorkflowProcessContract:
         shown = self.wait_for_run(run_id, processes=processes)
         self.stop_all(*processes)
         self.assertEqual(shown["nodes"][3]["result"], ["A", "B"])
-        # b was claimed by the dead worker and never ran there: reclaimed, then run once.
-        self.assert_ran_once(run_id, shown, attempts={"b": 2})
+        # b was claimed by the dead worker and never ran there: reclaimed once its lease
+        # lapsed (the attempt given back), then run once.
+        self.assert_ran_once(run_id, shown, attempts={"b": 1})
         kinds = [event.kind for event in self.store.events(jobs["b"].id)]
         self.assertEqual(kinds, ["claimed", "reclaimed", "claimed", "completed"])
-        self.assertEqual(self.effect_attempts(run_id, "b"), [2], "b ran in the worker that died")
+        self.assertEqual(self.store.get_job(jobs["b"].id, "").lease_token, 2)
+        self.assertEqual(self.effect_attempts(run_id, "b"), [1], "b ran in the worker that died")
 
     # --- 2. an orchestrator dies before the COMMIT of a drain ------------------------------
 
@@ -505,12 +508,13 @@ class WorkflowProcessContract:
         self.stop_all(orchestrator, rescuer)
         self.assertEqual(shown["nodes"][2]["result"], [1, 2])
         nodes = {n["id"]: n for n in shown["nodes"]}
-        self.assertEqual({node: n["attempts"] for node, n in nodes.items()}, {"a": 1, "slow": 2, "c": 1})
+        # Its 1 s lease lapses before three 0.5 s heartbeats are missed: reclaimed, the attempt given back.
+        self.assertEqual({node: n["attempts"] for node, n in nodes.items()}, {"a": 1, "slow": 1, "c": 1})
         [slow] = [job for job in self.jobs_of(run_id) if job.node_id == "slow"]
         self.assertEqual(nodes["slow"]["jobs"], [slow.id])
         self.assertTrue(slow.claimed_by.endswith(f":{rescuer.pid}"), slow.claimed_by)
         self.assertEqual([e.kind for e in self.store.events(slow.id)], ["claimed", "reclaimed", "claimed", "completed"])
-        self.assertEqual(self.effect_attempts(run_id, "slow"), [1, 2])
+        self.assertEqual((self.effect_attempts(run_id, "slow"), slow.lease_token), ([1, 1], 2))
         self.assertEqual(self.effects(), collections.Counter({(run_id, "a"): 1, (run_id, "slow"): 2, (run_id, "c"): 1}))
         jobs = self.jobs_of(run_id)
         self.assertEqual([job.node_id for job in jobs], ["a", "slow", "c"], "a node enqueued twice")
