@@ -455,12 +455,11 @@ class ClockStepProcessTest(TempDirTestCase):
                          len(fired), "one job per slot")
         self.assert_no_traceback()
 
-    @unittest.expectedFailure
     def test_a_lease_in_hand_across_a_step_forward_is_not_reclaimed(self):
         """A step forward is taken, so a lease granted just before it looks lapsed just after
-        it, until its holder renews. The lease reclaim, unlike the dead-worker sweep
-        (``liveness.trust_sweep``), does not doubt that moment yet: it re-queues the live job
-        and its worker exits 77. Expected to fail until the reclaim holds off after a jump."""
+        it, until its holder renews. The sweep doubts that moment (``liveness.trust_sweep``)
+        and holds its lapse reclaim, as its dead-worker flags, one heartbeat: the keeper
+        renews meanwhile, and the live job is not re-queued."""
         orchestrator = self.launch("orchestrator", "orchestrator", "--interval", "0.2", *FAST)
         worker = self.worker("default", *LEASE)
         long_id, = self.enqueue("long", args={"seconds": 3})

@@ -111,12 +111,21 @@ class SilentMomentsContract:
         with self.assertLogs("rowfleet.orchestrator", "WARNING") as logged:
             first = self.sweep(INTERVAL, step=600.0)  # every heartbeat is 600 s old at once
         self.assertEqual((first.flagged_workers, first.reclaimed), (0, 0))
-        self.assertIn("not flagging silent workers yet: the clock moved 600.0s", "\n".join(logged.output))
+        self.assertIn("not flagging silent workers nor reclaiming lapsed leases yet: the clock moved 600.0s",
+                      "\n".join(logged.output))
         for _ in range(3):  # one heartbeat later and past it, judged on fresh heartbeats
             self.beat(*PIDS)
             self.assertEqual(self.sweep(INTERVAL), Sweep())
         self.assertEqual(self.flagged(), set())
         self.assertEqual(self.held(), set(PIDS), "a live worker's job was handed back")
+
+    def test_a_clock_stepped_past_every_lease_reclaims_none_while_their_holders_renew(self):
+        self.assertEqual(self.sweep(INTERVAL, step=7200.0).reclaimed, 0, "every lease reads lapsed after the step")
+        for pid in PIDS:  # the keepers renew with their next beats
+            self.store.renew(self.jobs[pid], 3600.0)
+        self.beat(*PIDS)
+        self.assertEqual(self.sweep(HEARTBEAT), Sweep())
+        self.assertEqual(self.held(), set(PIDS), "a live holder's job was re-queued")
 
     def test_a_worker_that_really_stopped_is_flagged_after_the_hold(self):
         self.assertEqual(self.sweep(INTERVAL, step=600.0).flagged_workers, 0)

@@ -10,7 +10,7 @@ A sweep re-queues jobs whose lease lapsed (the only recovery path for an orphane
 whose row names no holder a lapse could ever free (no lease, a lease that is no time, no
 worker: plain SQL's), fails queued jobs no claim could ever take (a run_at that is no
 number), flags workers whose heartbeat went stale (unless the sweep doubts its moment: see
-``flag_silent``), gives stranded runs a fresh event, and prunes finished rows past the
+``trust_moment``), gives stranded runs a fresh event, and prunes finished rows past the
 retention period. A flagged worker's jobs go back to the queue at once only when its death
 is certain (``known_dead``: its process is gone from this host); otherwise they wait for
 their leases, since a worker cut off from the database runs them until its lease rule
@@ -185,7 +185,8 @@ class Orchestrator:
         """One sweep and one drain at ``now`` (the store's clock by default: it decides
         whether pruning is due); what they did."""
         now = self.store.clock() if now is None else now
-        reclaimed = self.store.reclaim_lapsed()
+        trusted = self.trust_moment()
+        reclaimed = self.store.reclaim_lapsed() if trusted else []
         for item in reclaimed:
             log.warning("job %d: lease of %s lapsed; %s", item["id"], item["holder"], item["action"])
         unheld = self.store.reclaim_unheld()
@@ -196,7 +197,7 @@ class Orchestrator:
         never_due = self.store.fail_never_due()
         for job in never_due:
             log.warning("job %d failed unclaimed: %s", job.id, job.error)
-        flagged = self.flag_silent()
+        flagged = self.store.flag_stale_workers(self.known_dead) if trusted else []
         for worker in flagged:
             log.warning("worker %s (project %r, queue %r) missed its heartbeats; flagged dead; %s",
                         worker["worker_id"], worker["project"], worker["queue"],
@@ -228,18 +229,22 @@ class Orchestrator:
                      unplaceable_failed=placed.failed, tallied=tallied, samples_pruned=samples_pruned,
                      pruned=pruned)
 
-    def flag_silent(self) -> list[dict[str, Any]]:
-        """Flag the workers that missed their heartbeats (``store.flag_stale_workers``),
-        unless this sweep's moment is in doubt (``liveness.trust_sweep``): then flag none and
-        judge again on fresh heartbeats one heartbeat later."""
+    def trust_moment(self) -> bool:
+        """May this sweep judge liveness now: flag the workers that missed their heartbeats
+        and reclaim the jobs whose leases read lapsed? Not when its moment is in doubt
+        (``liveness.trust_sweep``: every heartbeat stale at once, a late sweep, a clock that
+        jumped ahead, after which every lease granted before the jump reads lapsed until its
+        live holder renews): then it judges again on fresh heartbeats and renewals one
+        heartbeat later (a keeper renews with every beat)."""
         wall, beats = self.store.heartbeat_ages()
         moment = liveness.SweepMoment(self.monotonic(), wall)
         trust = liveness.trust_sweep(self._last_sweep, moment, self.config.interval, beats, self._held_since)
         if not trust.flag and self._held_since is None:
-            log.warning("not flagging silent workers yet: %s; judging again after one heartbeat", trust.why)
+            log.warning("not flagging silent workers nor reclaiming lapsed leases yet: %s; judging again after "
+                        "one heartbeat", trust.why)
             self._hold = max(beat.heartbeat for beat in beats if beat.stale)
         self._last_sweep, self._held_since = moment, trust.held_since
-        return self.store.flag_stale_workers(self.known_dead) if trust.flag else []
+        return trust.flag
 
     def known_dead(self, worker: Mapping[str, Any]) -> bool:
         """Is a silent worker's death certain, not merely its silence? So when it ran on this
