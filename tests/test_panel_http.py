@@ -186,11 +186,13 @@ class PostgresPanelTest(PanelContract, PostgresDatabaseCase, TempDirTestCase):
         self.assertEqual(len(kept), 1)
         self.assertEqual(self.client.get("/jobs")[0], 200)
         self.assertEqual(self.panel._idle, kept, "the same connection served the next request")
+        connection = kept[0]._conn
         self.pg.restart()  # the kept connection breaks
-        statuses = [self.client.get("/")[0] for _ in range(3)]
-        self.assertIn(statuses[:2], ([200, 200], [503, 200]), statuses)
-        self.assertEqual(statuses[2], 200)
-        self.assertNotIn(kept[0], self.panel._idle, "a connection that broke is not kept")
+        # A read that finds its connection broken is asked again at once on a new one: the
+        # panel answers the first request after a restart (or a failover) too.
+        self.assertEqual([self.client.get("/")[0] for _ in range(3)], [200, 200, 200])
+        self.assertTrue(all(store._conn is not connection for store in self.panel._idle),
+                        "a connection that broke is kept")
 
 
 class PanelSecurityTest(TempDirTestCase):

@@ -3,8 +3,9 @@
 psycopg 3 is imported lazily, inside functions only, so importing rowfleet or using
 SQLite never loads it; selecting Postgres without it installed is one clear error.
 Time comes from the database (``rowfleet_now(...)`` in the SQL), so hosts with skewed
-clocks agree on leases and delays. A connection lost to a restart is dropped and made
-again on next use; the caller sees ``StoreUnavailable`` once and backs off.
+clocks agree on leases and delays. A connection lost to a restart or a failover is
+dropped and made again on next use; a read is asked again at once on the new connection,
+a write's caller sees ``StoreUnavailable`` once and backs off.
 """
 
 from __future__ import annotations
@@ -405,7 +406,7 @@ class PostgresStore(Store):
                 self._check_already_written(tx, job, outcome)
 
     def reader(self) -> Tx:
-        return _AutocommitTx(self)
+        return _AutocommitTx(self, reads_only=True)
 
     @contextlib.contextmanager
     def statement(self) -> Iterator[Tx]:
@@ -505,19 +506,29 @@ class _AutocommitTx(PostgresTx):
     """Statements each atomic on their own: reads that see the latest committed state, and
     the one-statement writes (a claim, a busy worker's turn)."""
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: PostgresStore, *, reads_only: bool = False) -> None:
         self.store = store
+        # A read found its connection broken (a restart, a failover) is asked once more on a
+        # new one, so its caller never hears of a connection it had no part in losing. A
+        # write is not: whether it committed before the break is unknown.
+        self.reads_only = reads_only
         super().__init__(None, store.sql, store._now())
 
     def _execute(self, query: str, params: dict[str, Any]) -> Any:
         psycopg = driver()
-        try:
-            self.cursor = self.store._connection().cursor()
-            params["now"] = self.now
-            return self.cursor.execute(self.sql[query], params)
-        except psycopg.Error as exc:
-            self.store._lost(exc)
-            raise self.store._schema_gone(translate(exc, f" in {query}")) from exc
+        params["now"] = self.now
+        again = self.reads_only
+        while True:
+            conn = self.store._connection()
+            try:
+                self.cursor = conn.cursor()
+                return self.cursor.execute(self.sql[query], params)
+            except psycopg.Error as exc:
+                self.store._lost(exc)
+                if again and conn.broken:  # broken, not merely ended by a timeout or refused
+                    again = False
+                    continue
+                raise self.store._schema_gone(translate(exc, f" in {query}")) from exc
 
 
 class ListenWaiter:
