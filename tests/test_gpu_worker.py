@@ -367,6 +367,26 @@ class GpuMemoryTest(TempDirTestCase):
         self.assertEqual(gpu_worker.GpuMemory("no-such-nvidia-smi", 0, 1.0).processes(), [])
 
 
+class GpuLeaseClockTest(TempDirTestCase):
+    """A GPU worker judges the GPU's lease by its store's clock, which on SQLite is held
+    across a step of the box's clock, never by the box's clock itself."""
+
+    def test_a_lease_lapsed_by_the_stores_clock_locks_the_gpu_to_nothing(self):
+        import time
+
+        from rowfleet import gpu_worker
+        from rowfleet.telemetry import gpu
+
+        writer = self.open_store(clock=lambda: time.time() + 600)  # the fleet's clock, ahead of this box's
+        self.assertIsNotNone(writer.acquire_gpu(HOST, 0, "other", "someone:1", 60.0))
+        later = self.open_store(clock=lambda: time.time() + 1200)  # ten minutes on: that lease lapsed
+        box = gpu_worker.GpuBox(self.config(host=HOST), gpu_worker.GpuSettings(("a",)), worker_id="w", holder="w:1",
+                                queues="gpu", memory=gpu_worker.GpuMemory("nvidia-smi", 0, 1.0,
+                                                                         sample=lambda **_: gpu.GpuSample()))
+        box._read_lock(later)
+        self.assertIsNone(box._locked_to, "a lapsed lease read as live by the box's clock")
+
+
 class GpuLeaseRaceTest(TempDirTestCase):
     """The keeper renews the GPU's lease while the main thread lets it go (an idle unload)."""
 

@@ -221,7 +221,7 @@ class GpuBox:
     def claim_fields(self, store: "Store") -> dict[str, Any]:
         """The routing fields of the next ``Claim``."""
         view, me = self._fleet(store), self.box()
-        inputs = routing.claim_inputs(me, (me, *view.boxes), self._known_models(view), view.backlogs, time.time(),
+        inputs = routing.claim_inputs(me, (me, *view.boxes), self._known_models(view), view.backlogs, store.local_clock(),
                                       self.settings.lane)
         return {**inputs.fields(), "gpu_locked_to": self._lock_now(store)}
 
@@ -265,7 +265,7 @@ class GpuBox:
         backlogs = self._backlogs(store, stats)
         controls = store.model_controls(self.config.host)
         requests = tuple(row for row in controls if row.action in (control.UNLOAD, control.PRELOAD) and row.pending)
-        now = time.time()
+        now = store.local_clock()
         infos = {}
         for model_id in self.settings.models:
             registered = models.registered(model_id)
@@ -300,7 +300,7 @@ class GpuBox:
         lease = store.gpu_lease(self.config.host, self.settings.gpu_index)
         with self._lock:
             own = self._lease
-        self._locked_to, self._lock_read_at = gpu_lock(lease, own, time.time()), time.monotonic()
+        self._locked_to, self._lock_read_at = gpu_lock(lease, own, store.local_clock()), time.monotonic()
         return lease
 
     # --- a model job ---------------------------------------------------------------------
@@ -427,7 +427,7 @@ class GpuBox:
         if asked:
             model = asked[0].model
         else:
-            model = routing.preload_choice(self.box(), view.backlogs, view.boxes, view.models, time.time())
+            model = routing.preload_choice(self.box(), view.backlogs, view.boxes, view.models, store.local_clock())
         if model is None or (held is not None and held.model_id == model):
             self._done(store, [row for row in asked if held is not None and row.model == held.model_id])
             return False

@@ -40,7 +40,7 @@ class JobStore(StoreCore):
     def __init__(self, config: Config, clock: Callable[[], float]) -> None:
         super().__init__(config, clock)
         # When this store last promoted each (project, queue)'s fallen-due delayed jobs, by
-        # ``_promotion_time``; absent: never, or its last batch was full.
+        # ``local_clock``; absent: never, or its last batch was full.
         self._promoted: dict[tuple[str, str], float] = {}
 
     # --- enqueue -----------------------------------------------------------------------
@@ -133,7 +133,7 @@ class JobStore(StoreCore):
     def _promotion_due(self, claim: Claim) -> bool:
         """Whether a claim of ``claim``'s queue should promote first (``promotion_due``), by
         when this store last promoted that queue."""
-        return promotion_due(self._promoted.get((claim.project, claim.queue)), self._promotion_time(),
+        return promotion_due(self._promoted.get((claim.project, claim.queue)), self.local_clock(),
                              self.config.poll)
 
     def _promote(self, tx: Tx, claim: Claim) -> int:
@@ -143,12 +143,14 @@ class JobStore(StoreCore):
         if moved >= PROMOTE_BATCH:
             self._promoted.pop((claim.project, claim.queue), None)
         else:
-            self._promoted[(claim.project, claim.queue)] = self._promotion_time()
+            self._promoted[(claim.project, claim.queue)] = self.local_clock()
         return moved
 
-    def _promotion_time(self) -> float:
-        """The time promotions are spaced by: this store's clock (a dialect whose clock costs
-        a round trip reads a local one instead)."""
+    def local_clock(self) -> float:
+        """The time by this store's clock where the database's need not be read: promotions
+        are spaced by it, and a GPU worker judges the leases and figures it read with it.
+        SQLite's is the store's own (held across a step of the box's clock); a dialect whose
+        clock costs a round trip reads the host's instead."""
         return self.clock()
 
     def has_due(self, claim: Claim) -> bool:

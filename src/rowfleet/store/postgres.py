@@ -367,8 +367,8 @@ class PostgresStore(Store):
                    else None)
         return None if row is None else Job.from_row(row)
 
-    def _promotion_time(self) -> float:
-        # Spacing promotions needs no shared clock: this host's spares the database a round trip.
+    def local_clock(self) -> float:
+        # What it is for needs no shared clock: this host's spares the database a round trip.
         return time.time() if self._test_clock is None else self._test_clock()
 
     def finish(self, job: Job, outcome: Outcome, claim_next: Claim | None = None) -> Job | None:
