@@ -2,7 +2,9 @@
 
 Loaded by the built archive's workers (``--app chaos_tasks``, copied into the storm's
 folder), never by the chaos tool itself. Each execution appends a ``start`` and an ``end``
-line (job id, lease token, pid, time) to its own process's file under ``$CHAOS_RECORDS``,
+line (job id, lease token, pid, time: ``at`` by the monotonic clock, which the storm's log
+shares and no step of the wall clock moves; ``wall`` for people) to its own process's file
+under ``$CHAOS_RECORDS``,
 each line fsync'd before the handler goes on, so a SIGKILL loses at most a torn last line
 and a record on disk always happened. Imports rowfleet (from the archive) and the stdlib.
 """
@@ -21,7 +23,8 @@ _file: dict[int, int] = {}  # pid -> descriptor: a forked or restarted child ope
 
 def _record(event: str) -> dict:
     job = rowfleet.current_job()
-    line = {"job": job.id, "token": job.lease_token, "pid": os.getpid(), "event": event, "at": time.time()}
+    line = {"job": job.id, "token": job.lease_token, "pid": os.getpid(), "event": event, "at": time.monotonic(),
+            "wall": time.time()}
     fd = _file.get(os.getpid())
     if fd is None:
         fd = _file[os.getpid()] = os.open(os.path.join(RECORDS, f"{os.getpid()}.jsonl"),

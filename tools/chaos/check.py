@@ -11,6 +11,8 @@ one caught. Imports only the stdlib; nothing from rowfleet (it judges the built 
 from __future__ import annotations
 
 import json
+import re
+import signal
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -18,6 +20,11 @@ from typing import Any, Iterable
 TERMINAL_JOB_STATES = frozenset({"completed", "failed", "cancelled"})
 TERMINAL_RUN_STATES = frozenset({"completed", "failed", "cancelled"})
 OK, FAIL, INFO = "ok", "FAIL", ""
+# The archive's documented exits that a storm causes by design (exitcodes.py): a child whose
+# job was taken by another holder (77), one that stopped its job because it could not renew
+# the lease in time (81). A SIGKILL is expected only where the storm or the supervisor sent it.
+REASSIGNED, CUT_OFF, SIGKILL = 77, 81, -int(signal.SIGKILL)
+EXPECTED_EXITS = frozenset({REASSIGNED, CUT_OFF})
 
 
 @dataclass(frozen=True)
@@ -34,12 +41,16 @@ class Record:
 @dataclass(frozen=True)
 class Action:
     """One thing the storm did: ``kill`` a worker child, ``freeze`` one (until ``until``),
-    kill the ``orchestrator``, ``restart-db``."""
+    kill the ``orchestrator``, ``restart-db``; a mode's fault and its end (``disk-full`` /
+    ``disk-freed``, ``clock-step``, ``failover``, ``partition`` / ``heal``). Times are the
+    monotonic clock's, which no step of the wall clock moves."""
 
     kind: str
     at: float
     pid: int = 0
     until: float = 0.0
+    code: int | None = None  # an exit code the storm saw (an orchestrator that exited by itself)
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,18 @@ class Execution:
     ended: bool  # an end record was written
 
 
+@dataclass(frozen=True)
+class ChildExit:
+    """How one worker child ended: ``code`` as ``os.waitstatus_to_exitcode`` gives it
+    (negative: killed by that signal), None when nobody recorded it; ``source`` says whether
+    the workers table or a supervisor's log told us; ``host`` the worker's host label."""
+
+    pid: int
+    code: int | None
+    source: str  # "database", "log" or "none"
+    host: str = ""
+
+
 @dataclass
 class Evidence:
     """Everything the checker judges; the rows are dicts keyed by column name."""
@@ -67,6 +90,12 @@ class Evidence:
     records: list[Record]
     actions: list[Action]
     db_restarts_wanted: bool = False
+    exits: list[ChildExit] = field(default_factory=list)
+    meanings: dict[int, str] = field(default_factory=dict)  # code -> the archive's own words
+    flagged: frozenset[int] = frozenset()  # children the supervisor killed as flagged dead
+    tracebacks: list[str] = field(default_factory=list)  # "file: first line" of each in the logs
+    modes: tuple[str, ...] = ()
+    box_host: str = ""  # with the partition mode: the host label of the cut-off box
 
 
 @dataclass(frozen=True)
@@ -152,6 +181,78 @@ def _alive_until(start: Record, actions: list[Action], last_seen: dict[int, floa
     return last_seen.get(start.pid, start.at)
 
 
+# --- how the children ended -----------------------------------------------------------
+
+_CHILD_END = re.compile(r"worker child (\d+) (?:exited (-?\d+)|killed by (SIG\w+))")
+_FLAGGED = re.compile(r"worker child (\d+) was flagged dead")
+
+
+def supervisor_exits(log: str) -> tuple[dict[int, int], set[int]]:
+    """From a supervisor's log: each child's exit code by pid (negative for a signal), and
+    the children it killed because the dead-worker sweep flagged them.
+
+    >>> supervisor_exits("worker child 12 exited 81 (cut off: ...); restarting it\\n"
+    ...                  "worker child 13 killed by SIGKILL after 0.1s\\nworker child 14 was flagged dead (no ...)")
+    ({12: 81, 13: -9}, {14})
+    """
+    codes = {}
+    for pid, code, name in _CHILD_END.findall(log):
+        codes[int(pid)] = int(code) if code else -int(signal.Signals[name]) if name in signal.Signals.__members__ else -1
+    return codes, {int(pid) for pid in _FLAGGED.findall(log)}
+
+
+def child_exits(workers: list[dict[str, Any]], logged: dict[int, int]) -> list[ChildExit]:
+    """Every worker child's end: the workers table's ``exit_code`` first (it is structured),
+    else the supervisor's log line, else none (a child that stopped by itself exits 0, which
+    is not recorded; one the tool killed at shutdown leaves nothing).
+
+    >>> [(e.pid, e.code, e.source) for e in child_exits(
+    ...     [{"pid": 5, "exit_code": -9, "host": "a"}, {"pid": 6, "exit_code": None, "host": "a"}], {6: 81, 7: 77})]
+    [(5, -9, 'database'), (6, 81, 'log'), (7, 77, 'log')]
+    """
+    found, listed = [], set()
+    for row in workers:
+        pid, code = int(row["pid"]), row.get("exit_code")
+        listed.add(pid)
+        if code is not None:
+            found.append(ChildExit(pid, int(code), "database", str(row.get("host") or "")))
+        elif pid in logged:
+            found.append(ChildExit(pid, logged[pid], "log", str(row.get("host") or "")))
+        else:
+            found.append(ChildExit(pid, None, "none", str(row.get("host") or "")))
+    found += [ChildExit(pid, code, "log") for pid, code in sorted(logged.items()) if pid not in listed]
+    return found
+
+
+def tracebacks(name: str, log: str) -> list[str]:
+    """``"NAME: the exception line"`` for each traceback in a process's log.
+
+    >>> tracebacks("w.log", "x\\nTraceback (most recent call last):\\n  File \\"a\\", line 1\\nKeyError: 3\\nok")
+    ['w.log: KeyError: 3']
+    """
+    found = []
+    lines = log.splitlines()
+    for number, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last)"):
+            last = next((text for text in lines[number + 1:] if text and not text.startswith(" ")), "?")
+            found.append(f"{name}: {last[:160]}")
+    return found
+
+
+def exit_label(code: int) -> str:
+    """How a child ended, as the supervisor words it.
+
+    >>> exit_label(-9), exit_label(81)
+    ('killed by SIGKILL', 'exited 81')
+    """
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited {code}"
+
+
 # --- the checks -------------------------------------------------------------------------
 
 
@@ -170,6 +271,9 @@ def check(evidence: Evidence) -> Report:
     report.rows.append(_stale_finishes(runs, evidence.actions, jobs))
     report.rows += _actions(evidence.actions, evidence.db_restarts_wanted)
     report.rows.append(_rerun_latency(runs, evidence.actions))
+    report.rows += _exit_rows(evidence)
+    report.rows.append(_traceback_row(evidence.tracebacks))
+    report.rows += mode_rows(evidence, runs)
     return report
 
 
@@ -286,10 +390,15 @@ def _actions(actions: list[Action], db_restarts_wanted: bool) -> list[Row]:
         return str(sum(1 for a in actions if a.kind == kind))
 
     restarts = count("restart-db") if db_restarts_wanted else "n/a"
-    return [Row("worker children killed (SIGKILL)", count("kill")),
+    exited = [a for a in actions if a.kind == "orchestrator-exited"]
+    rows = [Row("worker children killed (SIGKILL)", count("kill")),
             Row("orchestrator kills (kill -9, restarted)", count("orchestrator")),
             Row("worker freezes past the lease (SIGSTOP)", count("freeze")),
-            Row("database restarts (immediate)", restarts, detail="" if db_restarts_wanted else "SQLite")]
+            Row("database restarts (immediate)", restarts, detail="" if db_restarts_wanted else "none staged")]
+    if exited:  # an orchestrator that ended without the storm's kill; restarted, and reported
+        rows.append(Row("orchestrator exits not by the storm", str(len(exited)),
+                        detail=", ".join(exit_label(a.code) if a.code is not None else "?" for a in exited[:5])))
+    return rows
 
 
 def _rerun_latency(runs: list[Execution], actions: list[Action]) -> Row:
@@ -304,6 +413,90 @@ def _rerun_latency(runs: list[Execution], actions: list[Action]) -> Row:
         return Row("kill to re-run p50 / max", "n/a", detail="no kill caught a job in hand")
     return Row("kill to re-run p50 / max", f"{statistics.median(waits):.2f}s / {max(waits):.2f}s",
                detail=f"{len(waits)} jobs re-run after a kill")
+
+
+def _exit_rows(evidence: Evidence) -> list[Row]:
+    """One row per way a child ended, counted, with the archive's meaning; FAIL for an exit
+    no storm causes by design, and for a SIGKILL that neither the storm nor the supervisor sent."""
+    seen = [e for e in evidence.exits if e.code is not None]
+    sources = {name: sum(1 for e in seen if e.source == name) for name in ("database", "log")}
+    silent = sum(1 for e in evidence.exits if e.code is None)
+    rows = [Row("worker child exits seen", str(len(seen)),
+                detail=f"{sources['database']} from the workers table, {sources['log']} from a supervisor's log; "
+                       f"{silent} stopped with no code recorded (an exit 0, or killed at shutdown)")]
+    killed = {a.pid for a in evidence.actions if a.kind == "kill"}
+    for code in sorted({e.code for e in seen}, key=lambda c: (c < 0, abs(c))):
+        pids = sorted(e.pid for e in seen if e.code == code)
+        if code == SIGKILL:
+            unsent = [pid for pid in pids if pid not in killed and pid not in evidence.flagged]
+            by_storm = sum(1 for pid in pids if pid in killed)
+            detail = f"{by_storm} by the storm, {len(pids) - by_storm - len(unsent)} flagged dead by the supervisor"
+            rows.append(Row(f"child {exit_label(code)}", str(len(pids)), _verdict(unsent),
+                            detail + (f"; sent by nobody: pids {_pids(unsent)}" if unsent else "")))
+            continue
+        meaning = evidence.meanings.get(code, f"exit code {code}") if code >= 0 else "a signal no storm sends"
+        expected = code in EXPECTED_EXITS
+        rows.append(Row(f"child {exit_label(code)}", str(len(pids)), OK if expected else FAIL,
+                        meaning if expected else f"{meaning}; not an exit a storm causes: pids {_pids(pids)}"))
+    return rows
+
+
+def _traceback_row(found: list[str]) -> Row:
+    return Row("tracebacks in the fleet's logs", str(len(found)), _verdict(found), "; ".join(found[:3]))
+
+
+# --- what each mode must show besides ------------------------------------------------------
+
+RESUME_WITHIN = 20.0  # seconds from a fault's end to the next handler start, at most
+
+
+def mode_rows(evidence: Evidence, runs: list[Execution]) -> list[Row]:
+    """The facts each mode adds: its fault happened, and work went on after it."""
+    rows = []
+    for kind, ended_by, what in (("disk-full", "disk-freed", "room was made"), ("clock-step", "clock-step", "the step"),
+                                 ("failover", "failover", "the promotion"), ("partition", "heal", "the heal")):
+        if kind.split("-")[0] in {m.split("-")[0] for m in evidence.modes}:
+            rows.append(_resumed(runs, evidence.actions, kind, ended_by, what))
+    if "partition" in evidence.modes:
+        rows += _partition_rows(evidence, runs)
+    return rows
+
+
+def _resumed(runs: list[Execution], actions: list[Action], kind: str, ended_by: str, what: str) -> Row:
+    """From the end of a fault (its last action) to the next handler start anywhere."""
+    fault = [a for a in actions if a.kind == kind]
+    end = [a for a in actions if a.kind == ended_by]
+    label = f"first job start after {what}"
+    if not fault or not end:
+        return Row(label, "n/a", FAIL, f"the storm never did {kind!r}: the mode did not run")
+    at = end[-1].at
+    later = [r.start for r in runs if r.start >= at]
+    detail = "; ".join(a.detail for a in fault + [b for b in end if b not in fault] if a.detail)
+    if not later:
+        return Row(label, "never", FAIL, detail)
+    wait = min(later) - at
+    return Row(label, f"{wait:.2f}s", _verdict(wait > RESUME_WITHIN), detail)
+
+
+def _partition_rows(evidence: Evidence, runs: list[Execution]) -> list[Row]:
+    """The cut-off box stopped its job before its lease could lapse (exit 81), and no job
+    ran on the box and elsewhere at once."""
+    box = {e.pid for e in evidence.exits if e.host == evidence.box_host}
+    box_exits = [e for e in evidence.exits if e.host == evidence.box_host and e.code is not None]
+    cut = sum(1 for e in box_exits if e.code == CUT_OFF)
+    cuts = [a.at for a in evidence.actions if a.kind == "partition"]
+    held = [r for r in runs if r.pid in box and any(r.start <= at < r.end or (r.start <= at and not r.ended)
+                                                      for at in cuts)]
+    exits = ", ".join(f"{e.pid} {exit_label(e.code)}" for e in box_exits[:5]) or "no box child exited"
+    row_81 = Row("cut-off box's children exited 81", str(cut), _verdict(held and not cut),
+                 f"{len(held)} job(s) in hand at the cut; {exits}")
+    crossed = [(a, b) for a, b in overlapping(runs) if (a.pid in box) != (b.pid in box)]
+    return [row_81, Row("overlaps between the box and the rest", str(len(crossed)), _verdict(crossed),
+                        ", ".join(f"job {a.job} pids {a.pid}/{b.pid}" for a, b in crossed[:5]))]
+
+
+def _pids(pids: list[int]) -> str:
+    return ", ".join(str(pid) for pid in pids[:5]) + (f" and {len(pids) - 5} more" if len(pids) > 5 else "")
 
 
 def _verdict(faults: Any) -> str:

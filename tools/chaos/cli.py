@@ -3,10 +3,13 @@
 Owns the tool's command line and its flow: make sure ``dist/rowfleet.pyz`` is built and
 newer than ``src/``, make a fresh folder and database, ``init``, seed jobs and workflow
 runs through the archive's API, start the fleet, storm it, wait (with a deadline) for
-every job and run to finish, stop the fleet with SIGTERM, read the database and the
-handlers' records, and print the checker's table. Exit codes: 0 all well, 1 a fault (a
-job lost or completed twice, a stale write, a node enqueued twice, an unexplained
-overlap), 2 bad input or a storm that could not be set up. Imports nothing from rowfleet.
+every job and run to finish, stop the fleet with SIGTERM, read the database, the
+handlers' records and the processes' logs, and print the checker's table. The modes
+(``--disk-full``, ``--clock-step``, ``--failover``, ``--partition``: ``modes.py``) add their
+fault to the same storm. Exit codes: 0 all well, 1 a fault (a job lost or completed twice,
+a stale write, a node enqueued twice, an unexplained overlap, a child's exit no storm
+causes, a traceback), 2 bad input or a storm that could not be set up, 3 a mode that cannot
+run here (not root, a tool missing), said in one line. Imports nothing from rowfleet.
 """
 
 from __future__ import annotations
@@ -21,15 +24,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import check, database
-from .storm import Fleet, Storm, Timing
+from . import check, database, modes
+from .storm import Episode, Fleet, Storm, Timing, fleet_env
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PYZ = ROOT / "dist" / "rowfleet.pyz"
 HERE = Path(__file__).resolve().parent
 SQLITE_FILE = "jobs.db"
 SETTLE_POLL = 0.25
-OK, FAULT, BAD_INPUT = 0, 1, 2
+OK, FAULT, BAD_INPUT, SKIPPED = 0, 1, 2, 3
+LONGEST_STEP = 86_400  # a step of more than a day is taken as the new time, not held: no storm of ours
 
 
 class UsageError(Exception):
@@ -66,6 +70,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="with --db: a shell command that restarts that server at once, run mid-storm")
     parser.add_argument("--folder", help="put the storm's files here (kept); default a temp folder, "
                                          "removed after a pass")
+    parser.add_argument("--disk-full", action="store_true",
+                        help="SQLite: the database on a small tmpfs (root), filled by a ballast file a third into "
+                             "the storm and freed a third later")
+    parser.add_argument("--clock-step", type=int, metavar="SECONDS",
+                        help="SQLite: every fleet process under libfaketime, its clock stepped by SECONDS "
+                             "(e.g. -600 or 600) at half time")
+    parser.add_argument("--failover", nargs="?", const="stop", choices=("stop", "vanish"),
+                        help="PostgreSQL: a primary and a synchronous standby, the fleet on the multi-host URL; at "
+                             "half time the primary is stopped (-m immediate; 'vanish': iptables drops its "
+                             "packets, root) and the standby promoted")
+    parser.add_argument("--partition", action="store_true",
+                        help="PostgreSQL (root): a second worker box in a network namespace, cut off silently "
+                             "(iptables DROP) for three leases a quarter into the storm, then healed")
     args = parser.parse_args(argv)
     _validate(args)
     return args
@@ -88,6 +105,25 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--folder {args.folder} is not empty; name a new or empty folder")
     if args.recheck and not (Path(args.recheck) / "seed.json").is_file():
         raise UsageError(f"--recheck {args.recheck}: no seed.json there; name a folder a storm kept")
+    _validate_modes(args)
+
+
+def _validate_modes(args: argparse.Namespace) -> None:
+    sqlite = [flag for flag, on in (("--disk-full", args.disk_full), ("--clock-step", args.clock_step is not None))
+              if on]
+    postgres = [flag for flag, on in (("--failover", args.failover), ("--partition", args.partition)) if on]
+    if args.recheck and (sqlite or postgres):
+        raise UsageError(f"--recheck judges a kept folder; {' '.join(sqlite + postgres)} storms a new one")
+    if args.clock_step is not None and not 0 < abs(args.clock_step) <= LONGEST_STEP:
+        raise UsageError(f"--clock-step must be a step of 1 to {LONGEST_STEP} seconds, either way, "
+                         f"got {args.clock_step}")
+    if sqlite and (postgres or args.db or args.postgres):
+        other = postgres[0] if postgres else "--db" if args.db else "--postgres"
+        raise UsageError(f"{sqlite[0]} storms a SQLite file; it cannot go with {other}")
+    if len(postgres) > 1:
+        raise UsageError("--failover and --partition each start servers of their own; run them one at a time")
+    if postgres and (args.db or args.postgres):
+        raise UsageError(f"{postgres[0]} starts servers of its own; it cannot go with {'--db' if args.db else '--postgres'}")
 
 
 def job_ms(args: argparse.Namespace) -> float:
@@ -131,8 +167,6 @@ def prepare(folder: Path, db: str) -> None:
 
 
 def _archive(folder: Path, db: str, *args: str) -> str:
-    from .storm import fleet_env
-
     done = subprocess.run([sys.executable, str(PYZ), "--db", db, *args], cwd=folder, env=fleet_env(folder),
                           capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
@@ -140,10 +174,8 @@ def _archive(folder: Path, db: str, *args: str) -> str:
     return done.stdout
 
 
-def seed(folder: Path, db: str, args: argparse.Namespace) -> dict:
+def seed(folder: Path, db: str, args: argparse.Namespace, names: tuple[str, ...] = ()) -> dict:
     """Enqueue the jobs and start the runs through the archive; the ids, saved as seed.json."""
-    from .storm import fleet_env
-
     env = fleet_env(folder)
     env["PYTHONPATH"] = f"{PYZ}:{folder}"
     command = [sys.executable, str(HERE / "seed.py"), db, str(args.jobs), str(args.runs), str(args.width),
@@ -154,7 +186,8 @@ def seed(folder: Path, db: str, args: argparse.Namespace) -> dict:
     # A SQLite database is named relative to its folder, so a copied folder judges its own copy.
     postgres = database.is_postgres(db)
     seeded = {"db": db if postgres else SQLITE_FILE, "runs": json.loads(done.stdout)["runs"], "postgres": postgres,
-              "jobs": [row["id"] for row in database.query(db, database.STANDALONE_IDS)]}
+              "jobs": [row["id"] for row in database.query(db, database.STANDALONE_IDS)],
+              "modes": list(names), "box_host": modes.BOX_HOST if "partition" in names else ""}
     (folder / "seed.json").write_text(json.dumps(seeded))
     return seeded
 
@@ -169,28 +202,50 @@ def settle(db: str, deadline: float) -> float:
 
 def storm(args: argparse.Namespace, folder: Path) -> check.Report:
     server, restart = _database(args)
-    db = args.db or (server.url if server else str(folder / SQLITE_FILE))
+    staged: list[modes.Mode] = []
     try:
+        staged = modes.build(args, folder)
+        chosen = [found for mode in staged if (found := mode.database(folder))]
+        db = args.db or (server.url if server else chosen[0] if chosen else str(folder / SQLITE_FILE))
         prepare(folder, db)
-        seeded = seed(folder, db, args)
+        names = tuple(mode.name for mode in staged)
+        seeded = seed(folder, db, args, names)
         print(f"chaos: {len(seeded['jobs'])} jobs and {len(seeded['runs'])} runs ({job_ms(args)} ms each) on "
-              f"{'PostgreSQL' if seeded['postgres'] else 'SQLite'}; storming {args.seconds:.0f}s in {folder}",
-              flush=True)
+              f"{'PostgreSQL' if seeded['postgres'] else 'SQLite'}; storming {args.seconds:.0f}s in {folder}"
+              + (f" with {', '.join(names)}" if names else ""), flush=True)
         timing = Timing(seconds=args.seconds)
-        fleet = Fleet(PYZ, db, folder, args.procs, timing)
+        env = fleet_env(folder)
+        for mode in staged:
+            env = mode.environment(env)
+        fleet = Fleet(PYZ, db, folder, args.procs, timing, env)
         try:
-            Storm(fleet, timing, random.Random(args.seed), restart).run()
-            waited = settle(db, args.settle)
+            for mode in staged:
+                mode.started(fleet)
+            episodes = [episode for mode in staged for episode in mode.episodes(fleet, timing)]
+            if restart is not None:
+                episodes.append(Episode("restart-db", args.seconds / 2, restart))
+            Storm(fleet, timing, random.Random(args.seed), episodes).run()
+            waited = settle(_reader(staged, db), args.settle)
         finally:
             clean = fleet.stop()
-        report = judge(folder)
+        for mode in staged:
+            mode.stopped(folder)
+        report = judge(folder, _reader(staged, db))
         report.rows.append(check.Row("settled after the storm", f"{waited:.1f}s"))
         report.rows.append(check.Row("SIGTERM shutdown", "clean" if clean else "NOT clean",
                                      detail="" if clean else "see process-*.log"))
         return report
     finally:
+        for mode in reversed(staged):
+            mode.close()
         if server is not None:
             server.stop()
+
+
+def _reader(staged: list[modes.Mode], db: str) -> str:
+    for mode in staged:
+        db = mode.reader(db)
+    return db
 
 
 def _database(args: argparse.Namespace):
@@ -210,10 +265,11 @@ def _database(args: argparse.Namespace):
     return None, None
 
 
-def judge(folder: Path) -> check.Report:
-    """Read a storm folder and its database; the checker's report."""
+def judge(folder: Path, reader: str | None = None) -> check.Report:
+    """Read a storm folder, its database (through ``reader`` where given) and its logs; the
+    checker's report."""
     seeded = json.loads((folder / "seed.json").read_text())
-    db = seeded["db"] if seeded["postgres"] else str(folder / seeded["db"])
+    db = reader or (seeded["db"] if seeded["postgres"] else str(folder / seeded["db"]))
     records = [record for path in sorted((folder / "records").glob("*.jsonl"))
                for record in check.parse_records(path.read_text())]
     log = folder / "storm.jsonl"
@@ -223,8 +279,44 @@ def judge(folder: Path) -> check.Report:
                               jobs=database.query(db, database.JOBS),
                               completions=database.query(db, database.COMPLETIONS),
                               runs=database.query(db, database.RUNS), records=records, actions=actions,
-                              db_restarts_wanted=seeded["postgres"])
+                              db_restarts_wanted=seeded["postgres"] and not seeded.get("modes"),
+                              modes=tuple(seeded.get("modes", ())), box_host=seeded.get("box_host", ""))
+    _read_exits(folder, db, evidence)
     return check.check(evidence)
+
+
+def _read_exits(folder: Path, db: str, evidence: check.Evidence) -> None:
+    """How every worker child ended (the workers table, else the supervisors' logs), the
+    archive's words for each code, and any traceback in the fleet's logs."""
+    logs = {path.name: path.read_text(errors="replace") for path in sorted(folder.glob("process-*.log"))}
+    logged: dict[int, int] = {}
+    flagged: set[int] = set()
+    for text in logs.values():
+        codes, killed = check.supervisor_exits(text)
+        logged.update(codes)
+        flagged |= killed
+    evidence.exits = check.child_exits(database.query(db, database.WORKERS), logged)
+    evidence.flagged = frozenset(flagged)
+    evidence.meanings = exit_meanings(sorted({e.code for e in evidence.exits if e.code is not None and e.code >= 0}))
+    evidence.tracebacks = [found for name, text in logs.items() for found in check.tracebacks(name, text)]
+
+
+def exit_meanings(codes: list[int]) -> dict[int, str]:
+    """The archive's own words for each exit code (``rowfleet.exitcodes.meaning``), asked of
+    the built archive in a child process; {} where it cannot answer (the checker then says
+    "exit code N")."""
+    if not codes or not PYZ.is_file():
+        return {}
+    env = fleet_env(Path(tempfile.gettempdir()))
+    env["PYTHONPATH"] = str(PYZ)
+    script = ("import json, sys\nfrom rowfleet import exitcodes\n"
+              "print(json.dumps({c: exitcodes.meaning(int(c)) for c in sys.argv[1:]}))")
+    try:
+        done = subprocess.run([sys.executable, "-c", script, *map(str, codes)], env=env, capture_output=True,
+                              text=True, timeout=60)
+        return {int(code): text for code, text in json.loads(done.stdout).items()} if done.returncode == 0 else {}
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return {}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"chaos: {exc}", file=sys.stderr)
         return BAD_INPUT
+    except modes.Skip as exc:
+        print(f"chaos: SKIPPED {exc}", file=sys.stderr)
+        return SKIPPED
     except KeyboardInterrupt:
         return 130
     print(check.render(report), flush=True)
@@ -247,7 +342,12 @@ def main(argv: list[str] | None = None) -> int:
 def _storm_in_folder(args: argparse.Namespace) -> check.Report:
     folder = Path(args.folder) if args.folder else Path(tempfile.mkdtemp(prefix="rowfleet-chaos-"))
     folder.mkdir(parents=True, exist_ok=True)
-    report = storm(args, folder.resolve())
+    try:
+        report = storm(args, folder.resolve())
+    except modes.Skip:
+        if args.folder is None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     if args.folder is None and not report.failed:
         shutil.rmtree(folder, ignore_errors=True)
     else:

@@ -15,6 +15,7 @@ JOBS = ("SELECT id, state, lease_token, result, run_id, node_id, node_item, node
         "FROM jobs ORDER BY id")
 COMPLETIONS = "SELECT job_id FROM job_events WHERE kind = 'completed'"
 RUNS = "SELECT id, state FROM runs ORDER BY id"
+WORKERS = "SELECT pid, host, exit_code, stopped_at FROM workers ORDER BY started_at"
 STANDALONE_IDS = "SELECT id FROM jobs WHERE run_id IS NULL ORDER BY id"
 UNFINISHED_JOBS = "SELECT count(*) AS n FROM jobs WHERE state NOT IN ('completed', 'failed', 'cancelled')"
 UNFINISHED_RUNS = "SELECT count(*) AS n FROM runs WHERE state NOT IN ('completed', 'failed', 'cancelled')"

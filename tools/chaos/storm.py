@@ -4,9 +4,11 @@ Owns the fleet under test (one supervising worker parent with its children, one
 orchestrator, each in a process group of its own so nothing outlives the tool) and the
 schedule of harm: a random worker child SIGKILLed about every half second, the
 orchestrator killed -9 and restarted about every ten, a child frozen (SIGSTOP) past its
-lease and then resumed, and on PostgreSQL an immediate server restart at half time. Every
-act is appended to ``storm.jsonl`` as it happens, for the checker. Imports nothing from
-rowfleet: the fleet is the archive, run as users run it.
+lease and then resumed, and each mode's ``Episode`` (an immediate server restart, a full
+disk, a clock step, a failover, a partition) at its moment, undone after its hold. Every
+act is appended to ``storm.jsonl`` as it happens, stamped by the monotonic clock (which a
+step of the wall clock does not move), for the checker. Imports nothing from rowfleet: the
+fleet is the archive, run as users run it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from .check import Action
 
@@ -45,6 +47,20 @@ class Timing:
     def freeze_for(self) -> float:
         """Longer than the lease plus a few sweeps, so the job is surely taken meanwhile."""
         return self.lease + 3.0
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One fault of a mode: ``act`` at ``at`` seconds into the storm, recorded as ``kind``;
+    ``undo`` (if any) ``hold`` seconds later, recorded as ``undo_kind``, and at the latest
+    when the storm ends, whatever happened. Each returns a detail for the log, or None."""
+
+    kind: str
+    at: float
+    act: Callable[[], str | None]
+    undo: Callable[[], str | None] | None = None
+    hold: float = 0.0
+    undo_kind: str = ""
 
 
 def child_pids(parent: int) -> list[int]:
@@ -82,23 +98,31 @@ def holds_a_job(records: Path, pid: int) -> bool:
 class Fleet:
     """The archive's processes for one storm, each logged to its own file in ``folder``."""
 
-    def __init__(self, pyz: Path, db: str, folder: Path, procs: int, timing: Timing) -> None:
+    def __init__(self, pyz: Path, db: str, folder: Path, procs: int, timing: Timing,
+                 env: dict[str, str] | None = None) -> None:
         self.pyz, self.db, self.folder, self.procs, self.timing = pyz, db, folder, procs, timing
-        self.env = fleet_env(folder)
+        self.env = env or fleet_env(folder)
         self.launched = 0
-        self.supervisor = self._launch("worker", "worker", "--procs", str(procs), "--app", "chaos_tasks",
-                                       "--no-sampler", *self._leases(), "--restart-delay", "0.1",
-                                       "--restart-delay-max", "1")
+        self.others: list[subprocess.Popen] = []  # more supervisors (the partition's box)
+        self.supervisor = self.start_workers(procs)
         self.orchestrator = self.start_orchestrator()
+
+    def start_workers(self, procs: int, *, label: str = "worker", db: str | None = None,
+                      prefix: Sequence[str] = (), host: Sequence[str] = ()) -> subprocess.Popen:
+        """A supervisor of ``procs`` worker children; ``prefix`` wraps the command (``ip netns
+        exec NAME``), ``db`` is the URL as that box reaches the database."""
+        return self._launch(label, "worker", "--procs", str(procs), "--app", "chaos_tasks", "--no-sampler",
+                            *self._leases(), "--restart-delay", "0.1", "--restart-delay-max", "1", *host,
+                            db=db, prefix=prefix)
 
     def _leases(self) -> tuple[str, ...]:
         return ("--lease", str(self.timing.lease), "--renew", str(self.timing.renew), "--poll", "0.2")
 
-    def _launch(self, label: str, *args: str) -> subprocess.Popen:
+    def _launch(self, label: str, *args: str, db: str | None = None, prefix: Sequence[str] = ()) -> subprocess.Popen:
         self.launched += 1
         with open(self.folder / f"process-{self.launched}-{label}.log", "w") as log:
-            return subprocess.Popen([sys.executable, str(self.pyz), "--db", self.db, *args], cwd=self.folder,
-                                    env=self.env, stdin=subprocess.DEVNULL, stdout=log,
+            return subprocess.Popen([*prefix, sys.executable, str(self.pyz), "--db", db or self.db, *args],
+                                    cwd=self.folder, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
 
     def start_orchestrator(self) -> subprocess.Popen:
@@ -108,11 +132,12 @@ class Fleet:
         return child_pids(self.supervisor.pid)
 
     def stop(self) -> bool:
-        """SIGTERM both; True when both exited 0 in time (the rest are killed, with their groups)."""
-        for process in (self.supervisor, self.orchestrator):
+        """SIGTERM them all; True when all exited 0 in time (the rest are killed, with their groups)."""
+        every = (self.supervisor, *self.others, self.orchestrator)
+        for process in every:
             _signal(process, signal.SIGTERM)
         clean = True
-        for process in (self.supervisor, self.orchestrator):
+        for process in every:
             try:
                 clean = process.wait(STOP_DEADLINE) == 0 and clean
             except subprocess.TimeoutExpired:
@@ -125,7 +150,8 @@ def fleet_env(folder: Path) -> dict[str, str]:
     """The caller's environment without anything that could bend the archive: no
     PYTHONPATH (the archive must not borrow from src/), no ROWFLEET_* settings."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("ROWFLEET_")}
-    env["ROWFLEET_LOG_LEVEL"] = "WARNING"
+    # INFO: the supervisor's line for every child's exit, the not-a-fault ones (81) included
+    env["ROWFLEET_LOG_LEVEL"] = "INFO"
     env["CHAOS_RECORDS"] = str(folder / "records")
     return env
 
@@ -154,12 +180,13 @@ def kill_group(process: subprocess.Popen) -> None:
 class Storm:
     """Harm done to a fleet on a schedule; ``run`` returns when the storm's time is up."""
 
-    def __init__(self, fleet: Fleet, timing: Timing, rng: random.Random,
-                 restart_db: Callable[[], None] | None = None) -> None:
-        self.fleet, self.timing, self.rng, self.restart_db = fleet, timing, rng, restart_db
+    def __init__(self, fleet: Fleet, timing: Timing, rng: random.Random, episodes: Sequence[Episode] = ()) -> None:
+        self.fleet, self.timing, self.rng = fleet, timing, rng
         self.log = fleet.folder / "storm.jsonl"
         self.frozen: dict[int, float] = {}  # pid -> when to SIGCONT it
         self.killed: set[int] = set()  # listed until reaped: never a victim twice, nor frozen
+        self.pending = sorted(episodes, key=lambda e: e.at)
+        self.to_undo: list[tuple[float, Episode]] = []
 
     def run(self) -> None:
         start = time.monotonic()
@@ -167,9 +194,12 @@ class Storm:
         next_kill = start + self._jitter(self.timing.kill_every)
         next_orchestrator = start + self.timing.orchestrator_every
         next_freeze = start + self.timing.first_freeze
-        db_restart = start + self.timing.seconds / 2 if self.restart_db else None
         try:
-            while (now := time.monotonic()) < end:
+            while (now := time.monotonic()) < end or self.to_undo:
+                self._episodes(now - start)
+                if now >= end:  # the storm is over; only an episode's undo is still due
+                    time.sleep(TICK)
+                    continue
                 self._thaw(now)
                 self._respawn_if_gone()
                 if now >= next_kill:
@@ -180,18 +210,34 @@ class Storm:
                     next_orchestrator = now + self._jitter(self.timing.orchestrator_every)
                 if now >= next_freeze and end - now > self.timing.freeze_for + 1 and self._freeze_a_child(now):
                     next_freeze = now + self.timing.freeze_every
-                if db_restart is not None and now >= db_restart:
-                    self._restart_database()
-                    db_restart = None
                 time.sleep(TICK)
         finally:
             self._thaw(float("inf"))
+            for _, episode in self.to_undo:
+                self._undo(episode)
+            self.to_undo = []
+
+    def _episodes(self, elapsed: float) -> None:
+        while self.pending and elapsed >= self.pending[0].at:
+            episode = self.pending.pop(0)
+            detail = episode.act()
+            self._record(episode.kind, detail=detail or "")
+            if episode.undo is not None:
+                self.to_undo.append((elapsed + episode.hold, episode))
+        for due, episode in list(self.to_undo):
+            if elapsed >= due:
+                self.to_undo.remove((due, episode))
+                self._undo(episode)
+
+    def _undo(self, episode: Episode) -> None:
+        detail = episode.undo()
+        self._record(episode.undo_kind, detail=detail or "")
 
     def _jitter(self, every: float) -> float:
         return every * self.rng.uniform(0.6, 1.4)
 
-    def _record(self, kind: str, pid: int = 0, until: float = 0.0) -> None:
-        action = Action(kind, time.time(), pid, until)
+    def _record(self, kind: str, pid: int = 0, until: float = 0.0, code: int | None = None, detail: str = "") -> None:
+        action = Action(kind, time.monotonic(), pid, until, code, detail)
         with open(self.log, "a") as handle:
             handle.write(json.dumps(asdict(action)) + "\n")
 
@@ -221,7 +267,7 @@ class Storm:
         victim = self.rng.choice(holding)
         _kill(victim, signal.SIGSTOP)
         self.frozen[victim] = now + self.timing.freeze_for
-        self._record("freeze", victim, until=time.time() + self.timing.freeze_for)
+        self._record("freeze", victim, until=time.monotonic() + self.timing.freeze_for)
         return True
 
     def _thaw(self, now: float) -> None:
@@ -230,15 +276,11 @@ class Storm:
                 _kill(pid, signal.SIGCONT)
                 del self.frozen[pid]
 
-    def _restart_database(self) -> None:
-        self._record("restart-db")
-        self.restart_db()
-
     def _respawn_if_gone(self) -> None:
         """An orchestrator that died of the storm (a database restart, say) comes back; the
         supervisor must not die at all, which the shutdown check reports."""
-        if self.fleet.orchestrator.poll() is not None:
-            self._record("orchestrator-exited", self.fleet.orchestrator.pid)
+        if (code := self.fleet.orchestrator.poll()) is not None:
+            self._record("orchestrator-exited", self.fleet.orchestrator.pid, code=code)
             self.fleet.orchestrator = self.fleet.start_orchestrator()
 
 
