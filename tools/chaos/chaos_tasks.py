@@ -48,6 +48,22 @@ def work(n: int = 0, ms: float = 50.0) -> dict:
     return _execute(ms, n)
 
 
+def _ran_before(job_id: int) -> bool:
+    """Whether any process has recorded a start of ``job_id`` (this one's is not yet written)."""
+    mark = f'"job": {job_id}, '
+    for name in os.listdir(RECORDS):
+        with open(os.path.join(RECORDS, name)) as handle:
+            if any(mark in line and '"event": "start"' in line for line in handle):
+                return True
+    return False
+
+
+@rowfleet.task(name="chaos.hold")
+def hold(first_ms: float = 10_000.0, ms: float = 50.0) -> dict:
+    """A job held long on its first execution (so a fault lands while it runs), short after."""
+    return _execute(ms if _ran_before(rowfleet.current_job().id) else first_ms)
+
+
 @rowfleet.task(name="chaos.split")
 def split(width: int = 3, ms: float = 50.0) -> dict:
     """A run's first node: the items its map node fans out over."""

@@ -453,10 +453,14 @@ RESUME_WITHIN = 20.0  # seconds from a fault's end to the next handler start, at
 def mode_rows(evidence: Evidence, runs: list[Execution]) -> list[Row]:
     """The facts each mode adds: its fault happened, and work went on after it."""
     rows = []
+    box = {e.pid for e in evidence.exits if e.host == evidence.box_host} if evidence.box_host else set()
     for kind, ended_by, what in (("disk-full", "disk-freed", "room was made"), ("clock-step", "clock-step", "the step"),
                                  ("failover", "failover", "the promotion"), ("partition", "heal", "the heal")):
-        if kind.split("-")[0] in {m.split("-")[0] for m in evidence.modes}:
+        if kind in evidence.modes:
             rows.append(_resumed(runs, evidence.actions, kind, ended_by, what))
+    if "partition" in evidence.modes:  # the box itself serves again, not only the rest
+        rows.append(_resumed([r for r in runs if r.pid in box], evidence.actions, "partition", "heal",
+                             "the heal on the box"))
     if "partition" in evidence.modes:
         rows += _partition_rows(evidence, runs)
     return rows

@@ -174,20 +174,23 @@ def _archive(folder: Path, db: str, *args: str) -> str:
     return done.stdout
 
 
-def seed(folder: Path, db: str, args: argparse.Namespace, names: tuple[str, ...] = ()) -> dict:
+def seed(folder: Path, db: str, args: argparse.Namespace, staged: tuple[modes.Mode, ...] = ()) -> dict:
     """Enqueue the jobs and start the runs through the archive; the ids, saved as seed.json."""
     env = fleet_env(folder)
     env["PYTHONPATH"] = f"{PYZ}:{folder}"
     command = [sys.executable, str(HERE / "seed.py"), db, str(args.jobs), str(args.runs), str(args.width),
-               str(job_ms(args)), str(folder / "workflow.json")]
+               str(job_ms(args)), str(folder / "workflow.json"),
+               *(extra for mode in staged for extra in mode.seed_args(Timing(seconds=args.seconds)))]
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise UsageError(f"seeding the storm failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
     # A SQLite database is named relative to its folder, so a copied folder judges its own copy.
     postgres = database.is_postgres(db)
-    seeded = {"db": db if postgres else SQLITE_FILE, "runs": json.loads(done.stdout)["runs"], "postgres": postgres,
+    printed = json.loads(done.stdout)
+    names = [mode.name for mode in staged]
+    seeded = {"db": db if postgres else SQLITE_FILE, "runs": printed["runs"], "postgres": postgres,
               "jobs": [row["id"] for row in database.query(db, database.STANDALONE_IDS)],
-              "modes": list(names), "box_host": modes.BOX_HOST if "partition" in names else ""}
+              "modes": names, "box_host": modes.BOX_HOST if "partition" in names else "", "hold": printed["hold"]}
     (folder / "seed.json").write_text(json.dumps(seeded))
     return seeded
 
@@ -209,7 +212,7 @@ def storm(args: argparse.Namespace, folder: Path) -> check.Report:
         db = args.db or (server.url if server else chosen[0] if chosen else str(folder / SQLITE_FILE))
         prepare(folder, db)
         names = tuple(mode.name for mode in staged)
-        seeded = seed(folder, db, args, names)
+        seeded = seed(folder, db, args, tuple(staged))
         print(f"chaos: {len(seeded['jobs'])} jobs and {len(seeded['runs'])} runs ({job_ms(args)} ms each) on "
               f"{'PostgreSQL' if seeded['postgres'] else 'SQLite'}; storming {args.seconds:.0f}s in {folder}"
               + (f" with {', '.join(names)}" if names else ""), flush=True)
@@ -220,7 +223,7 @@ def storm(args: argparse.Namespace, folder: Path) -> check.Report:
         fleet = Fleet(PYZ, db, folder, args.procs, timing, env)
         try:
             for mode in staged:
-                mode.started(fleet)
+                mode.started(fleet, seeded)
             episodes = [episode for mode in staged for episode in mode.episodes(fleet, timing)]
             if restart is not None:
                 episodes.append(Episode("restart-db", args.seconds / 2, restart))
@@ -323,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         if args.recheck:
-            report = judge(Path(args.recheck))
+            report = _recheck(Path(args.recheck))
         else:
             ensure_archive()
             report = _storm_in_folder(args)
@@ -337,6 +340,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print(check.render(report), flush=True)
     return FAULT if report.failed else OK
+
+
+def _recheck(folder: Path) -> check.Report:
+    from .postgres import Unreachable  # psycopg itself only where a PostgreSQL URL is read
+
+    try:
+        return judge(folder)
+    except Unreachable as exc:
+        raise UsageError(f"--recheck {folder}: {exc} (a server the storm started itself is gone once it "
+                         f"ends; a --db storm's folder can be judged again while that server runs)") from None
 
 
 def _storm_in_folder(args: argparse.Namespace) -> check.Report:

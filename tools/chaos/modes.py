@@ -53,7 +53,10 @@ def _sleep(seconds):
 time.sleep = _sleep
 '''
 BOX_HOST = "chaos-box"
+BOX_QUEUE = "chaos-box"
 BOX_PROCS = 2
+CUT_AT = 0.25  # of the storm's length
+HOLD_WAIT = 10.0  # seconds the cut waits for the box to be running the held job
 COMMAND_TIMEOUT = 60
 
 
@@ -88,8 +91,12 @@ class Mode:
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         return env
 
-    def started(self, fleet: Fleet) -> None:
-        """The fleet is up: start what else the mode runs."""
+    def seed_args(self, timing: Timing) -> list[str]:
+        """What the mode adds to ``seed.py``'s command line (a held job: queue, first ms)."""
+        return []
+
+    def started(self, fleet: Fleet, seeded: dict) -> None:
+        """The fleet is up (``seeded``: what seed.json says): start what else the mode runs."""
 
     def episodes(self, fleet: Fleet, timing: Timing) -> list[Episode]:
         return []
@@ -312,6 +319,7 @@ class Partition(Mode):
             raise
         self.box = None
         self.records = Path()
+        self.hold = 0
 
     def database(self, folder: Path) -> str:
         return self.url
@@ -321,27 +329,46 @@ class Partition(Mode):
         parts = urllib.parse.urlsplit(self.url)
         return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}@{self.namespace.root_address}:{parts.port}"))
 
-    def started(self, fleet: Fleet) -> None:
+    def seed_args(self, timing: Timing) -> list[str]:
+        # Held on the box's own queue, first in line, long enough to span the cut and a lease
+        # (the box's child is stopped before then: exit 81); short when it runs again.
+        first = timing.seconds * CUT_AT + 3 * timing.lease + 10.0
+        return [BOX_QUEUE, str(first * 1000.0)]
+
+    def started(self, fleet: Fleet, seeded: dict) -> None:
         self.records = fleet.folder / "records"
+        self.hold = seeded["hold"]
         self.box = fleet.start_workers(BOX_PROCS, label="box", db=self.inner_url(),
-                                       prefix=("ip", "netns", "exec", self.namespace.name), host=("--host", BOX_HOST))
+                                       prefix=("ip", "netns", "exec", self.namespace.name),
+                                       host=("--host", BOX_HOST, "--queue", "default", "--queue", BOX_QUEUE))
         fleet.others.append(self.box)
 
     def episodes(self, fleet: Fleet, timing: Timing) -> list[Episode]:
         self.timing = timing
-        return [Episode("partition", timing.seconds * 0.25, self.cut, self.heal, hold=3 * timing.lease,
+        return [Episode("partition", timing.seconds * CUT_AT, self.cut, self.heal, hold=3 * timing.lease,
                         undo_kind="heal")]
 
     def cut(self) -> str:
-        """Cut the box off, once one of its children is inside a handler (a few seconds at most)."""
-        give_up = time.monotonic() + 3.0
-        holding = []
-        while time.monotonic() < give_up and not holding:
-            holding = [pid for pid in child_pids(self.box.pid) if holds_a_job(self.records, pid)]
+        """Cut the box off once one of its children runs the held job (a few seconds at most)."""
+        give_up = time.monotonic() + HOLD_WAIT
+        while time.monotonic() < give_up and not (holder := self._holder()):
             time.sleep(0.02)
         self.namespace.cut(silent=True)
-        return (f"box {BOX_HOST} ({BOX_PROCS} children, {len(holding)} in a handler) cut off silently "
-                f"(iptables DROP both ways) for {3 * self.timing.lease:.1f}s, lease {self.timing.lease:.1f}s")
+        held = f"its child {holder} running job {self.hold}" if holder else f"job {self.hold} not started on it"
+        return (f"box {BOX_HOST} ({BOX_PROCS} children; {held}) cut off silently (iptables DROP both ways) "
+                f"for {3 * self.timing.lease:.1f}s, lease {self.timing.lease:.1f}s")
+
+    def _holder(self) -> int | None:
+        """The box child inside the held job's handler now, if any."""
+        mark = f'"job": {self.hold}, '.encode()
+        for pid in child_pids(self.box.pid):
+            try:
+                lines = (self.records / f"{pid}.jsonl").read_bytes().splitlines()
+            except OSError:
+                continue
+            if lines and mark in lines[-1] and holds_a_job(self.records, pid):
+                return pid
+        return None
 
     def heal(self) -> str:
         self.namespace.heal()

@@ -17,12 +17,19 @@ from typing import Any
 TESTS = Path(__file__).resolve().parent.parent.parent / "tests"
 
 
+class Unreachable(Exception):
+    """The storm's server does not answer; the message names it (without a password)."""
+
+
 def query(url: str, sql: str) -> list[dict[str, Any]]:
     import psycopg
     from psycopg.rows import dict_row
 
-    with psycopg.connect(url, autocommit=True, connect_timeout=10, row_factory=dict_row) as conn:
-        return list(conn.execute(sql).fetchall())
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10, row_factory=dict_row) as conn:
+            return list(conn.execute(sql).fetchall())
+    except psycopg.OperationalError as exc:
+        raise Unreachable(f"cannot read the storm's PostgreSQL database: {str(exc).splitlines()[0]}") from None
 
 
 class LocalServer:

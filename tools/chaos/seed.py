@@ -1,9 +1,11 @@
 """Enqueue the storm's work through the built archive's own API: one script, one process.
 
-Run by the chaos tool as ``python seed.py DB JOBS RUNS WIDTH MS WORKFLOW`` with the archive
-and the storm's folder (for ``chaos_tasks``) on PYTHONPATH, so the enqueue path tested is
-the one users get. Prints one JSON line: the run ids (the jobs' ids are read back from the
-database). Imports rowfleet (from the archive), the storm's handlers and the stdlib.
+Run by the chaos tool as ``python seed.py DB JOBS RUNS WIDTH MS WORKFLOW [QUEUE FIRST_MS]``
+with the archive and the storm's folder (for ``chaos_tasks``) on PYTHONPATH, so the enqueue
+path tested is the one users get; QUEUE and FIRST_MS add one ``chaos.hold`` job there, first
+in line, long on its first execution (the partition's box holds it when it is cut off).
+Prints one JSON line: the run ids and the held job's id (the jobs' ids are read back from
+the database). Imports rowfleet (from the archive), the storm's handlers and the stdlib.
 """
 
 from __future__ import annotations
@@ -20,13 +22,18 @@ MAX_ATTEMPTS = 50
 
 
 def main(argv: list[str]) -> int:
-    db, jobs, runs, width, ms, workflow = argv
+    db, jobs, runs, width, ms, workflow, *held = argv
     rowfleet.configure(db=db)
     rowfleet.enqueue_many("chaos.work", ({"n": n, "ms": float(ms)} for n in range(int(jobs))),
                           max_attempts=MAX_ATTEMPTS)
+    hold = None
+    if held:
+        queue, first_ms = held
+        hold = rowfleet.enqueue("chaos.hold", {"first_ms": float(first_ms), "ms": float(ms)}, queue=queue,
+                                run_next=True, max_attempts=MAX_ATTEMPTS).id
     flow = rowfleet.load_workflow(workflow)
     run_ids = [rowfleet.start_run(flow, {"width": int(width), "ms": float(ms)}) for _ in range(int(runs))]
-    print(json.dumps({"runs": run_ids}))
+    print(json.dumps({"runs": run_ids, "hold": hold}))
     return 0
 
 
