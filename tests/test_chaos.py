@@ -1,9 +1,13 @@
 """``python make.py chaos``: the checker catches each planted fault, and a short storm passes.
 
 The checker (tools/chaos/check.py) is pure, so most of this is table-driven over a small
-hand-made storm's rows and records, each test planting one fault. ``StormTests`` (slow)
+hand-made storm's rows and records, each test planting one fault; how the children ended is
+judged from their exit codes, each named with the archive's meaning. ``StormTests`` (slow)
 runs a short real storm against the built archive and then plants the same faults in
-copies of the database and records it left, judged again through ``--recheck``.
+copies of the database, records and logs it left, judged again through ``--recheck``.
+``ModeStormTests`` runs each mode (a full disk, a clock step, a failover, a partition) for a
+few seconds of storm; a mode that cannot run here (exit 3: not root, a tool missing) skips
+loudly, and fails under the ``ROWFLEET_REQUIRE_*`` variable CI sets for what it needs.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from support import ROOT, child_env
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 from chaos import check  # noqa: E402 - after the path it needs
-from chaos.check import Action, Evidence, Record  # noqa: E402
+from chaos.check import Action, ChildExit, Evidence, Record  # noqa: E402
 
 CHAOS = os.path.join(ROOT, "tools", "chaos.py")
 STORM_TIMEOUT = 420  # build (if stale) + seed + a 12 s storm + settling, on a loaded 2-core machine
@@ -107,6 +111,114 @@ PLANTED = (  # plant -> the row that must FAIL, and its value
 )
 
 
+MEANINGS = {77: "its job was reassigned to another worker", 81: "cut off: its job's lease could not be renewed in time",
+            75: "wall-clock budget exceeded", 1: "refused"}
+
+
+def with_exits(*exits: ChildExit, flagged: frozenset = frozenset(), tracebacks: tuple = ()) -> Evidence:
+    """The clean storm, its children having ended as ``exits`` (pid 10 was killed by the storm)."""
+    evidence = clean_storm()
+    evidence.exits, evidence.meanings = list(exits), dict(MEANINGS)
+    evidence.flagged, evidence.tracebacks = flagged, list(tracebacks)
+    return evidence
+
+
+class ExitCodeTests(unittest.TestCase):
+    """The report names every child's exit code with its meaning, and judges it."""
+
+    def test_each_exit_is_counted_and_named_with_its_meaning(self):
+        report = check.check(with_exits(ChildExit(10, -9, "database"), ChildExit(12, 81, "log"),
+                                        ChildExit(13, 81, "database"), ChildExit(11, 77, "database"),
+                                        ChildExit(14, None, "none")))
+        self.assertFalse(report.failed, check.render(report))
+        text = check.render(report)
+        self.assertRegex(text, r"(?m)^child exited 81\s+2\s+ok\s+cut off: its job's lease could not be renewed in time$")
+        self.assertRegex(text, r"(?m)^child exited 77\s+1\s+ok\s+its job was reassigned to another worker$")
+        self.assertRegex(text, r"(?m)^child killed by SIGKILL\s+1\s+ok\s+1 by the storm, 0 flagged dead")
+        seen = report.row("worker child exits seen")
+        self.assertEqual(seen.value, "4")
+        self.assertIn("3 from the workers table, 1 from a supervisor's log; 1 stopped with no code", seen.detail)
+
+    def test_an_exit_no_storm_causes_fails_with_its_meaning(self):
+        for code, meaning in ((75, "wall-clock budget exceeded"), (1, "refused"), (3, "exit code 3")):
+            with self.subTest(code=code):
+                report = check.check(with_exits(ChildExit(10, -9, "database"), ChildExit(21, code, "database")))
+                row = report.row(f"child exited {code}")
+                self.assertEqual((row.value, row.verdict), ("1", check.FAIL))
+                self.assertIn(meaning, row.detail)
+                self.assertIn("pids 21", row.detail)
+                self.assertEqual(report.row("child killed by SIGKILL").verdict, check.OK)
+
+    def test_a_sigkill_nobody_sent_fails_and_a_flagged_one_does_not(self):
+        report = check.check(with_exits(ChildExit(10, -9, "database"), ChildExit(30, -9, "log")))
+        row = report.row("child killed by SIGKILL")
+        self.assertEqual((row.value, row.verdict), ("2", check.FAIL))
+        self.assertIn("sent by nobody: pids 30", row.detail)
+        flagged = check.check(with_exits(ChildExit(10, -9, "database"), ChildExit(30, -9, "log"),
+                                         flagged=frozenset({30})))
+        self.assertFalse(flagged.failed, check.render(flagged))
+        self.assertIn("1 by the storm, 1 flagged dead by the supervisor", flagged.row("child killed by SIGKILL").detail)
+
+    def test_another_signal_fails(self):
+        report = check.check(with_exits(ChildExit(40, -11, "database")))
+        self.assertEqual(report.row("child killed by SIGSEGV").verdict, check.FAIL)
+
+    def test_a_traceback_in_a_log_fails(self):
+        report = check.check(with_exits(tracebacks=("process-1-worker.log: KeyError: 3",)))
+        row = report.row("tracebacks in the fleet's logs")
+        self.assertEqual((row.value, row.verdict), ("1", check.FAIL))
+        self.assertIn("KeyError: 3", row.detail)
+
+    def test_the_database_row_wins_over_the_log_and_the_log_fills_the_gaps(self):
+        log = ("2026 WARNING rowfleet.supervisor[5] worker child 7 killed by SIGKILL after 0.1s; restarting\n"
+               "2026 INFO rowfleet.supervisor[5] worker child 8 exited 81 (cut off: ...); restarting it\n"
+               "2026 INFO rowfleet.supervisor[5] worker child 9 exited 77 (its job ...) after 1.0s\n"
+               "2026 ERROR rowfleet.supervisor[5] worker child 6 was flagged dead (no heartbeat); killing it\n")
+        logged, flagged = check.supervisor_exits(log)
+        self.assertEqual((logged, flagged), ({7: -9, 8: 81, 9: 77}, {6}))
+        rows = [{"pid": 7, "exit_code": -9, "host": "a"}, {"pid": 8, "exit_code": None, "host": "box"},
+                {"pid": 9, "exit_code": 1, "host": "a"}, {"pid": 10, "exit_code": None, "host": "a"}]
+        self.assertEqual([(e.pid, e.code, e.source, e.host) for e in check.child_exits(rows, logged)],
+                         [(7, -9, "database", "a"), (8, 81, "log", "box"), (9, 1, "database", "a"),
+                          (10, None, "none", "a")])
+
+
+class ModeFactTests(unittest.TestCase):
+    """What each mode must show besides: its fault happened, and work went on after it."""
+
+    def evidence(self, mode: str, *actions: Action, exits: tuple = ()) -> Evidence:
+        evidence = with_exits(*exits)
+        evidence.modes, evidence.box_host = (mode,), "box" if mode == "partition" else ""
+        evidence.actions += list(actions)
+        return evidence
+
+    def test_work_must_start_again_after_each_fault(self):
+        for mode, kinds, label in (("disk-full", ("disk-full", "disk-freed"), "first job start after room was made"),
+                                   ("clock-step", ("clock-step",), "first job start after the step"),
+                                   ("failover", ("failover",), "first job start after the promotion")):
+            with self.subTest(mode):
+                # began at 5.0, done at 5.5; the next start is at 6.0: a step counts from its
+                # moment, the other faults from when they were undone (room made, promoted)
+                acts = [Action(kind, 5.0, until=5.5) for kind in kinds]
+                row = check.check(self.evidence(mode, *acts)).row(label)
+                self.assertEqual((row.value, row.verdict), ("1.00s" if mode == "clock-step" else "0.50s", check.OK))
+                late = [Action(kind, 10.6, until=10.6) for kind in kinds]
+                self.assertEqual(check.check(self.evidence(mode, *late)).row(label).value, "never")
+                self.assertEqual(check.check(self.evidence(mode)).row(label).verdict, check.FAIL, "a mode that never ran")
+
+    def test_a_partition_needs_the_cut_off_holder_to_exit_81_and_no_crossed_overlap(self):
+        # pid 12 (frozen in the clean storm) plays the box: it held job 3 across the cut at 4.0
+        cut, heal = Action("partition", 4.0, until=4.0), Action("heal", 9.5, until=9.5)
+        box_child = ChildExit(12, 81, "log", "box")
+        passed = check.check(self.evidence("partition", cut, heal, exits=(box_child, ChildExit(11, None, "none", "a"))))
+        self.assertEqual(passed.row("cut-off box's children exited 81").verdict, check.OK, check.render(passed))
+        killed = check.check(self.evidence("partition", cut, heal, exits=(ChildExit(12, -9, "log", "box"),)))
+        self.assertEqual(killed.row("cut-off box's children exited 81").verdict, check.FAIL)
+        crossed = self.evidence("partition", cut, heal, exits=(box_child,))
+        crossed.records += ran(1, 5, 12, 1.02, 1.05)  # the box ran job 1 while pid 10 did
+        self.assertEqual(check.check(crossed).row("overlaps between the box and the rest").verdict, check.FAIL)
+
+
 class CheckerTests(unittest.TestCase):
     def test_a_clean_storm_passes_with_its_overlap_explained_by_the_freeze(self):
         report = check.check(clean_storm())
@@ -161,6 +273,14 @@ class CommandLineTests(unittest.TestCase):
             (["--pg-restart-cmd", "true"], "--pg-restart-cmd needs --db"),
             (["--recheck", ROOT], "no seed.json there"),
             (["--bogus"], "unrecognized arguments"),
+            (["--clock-step", "0"], "--clock-step must be a step of 1 to 86400 seconds"),
+            (["--clock-step", "100000"], "--clock-step must be a step of 1 to 86400 seconds"),
+            (["--disk-full", "--postgres"], "--disk-full storms a SQLite file; it cannot go with --postgres"),
+            (["--clock-step", "60", "--failover"], "--clock-step storms a SQLite file; it cannot go with --failover"),
+            (["--failover", "--partition"], "run them one at a time"),
+            (["--partition", "--db", "postgresql://u@h/x_test"], "--partition starts servers of its own"),
+            (["--failover", "sideways"], "invalid choice"),
+            (["--recheck", ROOT, "--disk-full"], "--recheck judges a kept folder; --disk-full storms a new one"),
         )
         for argv, message in cases:
             with self.subTest(argv=argv):
@@ -204,6 +324,21 @@ class StormTests(unittest.TestCase):
         self.assertEqual(self.value(output, "worker freezes past the lease (SIGSTOP)"), "1")
         self.assertEqual(self.value(output, "SIGTERM shutdown"), "clean")
         self.assertRegex(self.value(output, "kill to re-run p50 / max"), r"^\d+\.\d\ds / \d+\.\d\ds$")
+
+    def test_the_table_names_every_childs_exit_with_its_meaning(self):
+        output = self.result.stdout
+        self.assertEqual(self.result.returncode, 0, output + self.result.stderr)
+        kills = int(self.value(output, "worker children killed (SIGKILL)"))
+        self.assertRegex(output, rf"(?m)^child killed by SIGKILL\s+{kills}\s+ok\s+{kills} by the storm, 0 flagged dead")
+        seen = int(self.value(output, "worker child exits seen"))
+        codes = re.findall(r"(?m)^child (?:exited (\d+)|killed by SIG\w+)\s+(\d+)\s+ok\s*(.*)$", output)
+        self.assertEqual(sum(int(count) for _, count, _ in codes), seen, output)
+        meanings = {"77": "its job was reassigned to another worker",
+                    "81": "cut off: its job's lease could not be renewed in time"}
+        for code, _, detail in codes:
+            if code:
+                self.assertEqual(detail, meanings[code], output)
+        self.assertEqual(self.value(output, "tracebacks in the fleet's logs"), "0")
 
     def planted_copy(self, name: str) -> str:
         target = os.path.join(self.dir, name)
@@ -252,6 +387,20 @@ class StormTests(unittest.TestCase):
         with open(os.path.join(folder, "records", "4000000.jsonl"), "w") as handle:
             handle.write("".join(json.dumps(line) + "\n" for line in lines))
 
+    def test_an_unexpected_exit_and_a_traceback_planted_in_the_leftovers_are_caught(self):
+        self.assertEqual(self.result.returncode, 0, self.result.stdout + self.result.stderr)
+        folder = self.planted_copy("budget-exit")
+        self.sql(folder, "UPDATE workers SET exit_code = 75 WHERE worker_id = (SELECT min(worker_id) FROM workers)")
+        judged = chaos("--recheck", folder)
+        self.assertEqual(judged.returncode, 1, judged.stdout + judged.stderr)
+        self.assertRegex(judged.stdout, r"(?m)^child exited 75\s+1\s+FAIL\s+wall-clock budget exceeded; not an exit")
+        folder = self.planted_copy("traceback")
+        with open(os.path.join(folder, "process-1-worker.log"), "a") as log:
+            log.write("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nKeyError: 'lease'\n")
+        judged = chaos("--recheck", folder)
+        self.assertEqual(judged.returncode, 1, judged.stdout + judged.stderr)
+        self.assertRegex(judged.stdout, r"(?m)^tracebacks in the fleet's logs\s+1\s+FAIL\s+process-1-worker.log: KeyError: 'lease'")
+
     def test_faults_planted_in_the_storms_leftovers_are_each_caught(self):
         self.assertEqual(self.result.returncode, 0, self.result.stdout + self.result.stderr)
         cases = (("deleted", "jobs lost (not completed)"), ("queued", "jobs lost (not completed)"),
@@ -274,6 +423,63 @@ class StormTests(unittest.TestCase):
     def test_the_unplanted_leftovers_judge_clean_again(self):
         judged = chaos("--recheck", self.planted_copy("untouched"))
         self.assertEqual(judged.returncode, 0, judged.stdout + judged.stderr)
+
+
+class ModeStormTests(unittest.TestCase):
+    """Each mode's fault in a few seconds of storm; the same checker, and the mode's facts."""
+
+    SLOW = True
+    SIZE = ("--jobs", "150", "--runs", "2", "--procs", "3", "--seed", "3", "--settle", "120")
+
+    def storm(self, require: str, *mode: str, seconds: str = "10") -> str:
+        """The table of a passing storm with ``mode``; a skip (exit 3) is loud, and a failure
+        under ``require=1`` (CI provides what each mode needs)."""
+        folder = tempfile.mkdtemp(prefix="rowfleet-test-chaos-mode-")
+        self.addCleanup(shutil.rmtree, folder, ignore_errors=True)
+        result = chaos(*self.SIZE, "--seconds", seconds, "--folder", os.path.join(folder, "storm"), *mode,
+                       timeout=STORM_TIMEOUT)
+        if result.returncode == 3:
+            reason = result.stderr.strip()
+            if os.environ.get(require) == "1":
+                self.fail(f"{' '.join(mode)} required by {require}=1 but skipped: {reason}")
+            print(f"*** chaos {' '.join(mode)} SKIPPED: {reason} ***", file=sys.__stderr__ or sys.stderr, flush=True)
+            self.skipTest(reason)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        output = result.stdout
+        self.assertIn("chaos: PASS", output)
+        for row in ("jobs lost (not completed)", "jobs completed twice", "overlaps not after a freeze",
+                    "runs not completed", "tracebacks in the fleet's logs"):
+            self.assertRegex(output, rf"(?m)^{re.escape(row)}\s+0\s+ok", row)
+        self.assertRegex(output, r"(?m)^child killed by SIGKILL\s+\d+\s+ok")
+        self.assertNotRegex(output, r"(?m)FAIL")
+        return output
+
+    def resumed(self, output: str, label: str) -> float:
+        found = re.search(rf"(?m)^first job start after {re.escape(label)}\s+(\d+\.\d\d)s\s+ok\s+(.*)$", output)
+        self.assertIsNotNone(found, output)
+        return float(found.group(1))
+
+    def test_disk_full_mid_storm_waits_and_heals_by_itself(self):
+        output = self.storm("ROWFLEET_REQUIRE_TMPFS", "--disk-full")
+        self.assertLess(self.resumed(output, "room was made"), 20.0)
+        self.assertRegex(output, r"ballast of [\d.]+ MB filled the 64 MB disk \(\d+ bytes free\); ballast removed")
+
+    def test_clock_step_back_mid_storm_keeps_jobs_moving(self):
+        output = self.storm("ROWFLEET_REQUIRE_FAKETIME", "--clock-step", "-600")
+        self.assertLess(self.resumed(output, "the step"), 20.0)
+        self.assertRegex(output, r"clock stepped -600s \(a new child reads -(599|600|601)\.\ds\)")
+
+    def test_failover_mid_storm_loses_and_doubles_nothing(self):
+        output = self.storm("ROWFLEET_REQUIRE_PG", "--failover")
+        self.assertLess(self.resumed(output, "the promotion"), 20.0)
+        self.assertIn("primary stopped (pg_ctl stop -m immediate), synchronous standby promoted", output)
+
+    def test_partition_cuts_a_box_off_past_its_lease_and_it_exits_81(self):
+        output = self.storm("ROWFLEET_REQUIRE_NETNS", "--partition", seconds="12")
+        self.assertRegex(output, r"(?m)^cut-off box's children exited 81\s+[1-9]\d*\s+ok")
+        self.assertRegex(output, r"(?m)^overlaps between the box and the rest\s+0\s+ok")
+        self.assertRegex(output, r"(?m)^child exited 81\s+[1-9]")
+        self.assertLess(self.resumed(output, "the heal on the box"), 20.0)
 
 
 if __name__ == "__main__":

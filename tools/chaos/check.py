@@ -42,8 +42,9 @@ class Record:
 class Action:
     """One thing the storm did: ``kill`` a worker child, ``freeze`` one (until ``until``),
     kill the ``orchestrator``, ``restart-db``; a mode's fault and its end (``disk-full`` /
-    ``disk-freed``, ``clock-step``, ``failover``, ``partition`` / ``heal``). Times are the
-    monotonic clock's, which no step of the wall clock moves."""
+    ``disk-freed``, ``clock-step``, ``failover``, ``partition`` / ``heal``): an episode's
+    ``at`` is when it began, its ``until`` when it was done. Times are the monotonic clock's,
+    which no step of the wall clock moves."""
 
     kind: str
     at: float
@@ -467,13 +468,14 @@ def mode_rows(evidence: Evidence, runs: list[Execution]) -> list[Row]:
 
 
 def _resumed(runs: list[Execution], actions: list[Action], kind: str, ended_by: str, what: str) -> Row:
-    """From the end of a fault (its last action) to the next handler start anywhere."""
+    """From the end of a fault to the next handler start: from the moment a step was made,
+    from the moment the other faults' undoing (the promotion, the heal) was done."""
     fault = [a for a in actions if a.kind == kind]
     end = [a for a in actions if a.kind == ended_by]
     label = f"first job start after {what}"
     if not fault or not end:
         return Row(label, "n/a", FAIL, f"the storm never did {kind!r}: the mode did not run")
-    at = end[-1].at
+    at = end[-1].at if kind == "clock-step" else max(end[-1].at, end[-1].until)
     later = [r.start for r in runs if r.start >= at]
     detail = "; ".join(a.detail for a in fault + [b for b in end if b not in fault] if a.detail)
     if not later:

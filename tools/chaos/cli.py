@@ -103,9 +103,9 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--pg-restart-cmd needs --db URL (with --postgres the tool restarts its own server)")
     if args.folder and Path(args.folder).exists() and any(Path(args.folder).iterdir()):
         raise UsageError(f"--folder {args.folder} is not empty; name a new or empty folder")
+    _validate_modes(args)
     if args.recheck and not (Path(args.recheck) / "seed.json").is_file():
         raise UsageError(f"--recheck {args.recheck}: no seed.json there; name a folder a storm kept")
-    _validate_modes(args)
 
 
 def _validate_modes(args: argparse.Namespace) -> None:

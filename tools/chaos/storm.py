@@ -220,8 +220,9 @@ class Storm:
     def _episodes(self, elapsed: float) -> None:
         while self.pending and elapsed >= self.pending[0].at:
             episode = self.pending.pop(0)
+            began = time.monotonic()
             detail = episode.act()
-            self._record(episode.kind, detail=detail or "")
+            self._record(episode.kind, detail=detail or "", began=began)
             if episode.undo is not None:
                 self.to_undo.append((elapsed + episode.hold, episode))
         for due, episode in list(self.to_undo):
@@ -230,14 +231,18 @@ class Storm:
                 self._undo(episode)
 
     def _undo(self, episode: Episode) -> None:
+        began = time.monotonic()
         detail = episode.undo()
-        self._record(episode.undo_kind, detail=detail or "")
+        self._record(episode.undo_kind, detail=detail or "", began=began)
 
     def _jitter(self, every: float) -> float:
         return every * self.rng.uniform(0.6, 1.4)
 
-    def _record(self, kind: str, pid: int = 0, until: float = 0.0, code: int | None = None, detail: str = "") -> None:
-        action = Action(kind, time.monotonic(), pid, until, code, detail)
+    def _record(self, kind: str, pid: int = 0, until: float = 0.0, code: int | None = None, detail: str = "",
+                began: float | None = None) -> None:
+        """Append an act; an episode's ``at`` is when it began and ``until`` when it was done."""
+        now = time.monotonic()
+        action = Action(kind, now if began is None else began, pid, now if began is not None else until, code, detail)
         with open(self.log, "a") as handle:
             handle.write(json.dumps(asdict(action)) + "\n")
 
