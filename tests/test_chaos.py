@@ -22,12 +22,15 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from contextlib import redirect_stderr, redirect_stdout
+from io import StringIO
+from unittest import mock
 
 from support import ROOT, child_env
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-from chaos import check  # noqa: E402 - after the path it needs
+from chaos import check, cli, modes  # noqa: E402 - after the path it needs
 from chaos.check import Action, ChildExit, Evidence, Record  # noqa: E402
 
 CHAOS = os.path.join(ROOT, "tools", "chaos.py")
@@ -257,6 +260,11 @@ class CheckerTests(unittest.TestCase):
             check.parse_records(f"{good[:20]}\n{good}\n")
 
 
+def read(path: str) -> str:
+    with open(path) as handle:
+        return handle.read()
+
+
 def chaos(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, CHAOS, *args], cwd=ROOT, env=child_env(), capture_output=True,
                           text=True, timeout=timeout)
@@ -289,6 +297,31 @@ class CommandLineTests(unittest.TestCase):
                 self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
                 self.assertIn(message, result.stderr)
                 self.assertNotIn("Traceback", result.stderr)
+
+
+class SkipTests(unittest.TestCase):
+    """A mode that cannot run here says why in one line and exits 3, before any storm."""
+
+    def run_main(self, *argv: str) -> tuple[int, str, str]:
+        out, err = StringIO(), StringIO()
+        with redirect_stdout(out), redirect_stderr(err), mock.patch.object(cli, "ensure_archive"):
+            code = cli.main([*argv, "--jobs", "5", "--seconds", "1"])
+        return code, out.getvalue(), err.getvalue()
+
+    def test_each_mode_skips_in_one_line_with_exit_3(self):
+        not_root = mock.patch("os.geteuid", return_value=1000)
+        no_faketime = mock.patch.object(modes.shutil, "which", return_value=None)
+        cases = ((["--disk-full"], not_root, "chaos: SKIPPED --disk-full (mount -t tmpfs) needs root (this is uid 1000)"),
+                 (["--partition"], not_root, "chaos: SKIPPED --partition: network namespaces and iptables need root"),
+                 (["--failover", "vanish"], not_root, "chaos: SKIPPED --failover vanish: making a server vanish takes root"),
+                 (["--clock-step", "600"], no_faketime, "chaos: SKIPPED --clock-step needs libfaketime"))
+        for argv, missing, line in cases:
+            with self.subTest(argv=argv), missing:
+                code, out, err = self.run_main(*argv)
+                self.assertEqual(code, cli.SKIPPED, out + err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertTrue(err.startswith(line), err)
+                self.assertEqual(out, "")
 
 
 class StormTests(unittest.TestCase):
@@ -374,10 +407,10 @@ class StormTests(unittest.TestCase):
 
     def plant_overlap(self, folder: str) -> None:
         """A second execution inside one whose holder was never frozen, by a made-up pid."""
-        storm = [json.loads(line) for line in open(os.path.join(folder, "storm.jsonl"))]
+        storm = [json.loads(line) for line in read(os.path.join(folder, "storm.jsonl")).splitlines()]
         frozen = {a["pid"] for a in storm if a["kind"] == "freeze"}
         records = [r for name in os.listdir(os.path.join(folder, "records"))
-                   for r in check.parse_records(open(os.path.join(folder, "records", name)).read())]
+                   for r in check.parse_records(read(os.path.join(folder, "records", name)))]
         ends = {(r.job, r.token, r.pid): r.at for r in records if r.event == "end"}
         host = next(r for r in records if r.event == "start" and r.pid not in frozen and (r.job, r.token, r.pid) in ends
                     and ends[(r.job, r.token, r.pid)] - r.at > 0.002)
