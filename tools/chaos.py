@@ -1,7 +1,8 @@
 """Entry script of ``python make.py chaos``; the tool itself is the package ``tools/chaos/``.
 
 Usage: ``python tools/chaos.py [--jobs N] [--runs M] [--seconds S] [--procs K] [--postgres]
-[--db URL [--pg-restart-cmd CMD]] [--folder DIR] [--recheck DIR]``; ``--help`` for all.
+[--db URL [--pg-restart-cmd CMD]] [--folder DIR] [--recheck DIR] [--disk-full] [--clock-step S]
+[--failover [stop|vanish]] [--partition]``; ``--help`` for all.
 Stdlib only; imports nothing from rowfleet (it storms the built archive in child processes).
 """
 
