@@ -166,6 +166,13 @@ class ExitCodeTests(unittest.TestCase):
         report = check.check(with_exits(ChildExit(40, -11, "database")))
         self.assertEqual(report.row("child killed by SIGSEGV").verdict, check.FAIL)
 
+    def test_an_orchestrator_that_exits_by_itself_fails(self):
+        evidence = with_exits()
+        evidence.actions.append(Action("orchestrator-exited", 5.0, pid=21, code=2))
+        row = check.check(evidence).row("orchestrator exits not by the storm")
+        self.assertEqual((row.value, row.verdict), ("1", check.FAIL))
+        self.assertIn("exited 2", row.detail)
+
     def test_a_traceback_in_a_log_fails(self):
         report = check.check(with_exits(tracebacks=("process-1-worker.log: KeyError: 3",)))
         row = report.row("tracebacks in the fleet's logs")

@@ -396,9 +396,10 @@ def _actions(actions: list[Action], db_restarts_wanted: bool) -> list[Row]:
             Row("orchestrator kills (kill -9, restarted)", count("orchestrator")),
             Row("worker freezes past the lease (SIGSTOP)", count("freeze")),
             Row("database restarts (immediate)", restarts, detail="" if db_restarts_wanted else "none staged")]
-    if exited:  # an orchestrator that ended without the storm's kill; restarted, and reported
-        rows.append(Row("orchestrator exits not by the storm", str(len(exited)),
-                        detail=", ".join(exit_label(a.code) if a.code is not None else "?" for a in exited[:5])))
+    if exited:  # an orchestrator must wait out every fault; the storm restarted it, and reports it
+        rows.append(Row("orchestrator exits not by the storm", str(len(exited)), FAIL,
+                        ", ".join(exit_label(a.code) if a.code is not None else "?" for a in exited[:5])
+                        + "; see process-*-orchestrator.log"))
     return rows
 
 
@@ -460,8 +461,8 @@ def mode_rows(evidence: Evidence, runs: list[Execution]) -> list[Row]:
         if kind in evidence.modes:
             rows.append(_resumed(runs, evidence.actions, kind, ended_by, what))
     if "partition" in evidence.modes:  # the box itself serves again, not only the rest
-        rows.append(_resumed([r for r in runs if r.pid in box], evidence.actions, "partition", "heal",
-                             "the heal on the box"))
+        on_box = _resumed([r for r in runs if r.pid in box], evidence.actions, "partition", "heal", "the heal on the box")
+        rows.append(Row(on_box.check, on_box.value, on_box.verdict))  # the episode's words are on the row above
     if "partition" in evidence.modes:
         rows += _partition_rows(evidence, runs)
     return rows
