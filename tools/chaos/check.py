@@ -487,17 +487,18 @@ def _resumed(runs: list[Execution], actions: list[Action], kind: str, ended_by: 
 
 def _partition_rows(evidence: Evidence, runs: list[Execution]) -> list[Row]:
     """The cut-off box stopped its job before its lease could lapse (exit 81), and no job
-    ran on the box and elsewhere at once."""
+    ran on the box and elsewhere at once (but after the storm froze its holder, as anywhere)."""
     box = {e.pid for e in evidence.exits if e.host == evidence.box_host}
     box_exits = [e for e in evidence.exits if e.host == evidence.box_host and e.code is not None]
     cut = sum(1 for e in box_exits if e.code == CUT_OFF)
-    cuts = [a.at for a in evidence.actions if a.kind == "partition"]
+    cuts = [max(a.at, a.until) for a in evidence.actions if a.kind == "partition"]  # when the cut was made
     held = [r for r in runs if r.pid in box and any(r.start <= at < r.end or (r.start <= at and not r.ended)
                                                       for at in cuts)]
     exits = ", ".join(f"{e.pid} {exit_label(e.code)}" for e in box_exits[:5]) or "no box child exited"
     row_81 = Row("cut-off box's children exited 81", str(cut), _verdict(held and not cut),
                  f"{len(held)} job(s) in hand at the cut; {exits}")
-    crossed = [(a, b) for a, b in overlapping(runs) if (a.pid in box) != (b.pid in box)]
+    crossed = [(a, b) for a, b in overlapping(runs)
+               if (a.pid in box) != (b.pid in box) and not _after_freeze(a, b, evidence.actions)]
     return [row_81, Row("overlaps between the box and the rest", str(len(crossed)), _verdict(crossed),
                         ", ".join(f"job {a.job} pids {a.pid}/{b.pid}" for a, b in crossed[:5]))]
 

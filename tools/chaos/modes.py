@@ -340,7 +340,7 @@ class Partition(Mode):
         self.hold = seeded["hold"]
         self.box = fleet.start_workers(BOX_PROCS, label="box", db=self.inner_url(),
                                        prefix=("ip", "netns", "exec", self.namespace.name),
-                                       host=("--host", BOX_HOST, "--queue", "default", "--queue", BOX_QUEUE))
+                                       host=("--host", BOX_HOST, "--queue", BOX_QUEUE, "--queue", "default"))  # its own first
         fleet.others.append(self.box)
 
     def episodes(self, fleet: Fleet, timing: Timing) -> list[Episode]:

@@ -223,8 +223,8 @@ class Storm:
             began = time.monotonic()
             detail = episode.act()
             self._record(episode.kind, detail=detail or "", began=began)
-            if episode.undo is not None:
-                self.to_undo.append((elapsed + episode.hold, episode))
+            if episode.undo is not None:  # held from the moment the act was done
+                self.to_undo.append((elapsed + time.monotonic() - began + episode.hold, episode))
         for due, episode in list(self.to_undo):
             if elapsed >= due:
                 self.to_undo.remove((due, episode))
