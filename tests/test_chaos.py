@@ -140,7 +140,7 @@ class ExitCodeTests(unittest.TestCase):
         self.assertRegex(text, r"(?m)^child killed by SIGKILL\s+1\s+ok\s+1 by the storm, 0 flagged dead")
         seen = report.row("worker child exits seen")
         self.assertEqual(seen.value, "4")
-        self.assertIn("3 from the workers table, 1 from a supervisor's log; 1 stopped with no code", seen.detail)
+        self.assertIn("3 from the workers table, 1 from supervisor logs; 1 with no code", seen.detail)
 
     def test_an_exit_no_storm_causes_fails_with_its_meaning(self):
         for code, meaning in ((75, "wall-clock budget exceeded"), (1, "refused"), (3, "exit code 3")):

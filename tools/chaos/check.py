@@ -424,8 +424,8 @@ def _exit_rows(evidence: Evidence) -> list[Row]:
     sources = {name: sum(1 for e in seen if e.source == name) for name in ("database", "log")}
     silent = sum(1 for e in evidence.exits if e.code is None)
     rows = [Row("worker child exits seen", str(len(seen)),
-                detail=f"{sources['database']} from the workers table, {sources['log']} from a supervisor's log; "
-                       f"{silent} stopped with no code recorded (an exit 0, or killed at shutdown)")]
+                detail=f"{sources['database']} from the workers table, {sources['log']} from supervisor logs; "
+                       f"{silent} with no code (exit 0, or killed at shutdown)")]
     killed = {a.pid for a in evidence.actions if a.kind == "kill"}
     for code in sorted({e.code for e in seen}, key=lambda c: (c < 0, abs(c))):
         pids = sorted(e.pid for e in seen if e.code == code)
