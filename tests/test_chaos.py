@@ -508,7 +508,7 @@ class ModeStormTests(unittest.TestCase):
     def test_disk_full_mid_storm_waits_and_heals_by_itself(self):
         output = self.storm("ROWFLEET_REQUIRE_TMPFS", "--disk-full")
         self.assertLess(self.resumed(output, "room was made"), 20.0)
-        self.assertRegex(output, r"ballast of [\d.]+ MB filled the 64 MB disk \(\d+ bytes free\); ballast removed")
+        self.assertRegex(output, r"ballast of [\d.]+ MiB filled the 64 MiB disk \(0 bytes free\); ballast removed")
 
     def test_clock_step_back_mid_storm_keeps_jobs_moving(self):
         output = self.storm("ROWFLEET_REQUIRE_FAKETIME", "--clock-step", "-600")

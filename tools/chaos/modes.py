@@ -36,7 +36,7 @@ from .storm import Episode, Fleet, Timing, child_pids, holds_a_job
 
 TESTS = Path(__file__).resolve().parent.parent.parent / "tests"
 DISK = "disk"
-DISK_SIZE_MB = 64
+DISK_SIZE_MIB = 64
 FAKETIME_LIBRARIES = ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1",
                       "/usr/local/lib/faketime/libfaketime.so.1")
 # libfaketime 0.9.10 misreads an absolute sleep on the real monotonic clock (Python's
@@ -123,7 +123,7 @@ class DiskFull(Mode):
         self.ballast = self.path / "ballast"
         self.mounted = False
         try:
-            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE_MB}m", "tmpfs", str(self.path)],
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE_MIB}m", "tmpfs", str(self.path)],
                                   capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
         except OSError as exc:
             raise Skip(f"--disk-full: mount cannot run: {exc}") from None
@@ -154,12 +154,12 @@ class DiskFull(Mode):
         finally:
             os.close(fd)
         free = shutil.disk_usage(self.path).free
-        return f"ballast of {written / 1e6:.1f} MB filled the {DISK_SIZE_MB} MB disk ({free} bytes free)"
+        return f"ballast of {written / 2**20:.1f} MiB filled the {DISK_SIZE_MIB} MiB disk ({free} bytes free)"
 
     def make_room(self) -> str:
         if self.ballast.exists():
             self.ballast.unlink()
-        return f"ballast removed ({shutil.disk_usage(self.path).free / 1e6:.1f} MB free)"
+        return f"ballast removed ({shutil.disk_usage(self.path).free / 2**20:.1f} MiB free)"
 
     def stopped(self, folder: Path) -> None:
         """Copy the database off the tmpfs (WAL folded in), so the judge and ``--recheck``
