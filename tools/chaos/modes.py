@@ -19,6 +19,7 @@ Imports nothing from rowfleet.
 
 from __future__ import annotations
 
+import argparse
 import errno
 import glob
 import os
@@ -78,7 +79,6 @@ class Mode:
     """What a mode adds to a storm; the base adds nothing."""
 
     name = ""
-    postgres = False
 
     def database(self, folder: Path) -> str | None:
         """The database the fleet uses, where the mode decides it (else None)."""
@@ -240,7 +240,6 @@ class Failover(Mode):
     """A primary and a synchronous standby; the fleet on both; the primary gone at half time."""
 
     name = "failover"
-    postgres = True
 
     def __init__(self, how: str) -> None:
         _tests_on_path()
@@ -288,7 +287,6 @@ class Partition(Mode):
     """A second worker box in a network namespace, cut off silently for three leases."""
 
     name = "partition"
-    postgres = True
 
     def __init__(self) -> None:
         _tests_on_path()
@@ -382,7 +380,7 @@ class Partition(Mode):
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def build(args, folder: Path) -> list[Mode]:
+def build(args: argparse.Namespace, folder: Path) -> list[Mode]:
     """The modes the command line asked for, each set up (or ``Skip``), in order."""
     made: list[Mode] = []
     factories: list[Callable[[], Mode]] = []
