@@ -1,6 +1,7 @@
 """The docs site in web/: every page well formed, every link inside the site, nothing from
-another origin, the generated parts current (``tools/docs.py --check``), the plain-SQL
-enqueue it shows runnable on both databases, and the server answering on 127.0.0.1."""
+another origin, the generated parts current (``tools/docs.py --check``), the parts quoted
+from a page's own blocks following them, the plain-SQL enqueue it shows runnable on both
+databases, and the server answering on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -124,7 +125,8 @@ class SiteTest(unittest.TestCase):
     def test_the_pages_exist(self):
         names = {p.relative_to(WEB).as_posix() for p in site_pages()}
         for page in ("index.html", "concepts.html", "reference.html", "scenarios/index.html", "numbers.html",
-                     "instead.html"):
+                     "instead.html", "jobs.html", "workflows.html", "processes.html", "operations.html", "gpu.html",
+                     "telemetry.html", "reliability.html", "postgres.html", "security.html", "development.html"):
             self.assertIn(page, names)
         self.assertTrue((WEB / "style.css").is_file())
 
@@ -268,7 +270,7 @@ class GenerationTest(TempDirTestCase):
         self.assertEqual(len(result.stderr.splitlines()), 1)
 
 
-    def test_a_bench_run_is_recorded_and_the_readme_block_follows_it(self):
+    def test_a_bench_run_is_recorded_and_the_numbers_page_follows_it(self):
         log = os.path.join(self.dir, "bench.log")
         with open(log, "w", encoding="utf-8") as handle:
             handle.write("bench: progress on stderr went elsewhere\n"
@@ -280,36 +282,63 @@ class GenerationTest(TempDirTestCase):
                          "fsync of 4 KB in the temp folder: median 1 us before, 2 us after.\n"
                          "\n"
                          "legend: what each side does\n")
+        numbers = Path(self.web, "numbers.html")
         goals = re.compile(r"<!-- quotes:bench -->.*?<!-- /quotes:bench -->", re.S)  # they quote the real run
-        Path(self.readme).write_text(goals.sub("", Path(self.readme).read_text(encoding="utf-8")), encoding="utf-8")
+        numbers.write_text(goals.sub("", numbers.read_text(encoding="utf-8")), encoding="utf-8")
         self.assertEqual(self.run_docs("--write", "--bench-log", log).returncode, 0)
-        readme = Path(self.readme).read_text(encoding="utf-8")
-        block = re.search(r"<!-- generated:bench-run -->\n```\n(.*?)\n```\n<!-- /generated:bench-run -->", readme, re.S)
-        self.assertIsNotNone(block)
-        self.assertTrue(block.group(1).startswith("benchmark "), block.group(1))
-        self.assertTrue(block.group(1).endswith("2 us after."), block.group(1))
-        self.assertIn("<td>enqueue &lt;x&gt;</td>", Path(self.web, "numbers.html").read_text(encoding="utf-8"))
+        page = numbers.read_text(encoding="utf-8")
+        self.assertIn("<td>enqueue &lt;x&gt;</td>", page)
+        self.assertIn("<td>a note &amp; more</td>", page)
+        self.assertIn("2 us after.", page)
         self.assertEqual(self.run_docs("--check").returncode, 0)
-        Path(self.readme).write_text(readme.replace("1,000", "9,999"), encoding="utf-8")  # a hand edit
+        numbers.write_text(page.replace("<td>1,000</td>", "<td>9,999</td>"), encoding="utf-8")  # a hand edit
         result = self.run_docs("--check")
         self.assertEqual(result.returncode, 1)
-        self.assertIn("README.md is stale (bench-run)", result.stderr)
+        self.assertIn("web/numbers.html is stale (bench)", result.stderr)
         with open(log, "w", encoding="utf-8") as handle:
             handle.write("no table here\n")
         result = self.run_docs("--write", "--bench-log", log)
         self.assertEqual((result.returncode, len(result.stderr.splitlines())), (2, 1), result.stderr)
 
     def test_a_goal_table_may_quote_only_what_the_recorded_run_printed(self):
-        readme = Path(self.readme).read_text(encoding="utf-8")
-        self.assertIn("<!-- quotes:bench -->", readme)
+        numbers = Path(self.web, "numbers.html")
+        page = numbers.read_text(encoding="utf-8")
+        self.assertIn("<!-- quotes:bench -->\n<table>\n", page)
         self.assertEqual(self.run_docs("--write").returncode, 0)  # the copy's own (empty) scenarios
         self.assertEqual(self.run_docs("--check").returncode, 0)
-        quoted = readme.replace("<!-- quotes:bench -->\n", "<!-- quotes:bench -->\n| a goal | 123,456.7 ms | met |\n", 1)
-        Path(self.readme).write_text(quoted, encoding="utf-8")
+        row = "<tr><td>a goal</td><td><code>123,456.7</code> ms</td><td>met</td></tr>\n"
+        numbers.write_text(page.replace("<!-- quotes:bench -->\n<table>\n", "<!-- quotes:bench -->\n<table>\n" + row, 1),
+                           encoding="utf-8")
         result = self.run_docs("--check")
         self.assertEqual(result.returncode, 1)
-        self.assertIn("README.md quotes 123,456.7 for 'a goal', which the recorded bench run does not print",
+        self.assertIn("web/numbers.html quotes 123,456.7 for 'a goal', which the recorded bench run does not print",
                       result.stderr)
+        readme = Path(self.readme).read_text(encoding="utf-8")  # the README may quote the run the same way
+        numbers.write_text(page, encoding="utf-8")
+        Path(self.readme).write_text(readme + "\n<!-- quotes:bench -->\n| goal | run | verdict |\n|---|---|---|\n"
+                                     "| a goal | 654,321 jobs/s | met |\n<!-- /quotes:bench -->\n", encoding="utf-8")
+        result = self.run_docs("--check")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("README.md quotes 654,321 for 'a goal'", result.stderr)
+
+    def test_a_part_quoted_from_a_page_follows_the_page(self):
+        self.assertEqual(self.run_docs("--write").returncode, 0)
+        operations = Path(self.web, "operations.html")
+        page = operations.read_text(encoding="utf-8")
+        edited = page.replace("queue = &#x27;gpu&#x27;;</code></pre>", "queue = &#x27;cpu&#x27;;</code></pre>", 1)
+        self.assertNotEqual(edited, page, "the operations page shows no switch-on block")
+        operations.write_text(edited, encoding="utf-8")
+        result = self.run_docs("--check")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("web/reference.html is stale (sql-switches)", result.stderr)
+        self.assertEqual(self.run_docs("--write").returncode, 0)
+        reference = Path(self.web, "reference.html").read_text(encoding="utf-8")
+        self.assertIn("DELETE FROM worker_controls WHERE project = &#x27;&#x27; AND host = &#x27;gpu-box-1&#x27; "
+                      "AND queue = &#x27;cpu&#x27;;", reference)
+        operations.write_text(page.replace("<!-- operations:on -->", "<!-- operations:gone -->"), encoding="utf-8")
+        result = self.run_docs("--check")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("<!-- operations:on --> block", result.stderr)
 
     def test_a_chaos_storm_is_recorded_by_its_database(self):
         log = os.path.join(self.dir, "chaos.log")
@@ -318,11 +347,12 @@ class GenerationTest(TempDirTestCase):
                          "check  value  verdict\n-----  -----  -------\njobs lost  0  ok\n"
                          "chaos: PASS (no job lost or completed twice)\n")
         self.assertEqual(self.run_docs("--write", "--chaos-log", log).returncode, 0)
-        readme = Path(self.readme).read_text(encoding="utf-8")
-        block = re.search(r"<!-- generated:chaos-postgres -->\n```\n(.*?)\n```", readme, re.S).group(1)
+        page = Path(self.web, "reliability.html").read_text(encoding="utf-8")
+        part = re.search(r"<!-- generated:chaos-postgres -->(.*?)<!-- /generated:chaos-postgres -->", page, re.S)
+        block = pre_text(part.group(1))
         self.assertEqual(block.splitlines()[0], "check  value  verdict")
         self.assertEqual(block.splitlines()[-1], "chaos: PASS (no job lost or completed twice)")
-        self.assertNotIn("/tmp/x", readme)
+        self.assertNotIn("/tmp/x", page)
         with open(log, "w", encoding="utf-8") as handle:
             handle.write("check  value\n")
         result = self.run_docs("--write", "--chaos-log", log)

@@ -1,9 +1,11 @@
-"""The README's quickstart and operations examples, executed exactly as written, so they
-cannot rot. Slow: each runs the real command line several times over."""
+"""The README's quickstart and the docs site's workflow and operations examples, executed
+exactly as written, so they cannot rot. Slow: each runs the real command line several times
+over."""
 
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import os
 import re
@@ -15,20 +17,28 @@ from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, ROOT, TempDirTestCase, child_env
 
 SLOW = True
+WORKFLOWS_PAGE = os.path.join("web", "workflows.html")
+OPERATIONS_PAGE = os.path.join("web", "operations.html")
 
 
-def quickstart_block(marker: str, section: str = "quickstart") -> str:
-    """The fenced code block that follows ``<!-- SECTION:MARKER -->`` in the README."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+def quickstart_block(marker: str, section: str = "quickstart", source: str = "README.md") -> str:
+    """The block that follows ``<!-- SECTION:MARKER -->`` in ``source``: a fenced block of the
+    README, or a page's ``<pre><code>``, unescaped to the text a reader copies."""
+    with open(os.path.join(ROOT, source), encoding="utf-8") as handle:
         text = handle.read()
-    match = re.search(rf"<!-- {section}:{marker} -->\s*```\w*\n(.*?)```", text, re.S)
-    if match is None:
-        raise AssertionError(f"README has no {section}:{marker} block")
-    return match.group(1)
+    if source.endswith(".html"):
+        match = re.search(rf"<!-- {section}:{marker} -->\s*<pre[^>]*><code>(.*?)</code></pre>", text, re.S)
+        block = None if match is None else html.unescape(match.group(1)) + "\n"
+    else:
+        match = re.search(rf"<!-- {section}:{marker} -->\s*```\w*\n(.*?)```", text, re.S)
+        block = None if match is None else match.group(1)
+    if block is None:
+        raise AssertionError(f"{source} has no {section}:{marker} block")
+    return block
 
 
 def operations_block(marker: str) -> str:
-    return quickstart_block(marker, "operations")
+    return quickstart_block(marker, "operations", OPERATIONS_PAGE)
 
 
 def run_commands(commands: str, cwd: str, **env: str) -> subprocess.CompletedProcess:
@@ -54,7 +64,7 @@ class ReadmeQuickstartTest(TempDirTestCase):
         self.assertIn("completed", result.stdout)
 
     def test_workflow_quickstart(self):
-        result = run_commands(quickstart_block("workflow") + "\nrowfleet runs 1 --json > run.json\n", self.dir)
+        result = run_commands(quickstart_block("workflow", source=WORKFLOWS_PAGE) + "\nrowfleet runs 1 --json > run.json\n", self.dir)
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(os.path.join(self.dir, "run.json")) as handle:
             run = json.load(handle)
@@ -73,7 +83,7 @@ class ReadmeQuickstartTest(TempDirTestCase):
 
 
 class ReadmeOperationsContract:
-    """The README's switch examples, run as written: the commands, and the plain SQL an
+    """The operations page's switch examples, run as written: the commands, and the plain SQL an
     application would send, each read back through the store."""
 
     def setUp(self) -> None:
@@ -121,6 +131,12 @@ class SQLiteReadmeOperationsTest(ReadmeOperationsContract, TempDirTestCase):
         self.assertIn("switch: project", result.stdout, "workers lists the switch rows")
         self.assertEqual([(s.host, s.queue, s.desired) for s in self.store.switches()],
                          [("gpu-box-1", "*", "on"), ("gpu-box-1", "gpu", "on")])
+
+    def test_the_readme_commands(self):
+        result = run_commands(quickstart_block("cli-summary", "operations"), self.dir, ROWFLEET_DB=self.db)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("switch: project", result.stdout, "workers lists the switch rows")
+        self.assertEqual([(s.host, s.queue, s.desired) for s in self.store.switches()], [("gpu-box-1", "gpu", "on")])
 
     def test_the_broker_view(self):
         self.cli("init")

@@ -4,15 +4,17 @@ Owns the generated parts of the site. A hand-written page marks each part it doe
 write itself with ``<!-- generated:NAME -->`` ... ``<!-- /generated:NAME -->``; ``--write``
 fills every such part from its source (``GENERATORS``, NAME -> function), and ``--check``
 exits 1 with one line per page whose parts differ from what ``--write`` would put there.
-The sources are the code and the README, never a hand-typed copy:
+The sources are the code, the README and the blocks the pages show (each fenced by
+``<!-- MARKER -->``, which the tests run), never a hand-typed copy:
 
 * the command line, from rowfleet's own argparse parser (``rowfleet.cli.build_parser``);
 * the settings, from ``rowfleet.config.SETTINGS`` through ``config.settings_table``, the
   function ``tools/settings_table.py`` writes the README's tables with;
 * job states (``rowfleet.job.STATES``, each meaning from the README's States table) and
   exit codes (``rowfleet.exitcodes``);
-* the workflow and schedule file formats, the switch SQL and the bench table, quoted from
-  the README (whose SQL blocks ``tests/test_readme.py`` runs on both databases);
+* the examples of the workflow and schedule file formats and the switch SQL, quoted from
+  the pages that show them (``web/workflows.html``, ``web/operations.html``), whose blocks
+  ``tests/test_readme.py`` runs as shown (the SQL on both databases);
 * the plain-SQL enqueue, declared here (``ENQUEUE_SQL``) and run from the page on both
   databases by ``tests/test_docs_site.py``;
 * numbers from ``web/numbers.json``, each what a ``make.py`` task printed: ``--write``
@@ -21,9 +23,10 @@ The sources are the code and the README, never a hand-typed copy:
   reports a drift; the last full test run's summary line (``--test-log FILE``, the output
   of ``python make.py test``) and the benchmark run (``--bench-log FILE``, the output of
   ``python make.py bench``) and the chaos storms (``--chaos-log FILE``, repeatable, the
-  output of ``python make.py chaos``) are recorded as given, and the README's blocks of them
-  (``<!-- generated:bench-run -->``, ``chaos-sqlite``, ``chaos-postgres``) are rewritten
-  from that record and checked like a page;
+  output of ``python make.py chaos``) are recorded as given, and the pages' parts of them
+  (``bench`` on ``web/numbers.html``, ``chaos-sqlite`` and ``chaos-postgres`` on
+  ``web/reliability.html``) are rewritten from that record; the goals table on
+  ``web/numbers.html`` (``<!-- quotes:bench -->``) may quote only figures that run printed;
 * one page per ``examples/scenarios/NN_slug.py`` (its docstring, its command and its
   recorded ``NN_slug.out``), written whole, and the list of them.
 
@@ -48,7 +51,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -69,18 +72,24 @@ REGION = re.compile(r"(<!-- generated:([a-z0-9-]+) -->)(.*?)(<!-- /generated:\2 
 TEST_SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$")
 BUILD_SUMMARY = re.compile(r"^build: OK .*\(([\d,]+) bytes\)")
 SUITE_SIZE = re.compile(r"^\d+ tests in \d+ modules$")
-# The README's tables that quote the bench run (the goals read against it): hand-written, but
-# each figure of their second column must be one the recorded run printed.
+# The tables that quote the bench run (the goals read against it, on a page or in the README):
+# hand-written, but each figure of their second column must be one the recorded run printed.
 QUOTES = re.compile(r"<!-- quotes:bench -->(.*?)<!-- /quotes:bench -->", re.S)
+HTML_ROW = re.compile(r"<tr>(.*?)</tr>", re.S)
+HTML_CELL = re.compile(r"<t[dh][^>]*>(.*?)</t[dh]>", re.S)
+PAGE_BLOCK = r"<!-- {marker} -->\s*<pre[^>]*><code>(.*?)</code></pre>"
 FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?")
 CHAOS_START = re.compile(r"^chaos: \d+ jobs and \d+ runs .* on (SQLite|PostgreSQL);")
 CHAOS_VERDICT = re.compile(r"^chaos: (PASS|FAIL)\b")
 BENCH_FOOTER = re.compile(r"^rowfleet \S+ at \S+;")  # the bench's last table line names the revision
 
 # The site's pages in navigation order: (file under web/, label).
-NAV = (("index.html", "rowfleet"), ("concepts.html", "Concepts"), ("reference.html", "Reference"),
+NAV = (("index.html", "rowfleet"), ("jobs.html", "Jobs"), ("workflows.html", "Workflows"),
+       ("processes.html", "Processes"), ("operations.html", "Operations"), ("gpu.html", "GPU"),
+       ("telemetry.html", "Telemetry"), ("reliability.html", "Reliability"), ("postgres.html", "PostgreSQL"),
+       ("security.html", "Security"), ("concepts.html", "Concepts"), ("reference.html", "Reference"),
        ("scenarios/index.html", "Scenarios"), ("numbers.html", "Numbers"),
-       ("instead.html", "Instead of a library"))
+       ("instead.html", "Instead of a library"), ("development.html", "Development"))
 
 # What an application may write itself to enqueue a job, on each database; the test runs
 # exactly what the page shows, then a worker runs the job. Times are Unix epoch seconds.
@@ -108,7 +117,7 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-# --- a small Markdown reader, for the README parts the site quotes ------------------------
+# --- a small Markdown reader, for the README table the site quotes (the job states) ----------
 
 def inline(text: str) -> str:
     """One line of Markdown as HTML: code spans, bold, emphasis; links keep their text only
@@ -136,67 +145,19 @@ def _cells(row: str) -> list[str]:
     return [cell.strip().replace("\\|", "|") for cell in cells]
 
 
-def markdown(text: str) -> str:
-    """The Markdown the README uses (headings, paragraphs, lists, tables, fences) as HTML.
-
-    >>> markdown("| a | b |\\n|---|---|\\n| `x` | y |")
-    '<table>\\n<tr><th>a</th><th>b</th></tr>\\n<tr><td><code>x</code></td><td>y</td></tr>\\n</table>'
-    """
-    lines, out, i = text.splitlines(), [], 0
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip() or re.match(r"^<!--.*-->$", line.strip()):
-            i += 1
-        elif line.startswith("```"):
-            end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), len(lines))
-            out.append("<pre><code>" + esc("\n".join(lines[i + 1:end])) + "</code></pre>")
-            i = end + 1
-        elif line.startswith("#"):
-            level = min(6, len(line) - len(line.lstrip("#")) + 1)
-            out.append(f"<h{level}>{inline(line.lstrip('#').strip())}</h{level}>")
-            i += 1
-        elif line.startswith("|"):
-            rows = []
-            while i < len(lines) and lines[i].startswith("|"):
-                if not re.match(r"^\|[\s:|-]+\|$", lines[i]):
-                    rows.append(_cells(lines[i]))
-                i += 1
-            head, *body = rows
-            out.append("<table>\n<tr>" + "".join(f"<th>{inline(c)}</th>" for c in head) + "</tr>\n"
-                       + "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in row) + "</tr>\n"
-                                 for row in body) + "</table>")
-        elif re.match(r"^(-|\d+\.) ", line):
-            ordered = line[0].isdigit()
-            items: list[str] = []
-            while i < len(lines) and (re.match(r"^(-|\d+\.) ", lines[i])
-                                      or (lines[i].startswith("  ") and items)):
-                if re.match(r"^(-|\d+\.) ", lines[i]):
-                    items.append(lines[i].split(" ", 1)[1])
-                else:
-                    items[-1] += " " + lines[i].strip()
-                i += 1
-            tag = "ol" if ordered else "ul"
-            out.append(f"<{tag}>\n" + "".join(f"<li>{inline(item)}</li>\n" for item in items) + f"</{tag}>")
-        else:
-            para = []
-            while i < len(lines) and lines[i].strip() and not re.match(r"^(```|#|\||- |\d+\. |<!--)", lines[i]):
-                para.append(lines[i].strip())
-                i += 1
-            out.append(f"<p>{inline(' '.join(para))}</p>")
-    return "\n".join(out)
-
-
 # --- what the README says ------------------------------------------------------------------
 
 @dataclass
 class Sources:
-    """Everything a generator may read: the README's text, the folders, the numbers."""
+    """Everything a generator may read: the README's text, the hand-written pages' (page ->
+    text, as on disk), the folders, the numbers."""
 
     web: Path
     scenarios: Path
     readme: str
     numbers: dict
     readme_path: Path = README
+    pages: dict[str, str] = field(default_factory=dict)
 
     def section(self, heading: str) -> str:
         """The README's text under ``heading`` (a whole heading line), to the next heading
@@ -216,12 +177,16 @@ class Sources:
         return "\n".join(body).strip("\n")
 
     def block(self, marker: str) -> str:
-        """The fenced block after ``<!-- MARKER -->`` in the README (as tests/test_readme.py
-        finds it)."""
+        """The block after ``<!-- MARKER -->``: a fenced block of the README, or a page's
+        ``<pre><code>`` (unescaped), as tests/test_readme.py finds and runs it."""
         match = re.search(rf"<!-- {re.escape(marker)} -->\s*```\w*\n(.*?)```", self.readme, re.S)
-        if match is None:
-            raise DocsError(f"README.md has no <!-- {marker} --> block")
-        return match.group(1).rstrip("\n")
+        if match is not None:
+            return match.group(1).rstrip("\n")
+        for text in self.pages.values():
+            match = re.search(PAGE_BLOCK.format(marker=re.escape(marker)), text, re.S)
+            if match is not None:
+                return html.unescape(match.group(1)).rstrip("\n")
+        raise DocsError(f"neither README.md nor a page of web/ has a <!-- {marker} --> block")
 
 
 def pre(text: str, label: str = "") -> str:
@@ -366,14 +331,16 @@ def gen_exit_codes(src: Sources, page: str) -> str:
             "<th></th></tr>\n" + "\n".join(rows) + "\n</table>")
 
 
-def gen_workflow_format(src: Sources, page: str) -> str:
-    return markdown(src.section("### The definition format")) + "\n<p>An example, as the README's workflow " \
-        "quickstart runs it:</p>\n" + pre(src.block("quickstart:workflow"))
+def gen_workflow_example(src: Sources, page: str) -> str:
+    return pre(src.block("quickstart:workflow"), "a workflow run from the command line")
 
 
-def gen_schedule_format(src: Sources, page: str) -> str:
-    text = src.section("### Periodic jobs")
-    return markdown(text)
+def gen_schedule_examples(src: Sources, page: str) -> str:
+    return "\n".join([
+        "<p>Schedules declared in Python (<code>app.py</code>):</p>", pre(src.block("operations:periodic-python")),
+        "<p>A schedule file (<code>schedules.json</code>):</p>", pre(src.block("operations:periodic-json")),
+        "<p>One tick of a scheduler, then what fired:</p>", pre(src.block("operations:periodic-cli")),
+    ])
 
 
 def gen_sql_switches(src: Sources, page: str) -> str:
@@ -419,11 +386,6 @@ def bench_text(src: Sources) -> str:
     return bench["text"]
 
 
-def gen_bench_run(src: Sources, page: str) -> str:
-    """The README's block: the recorded bench run, verbatim."""
-    return "```\n" + bench_text(src) + "\n```"
-
-
 def gen_bench(src: Sources, page: str) -> str:
     lines = bench_text(src).splitlines()
     if len(lines) < 3 or not set(lines[1]) <= {"-", " "}:
@@ -452,7 +414,7 @@ def gen_chaos_run(database: str) -> Callable[[Sources, str], str]:
         if not isinstance(chaos, dict) or not isinstance(chaos.get("text"), str):
             raise DocsError(f"web/{NUMBERS} records no chaos storm on {database}: `python make.py chaos > chaos.log`, "
                             f"then `python make.py docs --write --chaos-log chaos.log`")
-        return "```\n" + chaos["text"] + "\n```"
+        return pre(chaos["text"], f"a storm on {database}")
     return generate
 
 
@@ -530,14 +492,13 @@ GENERATORS: dict[str, Callable[[Sources, str], str]] = {
     "settings": gen_settings,
     "job-states": gen_job_states,
     "exit-codes": gen_exit_codes,
-    "workflow-format": gen_workflow_format,
-    "schedule-format": gen_schedule_format,
+    "workflow-example": gen_workflow_example,
+    "schedule-examples": gen_schedule_examples,
     "sql-switches": gen_sql_switches,
     "sql-enqueue-sqlite": gen_sql_enqueue("sqlite"),
     "sql-enqueue-postgres": gen_sql_enqueue("postgres"),
     "numbers": gen_numbers,
     "bench": gen_bench,
-    "bench-run": gen_bench_run,
     "chaos-sqlite": gen_chaos_run("sqlite"),
     "chaos-postgres": gen_chaos_run("postgres"),
     "scenario-list": gen_scenario_list,
@@ -583,12 +544,14 @@ def load_sources(web: Path, scenarios_folder: Path, readme_path: Path = README) 
         readme = readme_path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DocsError(f"cannot read README.md: {exc.strerror}") from None
+    pages = {path.relative_to(web).as_posix(): path.read_text(encoding="utf-8") for path in sorted(web.rglob("*.html"))
+             if not _is_scenario_page(path.relative_to(web).as_posix())}
     numbers_path = web / NUMBERS
     try:
         numbers = json.loads(numbers_path.read_text(encoding="utf-8")) if numbers_path.is_file() else {}
     except ValueError as exc:
         raise DocsError(f"web/{NUMBERS} is not JSON: {exc}") from None
-    return Sources(web, scenarios_folder, readme, numbers if isinstance(numbers, dict) else {}, readme_path)
+    return Sources(web, scenarios_folder, readme, numbers if isinstance(numbers, dict) else {}, readme_path, pages)
 
 
 def record_logs(numbers: dict, test_log: Path | None, bench_log: Path | None,
@@ -663,24 +626,38 @@ def _tool_output(script: str, *args: str) -> str:
     return result.stdout
 
 
+def quoted_rows(text: str, page: bool) -> list[list[str]]:
+    """The rows (as plain cell texts) of the bench-quoting tables in a page or the README."""
+    rows = []
+    for region in QUOTES.finditer(text):
+        if page:
+            for row in HTML_ROW.findall(region.group(1)):
+                rows.append([html.unescape(re.sub(r"<[^>]+>", "", cell)).strip() for cell in HTML_CELL.findall(row)])
+        else:
+            rows += [[cell.strip() for cell in line.strip().strip("|").split("|")]
+                     for line in region.group(1).splitlines()]
+    return [cells for cells in rows if len(cells) >= 3 and not set(cells[1]) <= set("- :")]
+
+
 def unrecorded_quotes(src: Sources) -> list[str]:
-    """The figures the README's quoting tables give that the recorded bench run never printed."""
+    """The figures the quoting tables (on a page or in the README) give that the recorded bench
+    run never printed."""
+    texts = [("README.md", src.readme, False)] + [(f"web/{name}", text, True) for name, text in src.pages.items()]
+    if not any(QUOTES.search(text) for _, text, _ in texts):
+        return []
     printed = bench_text(src)
     problems = []
-    for region in QUOTES.finditer(src.readme):
-        for line in region.group(1).splitlines():
-            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-            if len(cells) < 3 or set(cells[1]) <= set("- :"):
-                continue
+    for where, text, page in texts:
+        for cells in quoted_rows(text, page):
             for figure in FIGURE.findall(cells[1]):
                 if not re.search(rf"(?<![\d.,]){re.escape(figure)}(?![\d,]|\.\d)", printed):
-                    problems.append(f"docs: README.md quotes {figure} for {cells[0]!r}, which the recorded bench "
+                    problems.append(f"docs: {where} quotes {figure} for {cells[0]!r}, which the recorded bench "
                                     f"run does not print")
     return problems
 
 
 def expected_readme(src: Sources) -> str:
-    """The README as --write leaves it: its generated parts (the bench run) refilled."""
+    """The README as --write leaves it: its generated parts, if it has any, refilled."""
     return fill(src.readme, src, "../README.md")
 
 
@@ -792,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-log", type=Path, help="with --write: record the summary line of this "
                         "`python make.py test` output")
     parser.add_argument("--bench-log", type=Path, help="with --write: record the table this "
-                        "`python make.py bench` output printed (the README's and the site's)")
+                        "`python make.py bench` output printed (web/numbers.html shows it)")
     parser.add_argument("--chaos-log", type=Path, action="append", default=[], help="with --write: record the "
                         "table this `python make.py chaos` output printed (repeatable: one per database)")
     parser.add_argument("--web", type=Path, default=WEB, help=argparse.SUPPRESS)  # tests: a copy of the site
