@@ -12,7 +12,7 @@ import unittest
 import zipfile
 import zipimport
 
-from rowfleet import queries
+from rowfleet.sql import queries
 from support import DEADLINE, ROOT, TempDirTestCase
 
 

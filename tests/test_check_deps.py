@@ -30,7 +30,7 @@ check_deps = _load_checker()
 # A tree with one planted violation per rule; the line numbers below are where they sit.
 PLANTED = {
     "src/rowfleet/__init__.py": "__version__ = '0'\n",
-    "src/rowfleet/worker.py": """\
+    "src/rowfleet/worker/loop.py": """\
         import os
         from . import store
         import requests
@@ -85,8 +85,8 @@ PLANTED = {
 }
 
 EXPECTED = {
-    ("src/rowfleet/worker.py", 3),          # import requests
-    ("src/rowfleet/worker.py", 6),          # psycopg outside the Postgres backend
+    ("src/rowfleet/worker/loop.py", 3),          # import requests
+    ("src/rowfleet/worker/loop.py", 6),          # psycopg outside the Postgres backend
     ("src/rowfleet/store/postgres.py", 1),  # psycopg at module level
     ("src/rowfleet/store/postgres.py", 4),  # psycopg_pool in a class body still runs at import
     ("src/rowfleet/plugin.py", 7),          # importlib.import_module("requests")
@@ -126,13 +126,13 @@ class PlantedTreeTests(unittest.TestCase):
         self.assertEqual(set(self.found), EXPECTED)
 
     def test_third_party_reasons_name_the_module(self):
-        self.assertIn("'requests'", self.found[("src/rowfleet/worker.py", 3)])
+        self.assertIn("'requests'", self.found[("src/rowfleet/worker/loop.py", 3)])
         self.assertIn("'yaml'", self.found[("tests/test_config.py", 2)])
         self.assertIn("'requests'", self.found[("src/rowfleet/plugin.py", 7)])
         self.assertIn("'numpy'", self.found[("src/rowfleet/numeric.py", 2)])
 
     def test_psycopg_reasons_say_where_and_when(self):
-        self.assertIn("allowed only in", self.found[("src/rowfleet/worker.py", 6)])
+        self.assertIn("allowed only in", self.found[("src/rowfleet/worker/loop.py", 6)])
         self.assertIn("inside the function", self.found[("src/rowfleet/store/postgres.py", 1)])
 
     def test_syntax_error_is_reported_with_its_line(self):
@@ -191,9 +191,9 @@ class ImportCycleTests(unittest.TestCase):
 
     TREE = {
         "src/rowfleet/__init__.py": "from rowfleet.api import enqueue\n",
-        "src/rowfleet/api.py": "import os\nfrom rowfleet import worker\n",
-        "src/rowfleet/worker.py": "from . import watchdog\n",
-        "src/rowfleet/watchdog.py": "from rowfleet.tasks import timeout_of\n",
+        "src/rowfleet/api.py": "import os\nfrom rowfleet.worker import loop\n",
+        "src/rowfleet/worker/loop.py": "from . import watchdog\n",
+        "src/rowfleet/worker/watchdog.py": "from rowfleet.tasks import timeout_of\n",
         "src/rowfleet/tasks.py": "import rowfleet\n\ndef enqueue():\n    from rowfleet import api\n",
     }
 
@@ -206,7 +206,7 @@ class ImportCycleTests(unittest.TestCase):
         cyclic = {**self.TREE, "src/rowfleet/tasks.py": "import rowfleet.api\n"}
         found = self.check(cyclic)
         self.assertEqual([(v.path, v.line) for v in found], [("src/rowfleet/api.py", 2)])
-        self.assertIn("rowfleet.api -> rowfleet.worker -> rowfleet.watchdog -> rowfleet.tasks -> rowfleet.api",
+        self.assertIn("rowfleet.api -> rowfleet.worker.loop -> rowfleet.worker.watchdog -> rowfleet.tasks -> rowfleet.api",
                       found[0].reason)
 
     def test_a_function_level_import_and_the_package_on_the_way_are_no_cycle(self):
@@ -236,8 +236,8 @@ class LayerTests(unittest.TestCase):
     def test_imports_down_and_within_a_layer_pass(self):
         self.assertEqual(self.violations({
             "src/rowfleet/__init__.py": "from rowfleet.api import enqueue\n",
-            "src/rowfleet/api.py": "from rowfleet import worker, names\n",
-            "src/rowfleet/worker.py": "from rowfleet import tasks\nfrom rowfleet.store import open_store\n",
+            "src/rowfleet/api.py": "from rowfleet import names\nfrom rowfleet.worker import loop\n",
+            "src/rowfleet/worker/loop.py": "from rowfleet import tasks\nfrom rowfleet.store import open_store\n",
             "src/rowfleet/tasks.py": "from rowfleet import names\n",
             "src/rowfleet/store/__init__.py": "def open_store():\n    from rowfleet.store import sqlite\n",
             "src/rowfleet/store/sqlite.py": "from rowfleet import job\n",
@@ -252,13 +252,13 @@ class LayerTests(unittest.TestCase):
             "src/rowfleet/tasks.py": "def enqueue():\n    from rowfleet import api\n",
         })
         self.assertEqual([(v.path, v.line) for v in found], [("src/rowfleet/tasks.py", 2)])
-        self.assertIn("rowfleet.tasks (services) imports rowfleet.api (surface)", found[0].reason)
+        self.assertIn("rowfleet.tasks (rules) imports rowfleet.api (surface)", found[0].reason)
 
     def test_a_pure_module_importing_the_store_is_a_violation(self):
         found = self.violations({"src/rowfleet/__init__.py": "", "src/rowfleet/job.py": "import rowfleet.store\n",
                                  "src/rowfleet/store/__init__.py": ""})
         self.assertEqual(len(found), 1)
-        self.assertIn("rowfleet.job (pure rules) imports rowfleet.store (storage)", found[0].reason)
+        self.assertIn("rowfleet.job (rules) imports rowfleet.store (storage)", found[0].reason)
 
     def test_a_module_in_no_layer_is_a_violation(self):
         found = self.violations({"src/rowfleet/__init__.py": "", "src/rowfleet/gadget.py": "import os\n"})

@@ -13,8 +13,8 @@ import subprocess
 import sys
 import unittest
 
-from rowfleet import queries
 from rowfleet.claim import Claim
+from rowfleet.sql import queries
 from support import TempDirTestCase, child_env
 
 

@@ -90,9 +90,9 @@ import time
 import rowfleet
 from rowfleet import tasks
 from rowfleet.config import Config
-from rowfleet.orchestrator import Orchestrator
+from rowfleet.services.orchestrator import Orchestrator
 from rowfleet.store import open_store
-from rowfleet.worker import Worker
+from rowfleet.worker.loop import Worker
 
 STEP, DB = sys.argv[1], sys.argv[2]
 POSTGRES = DB.startswith(("postgres://", "postgresql://"))

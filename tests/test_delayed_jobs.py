@@ -15,9 +15,9 @@ import sqlite3
 import time
 import unittest
 
-from rowfleet import queries
 from rowfleet.claim import Claim
 from rowfleet.job import CANCELLED, COMPLETED, QUEUED, RUNNING, JobSpec, Outcome
+from rowfleet.sql import queries
 from rowfleet.store import jobs as job_store
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, wait_until

@@ -1,7 +1,7 @@
 """Why a job is not running: the pure diagnosis table-driven (each reason, their order,
 hostile strings kept as plain text), and ``gather`` with ``Store.jobs_ahead`` on SQLite
 and PostgreSQL against real worker rows and switches written through the store. Also runs
-the doctests of ``rowfleet.diagnosis``.
+the doctests of ``rowfleet.views.diagnosis``.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import dataclasses
 import doctest
 import unittest
 
-from rowfleet import control, dag, diagnosis
+from rowfleet import control, dag
 from rowfleet.control import Switch
-from rowfleet.diagnosis import Facts, QueueWorker, Reason, relative, why_not_running
+from rowfleet.gpu.routing import ModelInfo
 from rowfleet.job import Job, JobSpec
-from rowfleet.routing import ModelInfo
-from rowfleet.snapshot import GpuAdvert
+from rowfleet.views import diagnosis
+from rowfleet.views.diagnosis import Facts, QueueWorker, Reason, relative, why_not_running
+from rowfleet.views.snapshot import GpuAdvert
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 from test_lifecycle import Clock

@@ -1,7 +1,7 @@
 """SQLite's doorbells: which commits ring which bell, and what wakes a ``FileWaiter``.
 
 A bell is a file beside the database whose times rowfleet's store touches after a commit
-that queued jobs (``rowfleet.wake``). The store's side is read from the bell's mtime, which
+that queued jobs (``rowfleet.store.wake``). The store's side is read from the bell's mtime, which
 the test sets to 0 first; the waiter's side waits on real inotify events, each with a short
 timeout that a broken waiter runs out.
 """
@@ -16,9 +16,9 @@ import unittest
 
 from support import TempDirTestCase
 
-from rowfleet import wake
 from rowfleet.claim import Claim
 from rowfleet.job import JobSpec
+from rowfleet.store import wake
 
 BRIEF = 0.05  # seconds a waiter that should stay asleep is given to wake wrongly
 LONG = 5.0    # seconds a waiter that should wake is given (it returns as soon as it does)

@@ -12,7 +12,7 @@ from rowfleet import control, dag
 from rowfleet.claim import Claim
 from rowfleet.errors import ConfigError
 from rowfleet.job import COMPLETED, JobSpec, Outcome
-from rowfleet.orchestrator import Orchestrator
+from rowfleet.services.orchestrator import Orchestrator
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase, wait_until
 

@@ -22,8 +22,9 @@ import time
 import unittest
 from unittest import mock
 
-from rowfleet import dag, waiting
+from rowfleet import dag
 from rowfleet.claim import Claim
+from rowfleet.store import waiting
 from rowfleet.errors import (DatabaseBroken, DatabaseBusy, DatabaseUnreachable, DiskFull, SchemaMissing,
                              StoreUnavailable)
 from rowfleet.job import COMPLETED, Outcome

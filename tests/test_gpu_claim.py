@@ -13,9 +13,9 @@ import subprocess
 import sys
 import unittest
 
-from rowfleet import queries
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, JobSpec, Outcome
+from rowfleet.sql import queries
 from rowfleet.store.jobs import claim_forms, claim_params
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase

@@ -18,9 +18,9 @@ import time
 import unittest
 import unittest.mock
 
-from rowfleet import snapshot
 from rowfleet.claim import Claim
 from rowfleet.job import JobSpec
+from rowfleet.views import snapshot
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, ROOT, TempDirTestCase, child_env, wait_until
 from test_lifecycle import Clock
@@ -311,7 +311,7 @@ class GpuPreloadTest(TempDirTestCase):
     """An idle GPU worker's own preload decision, from what the store measured."""
 
     def box(self):
-        from rowfleet import gpu_worker
+        from rowfleet.gpu import gpu_worker
         from rowfleet.telemetry import gpu
 
         return gpu_worker.GpuBox(self.config(host=HOST), gpu_worker.GpuSettings(("preloaded",)), worker_id="w",
@@ -356,7 +356,7 @@ class GpuPreloadTest(TempDirTestCase):
 
 class GpuMemoryTest(TempDirTestCase):
     def test_the_processes_on_its_gpu_are_read_from_nvidia_smi(self):
-        from rowfleet import gpu_worker
+        from rowfleet.gpu import gpu_worker
 
         smi = [sys.executable, os.path.join(ROOT, "tests", "fixtures", "bin", "nvidia-smi")]
         with unittest.mock.patch.dict(os.environ, {"FAKE_NVIDIA_SMI": "busy"}):
@@ -374,7 +374,7 @@ class GpuLeaseClockTest(TempDirTestCase):
     def test_a_lease_lapsed_by_the_stores_clock_locks_the_gpu_to_nothing(self):
         import time
 
-        from rowfleet import gpu_worker
+        from rowfleet.gpu import gpu_worker
         from rowfleet.telemetry import gpu
 
         writer = self.open_store(clock=lambda: time.time() + 600)  # the fleet's clock, ahead of this box's
@@ -393,7 +393,7 @@ class GpuLeaseRaceTest(TempDirTestCase):
     def test_a_renewal_in_flight_never_revives_a_released_lease(self):
         import threading
 
-        from rowfleet import gpu_worker
+        from rowfleet.gpu import gpu_worker
         from rowfleet.telemetry import gpu
 
         store = self.open_store()

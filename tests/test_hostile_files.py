@@ -25,7 +25,7 @@ import time
 import unittest
 from typing import Callable
 
-from rowfleet import api, exitcodes, scheduler
+from rowfleet import api, exitcodes, files, schedule
 from rowfleet.errors import ConfigError
 from support import TempDirTestCase, wait_until
 
@@ -93,7 +93,7 @@ class BadFilesTest(TempDirTestCase):
                     self.assertIn(path, result.stderr)
                     self.assertEqual(result.stdout, "")
             with self.subTest(file=kind, command="the Python API"):
-                for load in (scheduler.load_schedule_file, api.load_workflow):
+                for load in (schedule.load_schedule_file, api.load_workflow):
                     raised = self.within(QUICK, load, path)
                     self.assertIsInstance(raised, ConfigError)
                     self.assertIn(says, str(raised))
@@ -121,9 +121,9 @@ class BadFilesTest(TempDirTestCase):
         path = os.path.join(self.dir, "padded.json")
         entry = json.dumps([{"name": "tick", "task": TASK, "every": 60}])
         with open(path, "w") as handle:
-            handle.write(entry + " " * (scheduler.DECLARATION_MOST - len(entry)))
-        self.assertEqual(os.path.getsize(path), scheduler.DECLARATION_MOST)
-        self.assertEqual([s.name for s in scheduler.load_schedule_file(path)], ["tick"])
+            handle.write(entry + " " * (files.DECLARATION_MOST - len(entry)))
+        self.assertEqual(os.path.getsize(path), files.DECLARATION_MOST)
+        self.assertEqual([s.name for s in schedule.load_schedule_file(path)], ["tick"])
 
     def count(self, table: str) -> int:
         with sqlite3.connect(self.db) as conn:

@@ -26,10 +26,11 @@ import threading
 import time
 import unittest
 
-from rowfleet import dag, exporter
+from rowfleet import dag
 from rowfleet.errors import ConfigError
 from rowfleet.job import QUEUED, JobSpec
 from rowfleet.panel import server as panel_server
+from rowfleet.services import exporter
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, child_env, serve_in_background, wait_until
 

@@ -38,9 +38,10 @@ import time
 import unittest
 from typing import Any, NamedTuple
 
-from rowfleet import cli, config, names, supervisor, tasks
+from rowfleet import cli, config, names, tasks
 from rowfleet.cli import arguments, output
 from rowfleet.errors import ConfigError
+from rowfleet.services import supervisor
 from pg_harness import PostgresServerCase
 from support import TempDirTestCase, child_env
 

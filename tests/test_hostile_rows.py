@@ -32,7 +32,7 @@ import rowfleet
 from rowfleet import dag, exitcodes
 from rowfleet.claim import Claim
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, JobSpec
-from rowfleet.worker import Worker
+from rowfleet.worker.loop import Worker
 from pg_harness import PostgresServerCase
 from support import TempDirTestCase
 
@@ -443,7 +443,7 @@ class SQLiteHostileRowsTest(HostileRowsContract, TempDirTestCase):
         indexes (the running jobs of each project; the end of each part of a claim index),
         and never walks the table, nor builds an index or a filter of its own, as the
         planner did when ANALYZE had told it of one project and a long queue."""
-        from rowfleet import queries
+        from rowfleet.sql import queries
 
         for queue in ("a", "b"):
             self.store.enqueue_many(JobSpec(task="hostile.ok", queue=queue), [None] * 3000)

@@ -33,7 +33,7 @@ from urllib.parse import urlencode
 import rowfleet
 from rowfleet import dag, exitcodes
 from rowfleet.panel import server
-from rowfleet.worker import Worker
+from rowfleet.worker.loop import Worker
 from pg_harness import PostgresServerCase
 from support import TempDirTestCase, serve_in_background, wait_until
 

@@ -1,4 +1,4 @@
-"""The hosts' read model (``rowfleet.hosts``) and ``rowfleet hosts``: the pure views
+"""The hosts' read model (``rowfleet.views.hosts``) and ``rowfleet hosts``: the pure views
 table-tested (garbage readings, missing GPUs, stale samples, the hour's throttle rows),
 the reads on SQLite and PostgreSQL with samples written through the store and by plain
 SQL (``HostsContract``), and the command line in real processes.
@@ -15,16 +15,17 @@ import sqlite3
 import unittest
 from typing import Any
 
-from rowfleet import hosts, names
+from rowfleet import names
 from rowfleet.claim import Claim
 from rowfleet.cli import hosts as hosts_cli
 from rowfleet.errors import NotFound
-from rowfleet.hosts import GpuView, gpu_views, host_view, hour_rows, is_stale
 from rowfleet.job import JobSpec
-from rowfleet.snapshot import worker_of
 from rowfleet.store.telemetry import DETAIL, MINUTE, HostSample
 from rowfleet.telemetry import readings
 from rowfleet.telemetry.readings import MinuteFold, fold_minute, throttle_seconds
+from rowfleet.views import hosts
+from rowfleet.views.hosts import GpuView, gpu_views, host_view, hour_rows, is_stale
+from rowfleet.views.snapshot import worker_of
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 from test_lifecycle import Clock

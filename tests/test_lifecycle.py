@@ -11,13 +11,13 @@ import sqlite3
 import unittest
 
 import rowfleet
-from rowfleet import queries
 from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, Conflict, LeaseLost, NotFound, SchemaMissing
+from rowfleet.sql import queries
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, Cancel, JobSpec, Outcome, Retry, \
     decide_outcome
-from rowfleet.worker import Worker
+from rowfleet.worker.loop import Worker
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 

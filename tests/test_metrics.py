@@ -1,7 +1,7 @@
-"""``/metrics``: the pure builder (``rowfleet.metrics``) table-tested from constructed
+"""``/metrics``: the pure builder (``rowfleet.metrics.prometheus``) table-tested from constructed
 snapshots and rows, its text checked by ``promtool check metrics``; the counters of
 finished jobs on SQLite and PostgreSQL, which neither a fold nor pruning takes down
-(``MetricsStoreContract``); and the HTTP side (``rowfleet.exporter``) on a real socket,
+(``MetricsStoreContract``); and the HTTP side (``rowfleet.services.exporter``) on a real socket,
 with the ``rowfleet metrics`` command in a real process.
 
 A real Prometheus server scraping the exporter is test_prometheus.py.
@@ -23,12 +23,13 @@ import threading
 import unittest
 from typing import Any
 
-from rowfleet import exporter, metrics, webserver
 from rowfleet.claim import Claim
 from rowfleet.errors import ConfigError, StoreUnavailable
 from rowfleet.job import COMPLETED, FAILED, JobSpec, Outcome
-from rowfleet.snapshot import Count, Services, Snapshot, worker_of
+from rowfleet.metrics import prometheus
+from rowfleet.services import exporter, webserver
 from rowfleet.store.telemetry import HostSample, MetricsRows
+from rowfleet.views.snapshot import Count, Services, Snapshot, worker_of
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, child_env, require_tool, serve_in_background, wait_until
 from test_snapshot import worker_row
@@ -38,7 +39,7 @@ NOW = 1000.0
 
 
 def load_tests(loader, tests, pattern):
-    for module in (metrics, exporter, webserver):
+    for module in (prometheus, exporter, webserver):
         tests.addTests(doctest.DocTestSuite(module))
     return tests
 
@@ -137,36 +138,36 @@ def host(readings: dict[str, Any], name="box", at=NOW - 2.0) -> HostSample:
 
 
 def exposed(snapshot: Snapshot, metrics_rows: MetricsRows, **more: Any) -> Parsed:
-    return parse(metrics.exposition(snapshot, metrics_rows, **more))
+    return parse(prometheus.exposition(snapshot, metrics_rows, **more))
 
 
 class NamesTest(unittest.TestCase):
     def test_every_family_is_named_typed_and_helped_as_prometheus_wants(self):
-        for name, (kind, help_text) in metrics.FAMILIES.items():
+        for name, (kind, help_text) in prometheus.FAMILIES.items():
             with self.subTest(name=name):
                 self.assertRegex(name, r"\A[a-z][a-z0-9_]*[a-z0-9]\Z")
-                self.assertEqual(name.endswith("_total"), kind == metrics.COUNTER)
-                self.assertIn(kind, (metrics.GAUGE, metrics.COUNTER, metrics.HISTOGRAM))
+                self.assertEqual(name.endswith("_total"), kind == prometheus.COUNTER)
+                self.assertIn(kind, (prometheus.GAUGE, prometheus.COUNTER, prometheus.HISTOGRAM))
                 self.assertNotRegex(name, r"_(ms|mb|mib|mhz|percent|celsius_|bps)(_|\Z)")
                 self.assertTrue(help_text and help_text.endswith("."))
-        places = {metrics.reading_place(name) for name in ("cpu.busy", "gpu.0.util", "net.eth0.rx_bps", "disk./.used")}
-        self.assertLessEqual({place[0] for place in places}, set(metrics.FAMILIES),
+        places = {prometheus.reading_place(name) for name in ("cpu.busy", "gpu.0.util", "net.eth0.rx_bps", "disk./.used")}
+        self.assertLessEqual({place[0] for place in places}, set(prometheus.FAMILIES),
                              "a reading goes to a family that is not declared")
-        self.assertLessEqual({family for family, _ in metrics.HOST_READINGS.values()}
-                             | {row[2] for row in metrics.INSTANCE_READINGS}, set(metrics.FAMILIES))
+        self.assertLessEqual({family for family, _ in prometheus.HOST_READINGS.values()}
+                             | {row[2] for row in prometheus.INSTANCE_READINGS}, set(prometheus.FAMILIES))
 
     def test_escaping_of_label_values_and_help_text(self):
         for value, text in (('plain', 'plain'), ('a\\b', 'a\\\\b'), ('say "hi"', 'say \\"hi\\"'),
                             ('two\nlines', 'two\\nlines'), ('\\n', '\\\\n'), ('é✓', 'é✓')):
             with self.subTest(value=value):
-                self.assertEqual(metrics.escape_label(value), text)
-        self.assertEqual(metrics.escape_help('a\\b\n"c"'), 'a\\\\b\\n"c"')
-        family = metrics.Family("rowfleet_x", metrics.GAUGE, "two\nlines \\ here", ())
+                self.assertEqual(prometheus.escape_label(value), text)
+        self.assertEqual(prometheus.escape_help('a\\b\n"c"'), 'a\\\\b\\n"c"')
+        family = prometheus.Family("rowfleet_x", prometheus.GAUGE, "two\nlines \\ here", ())
         self.assertEqual(next(family.lines()), "# HELP rowfleet_x two\\nlines \\\\ here")
 
     def test_hostile_names_round_trip_through_the_text(self):
         queue, task, host_name = 'q"}\n{x="1', "mod:fn\\\\", "box\nevil 1"
-        text = metrics.exposition(
+        text = prometheus.exposition(
             fleet(counts=[Count("", queue, "queued", 3)], workers=[worker(host=host_name, queue=queue)]),
             rows(tallies=[tally_row(queue=queue, task=task)], samples=[host({"cpu.busy": 50}, name=host_name)]))
         parsed = parse(text)
@@ -229,7 +230,7 @@ class TalliesTest(unittest.TestCase):
         self.assertEqual(parsed.value("rowfleet_jobs_awaiting_tally"), 2)
 
     def test_a_histogram_lists_its_buckets_in_order_then_sum_and_count(self):
-        text = metrics.exposition(fleet(), rows([tally_row()]))
+        text = prometheus.exposition(fleet(), rows([tally_row()]))
         lines = [line.split("{")[0] for line in text.splitlines() if line.startswith("rowfleet_job_run_seconds")]
         self.assertEqual(lines, ["rowfleet_job_run_seconds_bucket"] * 14 + ["rowfleet_job_run_seconds_sum",
                                                                             "rowfleet_job_run_seconds_count"])
@@ -324,7 +325,7 @@ class HostsTest(unittest.TestCase):
         parsed = exposed(fleet(), rows(samples=[host({"load.1": 2}, name="b"), host({"load.1": 1}, name="a",
                                                                                      at=float("nan"))]))
         self.assertEqual(parsed.of("rowfleet_host_sample_age_seconds"), {(("host", "b"),): 2.0})
-        text = metrics.exposition(fleet(), rows(samples=[host({"load.1": 2}, name="b"), host({"load.1": 1}, name="a")]))
+        text = prometheus.exposition(fleet(), rows(samples=[host({"load.1": 2}, name="b"), host({"load.1": 1}, name="a")]))
         self.assertLess(text.index('host="a"'), text.index('host="b"'))
 
     def test_throttle_seconds_only_when_given(self):
@@ -356,15 +357,15 @@ class ExpositionTest(unittest.TestCase):
     def test_every_family_once_in_the_declared_order(self):
         snapshot, metrics_rows, throttle = rich()
         parsed = exposed(snapshot, metrics_rows, throttle=throttle)
-        self.assertEqual(parsed.order, [metrics.PREFIX + name for name in metrics.FAMILIES],
+        self.assertEqual(parsed.order, [prometheus.PREFIX + name for name in prometheus.FAMILIES],
                          "rich() must fill every family, each once, in FAMILIES order")
-        self.assertEqual(parsed.types, {metrics.PREFIX + name: kind for name, (kind, _) in metrics.FAMILIES.items()})
+        self.assertEqual(parsed.types, {prometheus.PREFIX + name: kind for name, (kind, _) in prometheus.FAMILIES.items()})
 
     def test_the_text_does_not_depend_on_the_order_of_its_inputs(self):
         snapshot, metrics_rows, throttle = rich()
-        text = metrics.exposition(snapshot, metrics_rows, throttle)
+        text = prometheus.exposition(snapshot, metrics_rows, throttle)
         shuffle = lambda items: random.Random(7).sample(list(items), len(items))
-        again = metrics.exposition(
+        again = prometheus.exposition(
             dataclasses.replace(snapshot, counts=tuple(shuffle(snapshot.counts)), workers=tuple(shuffle(snapshot.workers))),
             dataclasses.replace(metrics_rows, tallies=shuffle(metrics_rows.tallies), samples=shuffle(metrics_rows.samples)),
             throttle)
@@ -383,7 +384,7 @@ class PromtoolTest(unittest.TestCase):
 
     def test_promtool_lints_the_text_clean(self):
         snapshot, metrics_rows, throttle = rich()
-        result = self.check(metrics.exposition(snapshot, metrics_rows, throttle))
+        result = self.check(prometheus.exposition(snapshot, metrics_rows, throttle))
         self.assertEqual((result.returncode, result.stdout + result.stderr), (0, ""))
 
     def test_promtool_would_catch_a_bad_family(self):

@@ -26,7 +26,7 @@ from rowfleet.errors import ConfigError, ModelLoadFailed, UnknownModel
 from rowfleet.job import COMPLETED, FAILED
 from rowfleet.models import Resident
 from rowfleet.store import open_store
-from rowfleet.worker import Worker
+from rowfleet.worker.loop import Worker
 from pg_harness import PostgresServerCase
 from support import TempDirTestCase, wait_until
 from test_cli import CliTestCase

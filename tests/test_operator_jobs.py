@@ -22,7 +22,7 @@ from rowfleet import dag, exitcodes
 from rowfleet.claim import Claim
 from rowfleet.errors import Conflict, NotFound
 from rowfleet.job import CANCELLED, COMPLETED, QUEUED, RUNNING, JobSpec, Outcome
-from rowfleet.watchdog import Watchdog
+from rowfleet.worker.watchdog import Watchdog
 from pg_harness import PostgresServerCase
 from support import DEADLINE, TempDirTestCase, wait_until
 

@@ -15,10 +15,10 @@ import subprocess
 import sys
 import unittest
 
-from rowfleet import orchestrator
 from rowfleet.claim import Claim
 from rowfleet.job import QUEUED, RUNNING, JobSpec
-from rowfleet.orchestrator import PRUNE_EVERY, Orchestrator, Sweep
+from rowfleet.services import orchestrator
+from rowfleet.services.orchestrator import PRUNE_EVERY, Orchestrator, Sweep
 from pg_harness import PostgresServerCase
 from support import TempDirTestCase
 from test_lifecycle import Clock

@@ -16,7 +16,7 @@ from unittest import mock
 from rowfleet import dag
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, Outcome, drain_retry_delay
-from rowfleet.orchestrator import Orchestrator
+from rowfleet.services.orchestrator import Orchestrator
 from rowfleet.store.runs import POISON_AFTER
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, wait_until

@@ -22,15 +22,15 @@ from typing import Any
 from unittest import mock
 
 from rowfleet.claim import Claim
-from rowfleet.hosts import GpuView, HostView
 from rowfleet.job import COMPLETED, JobSpec, Outcome, iso
 from rowfleet.panel import app, deck_charts, svg
 from rowfleet.panel.app import HttpError, Request
-from rowfleet.panel.pages import deck, models, schedules
 from rowfleet.panel.deck_charts import BUCKET_SLACK, LINES_MOST, POINTS_PER_CHART, downsample
+from rowfleet.panel.pages import deck, models, schedules
 from rowfleet.panel.pages.deck import DEAD_AFTER, condition, host_charts, sample_interval, worst_first
-from rowfleet.scheduler import Schedule, next_slot
+from rowfleet.schedule import Schedule, next_slot
 from rowfleet.telemetry.readings import fold_minute
+from rowfleet.views.hosts import GpuView, HostView
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 from test_lifecycle import Clock

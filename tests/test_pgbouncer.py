@@ -23,8 +23,7 @@ import unittest
 
 import pgbouncer_harness
 import rowfleet
-from rowfleet import api
-from rowfleet import exitcodes
+from rowfleet import api, exitcodes
 from rowfleet.config import Config
 from rowfleet.store import open_store
 from rowfleet.store.postgres import driver

@@ -15,10 +15,11 @@ import doctest
 import json
 import unittest
 
-from rowfleet import orchestrator, snapshot
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, FAILED, QUEUED, JobSpec, Outcome
-from rowfleet.orchestrator import Orchestrator
+from rowfleet.services import orchestrator
+from rowfleet.services.orchestrator import Orchestrator
+from rowfleet.views import snapshot
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 from test_lifecycle import Clock

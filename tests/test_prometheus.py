@@ -2,7 +2,7 @@
 token, and its query API must return the finished-job counter we produced.
 
 Starts Debian's ``prometheus`` (a temp folder for its data, a free loopback port, a 1 s
-scrape interval) against ``rowfleet.exporter`` serving a SQLite database on 127.0.0.1.
+scrape interval) against ``rowfleet.services.exporter`` serving a SQLite database on 127.0.0.1.
 Skipped loudly without ``prometheus``; failed instead under ``ROWFLEET_REQUIRE_PROMETHEUS=1``.
 """
 
@@ -17,9 +17,9 @@ import unittest
 import urllib.parse
 import urllib.request
 
-from rowfleet import exporter
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, JobSpec, Outcome
+from rowfleet.services import exporter
 from support import DEADLINE, TempDirTestCase, require_tool, serve_in_background, wait_until
 
 SLOW = True  # a server to start: the full suite runs it, --quick leaves it out

@@ -10,11 +10,14 @@ import struct
 import unittest
 from types import SimpleNamespace
 
-from rowfleet import config, control, dag, exitcodes, job, liveness, queries, store, supervisor, wake
-from rowfleet.panel import html
+from rowfleet import config, control, dag, exitcodes, job, liveness, store
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, Cancel, JobSpec, Retry, backoff, decide_outcome
+from rowfleet.panel import html
+from rowfleet.services import supervisor
+from rowfleet.sql import queries
 from rowfleet.store import sqlite as sqlite_store
+from rowfleet.store import wake
 
 DOCTESTED = (config, control, dag, exitcodes, html, job, liveness, queries, store, sqlite_store, supervisor, wake)
 
@@ -232,10 +235,10 @@ class SupervisorTest(unittest.TestCase):
     def test_restart_delay_doubles_while_children_die_young(self):
         delay, seen = 0.0, []
         for _ in range(8):
-            delay = supervisor.restart_delay(delay, lived=1.0)
+            delay = liveness.restart_delay(delay, lived=1.0)
             seen.append(delay)
         self.assertEqual(seen, [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0])
-        self.assertEqual(supervisor.restart_delay(30.0, lived=supervisor.HEALTHY_AFTER), 0.5)
+        self.assertEqual(liveness.restart_delay(30.0, lived=liveness.HEALTHY_AFTER), 0.5)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Table-driven tests of ``rowfleet.routing``: need and fit, starvation, the cold pick, the
+"""Table-driven tests of ``rowfleet.gpu.routing``: need and fit, starvation, the cold pick, the
 churn floor, the claim's inputs, unplaceable jobs, preloads, idle unloads, and a small fleet
 driven through ``plan`` on a virtual clock.
 
@@ -12,9 +12,9 @@ import dataclasses
 import doctest
 import unittest
 
-from rowfleet import routing
 from rowfleet.errors import ConfigError
-from rowfleet.routing import (ANY, MODEL, PLAIN, Backlog, Box, ClaimInputs, FleetView, ModelInfo, Unplaceable,
+from rowfleet.gpu import routing
+from rowfleet.gpu.routing import (ANY, MODEL, PLAIN, Backlog, Box, ClaimInputs, FleetView, ModelInfo, Unplaceable,
                               claim_inputs, claim_vram_free, churn_floor, fits, held_elsewhere, min_resident,
                               next_model, plan, preload_choice, preload_plan, rank, should_unload, starve_after,
                               starved, unplaceable_reason, vram_need)

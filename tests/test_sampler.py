@@ -19,12 +19,13 @@ import sqlite3
 import time
 import unittest
 
-from rowfleet import sampler, tally
 from rowfleet.claim import Claim
 from rowfleet.errors import StoreUnavailable
 from rowfleet.job import COMPLETED, FAILED, JobSpec, Outcome
-from rowfleet.orchestrator import Orchestrator
-from rowfleet.sampler import Sampler, minute_of
+from rowfleet.metrics import tally
+from rowfleet.services import sampler
+from rowfleet.services.orchestrator import Orchestrator
+from rowfleet.services.sampler import Sampler, minute_of
 from rowfleet.store import telemetry as store_telemetry
 from rowfleet.store.telemetry import DETAIL, MINUTE
 from rowfleet.telemetry import cpu, gpu_readings, readings, sample
@@ -333,7 +334,7 @@ class SamplerProcessContract:
         return next(iter(others)) if len(others) == 1 and len(workers) == 2 else None
 
     def snapshot_workers(self):
-        from rowfleet.snapshot import snapshot
+        from rowfleet.views.snapshot import snapshot
 
         return [worker for worker in snapshot(self.store).workers if worker.actual != "stopped"
                 and worker.stopped_at is None]

@@ -18,9 +18,10 @@ import unittest
 from datetime import datetime, timedelta, timezone
 
 import rowfleet
-from rowfleet import scheduler, tasks
+from rowfleet import schedule, tasks
 from rowfleet.errors import ConfigError, StoreUnavailable
-from rowfleet.scheduler import CATCH_UP, InvalidSchedule, Schedule, Scheduler, due_slot, load_schedule_file
+from rowfleet.schedule import CATCH_UP, InvalidSchedule, Schedule, due_slot, load_schedule_file
+from rowfleet.services.scheduler import Scheduler
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, wait_until
 
@@ -28,7 +29,7 @@ GRACE = 60.0
 
 
 def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(scheduler))
+    tests.addTests(doctest.DocTestSuite(schedule))
     return tests
 
 
@@ -218,8 +219,8 @@ class PeriodicTest(unittest.TestCase):
         self.assertEqual(refresh(full=False), {"full": False})  # still a plain function to call
         self.assertIs(tasks.resolve("periodic.refresh"), refresh.fn)
         self.assertEqual(tasks.stamp("periodic.refresh").timeout, 30)
-        schedule = next(s for s in scheduler.registered_schedules() if s.name == "periodic.refresh")
-        self.assertEqual(schedule, Schedule("periodic.refresh", "periodic.refresh", cron="*/15 * * * *",
+        declared = next(s for s in schedule.registered_schedules() if s.name == "periodic.refresh")
+        self.assertEqual(declared, Schedule("periodic.refresh", "periodic.refresh", cron="*/15 * * * *",
                                             args={"full": True}, queue="maintenance", hours=(8, 18),
                                             missed="catch_up", at_boot=True))
 
@@ -230,8 +231,8 @@ class PeriodicTest(unittest.TestCase):
 
         name = f"{__name__}:PeriodicTest.test_default_name_and_every.<locals>.ping"
         self.assertEqual(ping.name, name)
-        schedule = next(s for s in scheduler.registered_schedules() if s.name == name)
-        self.assertEqual((schedule.task, schedule.every, schedule.queue), (name, 20, "default"))
+        declared = next(s for s in schedule.registered_schedules() if s.name == name)
+        self.assertEqual((declared.task, declared.every, declared.queue), (name, 20, "default"))
 
     def test_refused_when_declared(self):
         with self.assertRaisesRegex(ConfigError, "@periodic needs a cron expression"):
@@ -242,7 +243,7 @@ class PeriodicTest(unittest.TestCase):
             @rowfleet.periodic("* *", name="periodic.bad")
             def bad():
                 pass
-        self.assertNotIn("periodic.bad", [s.name for s in scheduler.registered_schedules()])
+        self.assertNotIn("periodic.bad", [s.name for s in schedule.registered_schedules()])
 
 
 # --- two schedulers against one database -----------------------------------------------------

@@ -37,7 +37,7 @@ import time
 import unittest
 
 from rowfleet.job import iso
-from rowfleet.scheduler import Schedule, due_slot
+from rowfleet.schedule import Schedule, due_slot
 from pg_harness import PostgresServerCase
 from support import DEADLINE, TempDirTestCase, child_env, kill_group, wait_until
 
@@ -59,7 +59,8 @@ import os
 import sys
 
 from rowfleet.config import Config
-from rowfleet.scheduler import Scheduler, load_schedule_file
+from rowfleet.schedule import load_schedule_file
+from rowfleet.services.scheduler import Scheduler
 from rowfleet.store import open_store
 
 STEP, DB, SCHEDULE_FILE, NOW = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])

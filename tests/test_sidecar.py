@@ -18,9 +18,10 @@ import sys
 import textwrap
 import time
 
-from rowfleet import sidecar, snapshot
 from rowfleet.errors import ConfigError
-from rowfleet.sidecar import STOPPED, STUCK_VRAM, Sidecar, SidecarFailed, SidecarSpec
+from rowfleet.gpu import sidecar
+from rowfleet.gpu.sidecar import STOPPED, STUCK_VRAM, Sidecar, SidecarFailed, SidecarSpec
+from rowfleet.views import snapshot
 from support import TempDirTestCase, wait_until
 
 SLOW = True  # real server processes

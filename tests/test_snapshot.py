@@ -1,4 +1,4 @@
-"""The fleet read model (``rowfleet.snapshot``): its pure derivations table-tested, and the
+"""The fleet read model (``rowfleet.views.snapshot``): its pure derivations table-tested, and the
 snapshot built on SQLite and PostgreSQL in one consistent store read, with workers in every
 actual state, a switch, and counts whose cap is exercised (``SnapshotContract``).
 
@@ -15,11 +15,12 @@ import sqlite3
 import unittest
 from typing import Any, Callable
 
-from rowfleet import control, snapshot
+from rowfleet import control
 from rowfleet.claim import Claim
 from rowfleet.control import Switch
 from rowfleet.job import COMPLETED, FAILED, JobSpec, Outcome
-from rowfleet.snapshot import Count, Progress, Services, Snapshot, count_of, worker_of
+from rowfleet.views import snapshot
+from rowfleet.views.snapshot import Count, Progress, Services, Snapshot, count_of, worker_of
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 from test_lifecycle import Clock

@@ -1,4 +1,4 @@
-"""How the processes wait (``rowfleet.waiting``): for a store to open and be ready, and for a
+"""How the processes wait (``rowfleet.store.waiting``): for a store to open and be ready, and for a
 wake-up's commit to show. With stand-in stores for each rule, then a contract against a real
 database on SQLite and PostgreSQL: a schema made while we wait is found, and a stop ends it.
 """
@@ -10,10 +10,10 @@ import logging
 import threading
 import unittest
 
-from rowfleet import waiting
 from rowfleet.errors import DatabaseBroken, DatabaseUnreachable, SchemaMissing
 from rowfleet.store import open_store
-from rowfleet.waiting import open_when_ready, settle
+from rowfleet.store import waiting
+from rowfleet.store.waiting import open_when_ready, settle
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, wait_until
 

@@ -816,7 +816,7 @@ class IdleWatchdogTest(TempDirTestCase):
     """A watchdog with no job held sleeps until it is handed one, rather than ticking."""
 
     def test_it_sleeps_without_a_timeout_until_handed_a_job_then_ticks(self):
-        from rowfleet import watchdog as module
+        from rowfleet.worker import watchdog as module
 
         watchdog = module.Watchdog(self.config(), lambda config: None, exit=lambda code: None)
         timeouts: list[float | None] = []

@@ -1,4 +1,4 @@
-"""The worker's claim loop, decided without a database: ``serving.next_action`` table-driven
+"""The worker's claim loop, decided without a database: ``decide.next_action`` table-driven
 over the loop's state, the switch cell its two threads share, and the keeper's identity.
 
 The loop's actions against real databases and real processes are in test_lifecycle.py,
@@ -14,12 +14,13 @@ import unittest
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from rowfleet import control, exitcodes, keeper, serving
-from rowfleet.errors import LeaseLost
+from rowfleet import control, exitcodes
 from rowfleet.config import Config
 from rowfleet.control import Switch
-from rowfleet.keeper import Identity, SwitchCell
-from rowfleet.serving import Action, Moment, next_action
+from rowfleet.errors import LeaseLost
+from rowfleet.worker import decide, keeper
+from rowfleet.worker.decide import Action, Moment, next_action
+from rowfleet.worker.keeper import Identity, SwitchCell
 from support import wait_until
 
 AWAIT, CLAIM, DONE, DONE_SWITCHED_OFF, EXIT_HARD, PARK, READ_SWITCH, RESUME, RUN, WAIT_SWITCH = (
@@ -31,7 +32,7 @@ DRAIN = Switch("", "box", "q", control.OFF, control.DRAIN, changed_by="ops")
 
 
 def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(serving))
+    tests.addTests(doctest.DocTestSuite(decide))
     tests.addTests(doctest.DocTestSuite(keeper))
     return tests
 
@@ -48,7 +49,7 @@ class NextActionTest(unittest.TestCase):
             (Moment(), READ_SWITCH),
             (Moment(switch=HARD, burst=True), READ_SWITCH),
             (Moment(stopping=True), DONE),
-            # serving
+            # decide
             (looked(), CLAIM),
             (looked(idle=True), AWAIT),  # the last claim found nothing: wait for work
             (looked(holding_job=True), RUN),
@@ -71,7 +72,7 @@ class NextActionTest(unittest.TestCase):
             (looked(switch=DRAIN, idle=True), PARK),
             (looked(switch=DRAIN, parked=True), WAIT_SWITCH),
             (looked(parked=True), RESUME),
-            (looked(parked=True, idle=True), RESUME),  # announced serving before it waits for work
+            (looked(parked=True, idle=True), RESUME),  # announced decide before it waits for work
             (looked(stopping=True, parked=True), DONE),
             # hard: a worker that ran jobs exits (79) to free its memory; a fresh one parks
             (looked(switch=HARD, has_run_jobs=True), EXIT_HARD),
@@ -187,7 +188,7 @@ class KeeperLookoutTest(unittest.TestCase):
     its next beat instead of waking once per poll; handed back, it reads at once."""
 
     def test_the_keeper_leaves_the_switch_to_an_idle_main_thread_then_takes_it_back(self):
-        from rowfleet import wake
+        from rowfleet.store import wake
 
         reads: list[float] = []
         waits: list[float] = []

@@ -27,7 +27,7 @@ import sys
 import unittest
 from typing import Any
 
-from rowfleet.orchestrator import RECONCILE_GRACE
+from rowfleet.services.orchestrator import RECONCILE_GRACE
 from pg_harness import PostgresServerCase
 from support import DEADLINE, TempDirTestCase, child_env, wait_until
 
@@ -107,9 +107,9 @@ import threading
 
 from rowfleet import tasks
 from rowfleet.config import Config
-from rowfleet.orchestrator import Orchestrator
+from rowfleet.services.orchestrator import Orchestrator
 from rowfleet.store import open_store
-from rowfleet.worker import Worker
+from rowfleet.worker.loop import Worker
 
 STEP, DB = sys.argv[1], sys.argv[2]
 NODE = sys.argv[3] if len(sys.argv) > 3 else None

@@ -17,8 +17,8 @@ from rowfleet import dag
 from rowfleet.claim import Claim
 from rowfleet.errors import Conflict, NotFound
 from rowfleet.job import COMPLETED, Outcome, Retry, decide_outcome
-from rowfleet.orchestrator import Orchestrator
-from rowfleet.worker import Worker
+from rowfleet.services.orchestrator import Orchestrator
+from rowfleet.worker.loop import Worker
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase
 
@@ -356,7 +356,7 @@ class SQLiteWorkflowTest(WorkflowContract, TempDirTestCase):
     def test_a_version_1_database_upgrades_with_its_jobs(self):
         import sqlite3
 
-        from rowfleet.queries import migrations, queries
+        from rowfleet.sql.queries import migrations, queries
         from rowfleet.store import open_store
 
         path = os.path.join(self.dir, "old.db")

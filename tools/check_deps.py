@@ -18,9 +18,9 @@ called) must not form a cycle, since then whichever module is imported first dec
 whether its partner is found half-initialised. Each cycle is one violation.
 
 And it owns "no module imports back up the layers": every module under ``src/rowfleet``
-belongs to one of ``LAYERS`` (leaves, pure rules, storage, services, the surface: the API,
-the command line, the panel), and any import of it, at load time or inside a function,
-names only modules of its own layer or below. A module in no layer is a violation too,
+belongs to one of ``LAYERS`` (leaves, rules, storage, the engine, services, the surface: the
+API, the command line, the panel), stated as files and folders of ``src/rowfleet``, and any
+import of it, at load time or inside a function, names only modules of its own layer or below. A module in no layer is a violation too,
 so a new module's place is decided when it is written.
 
 Usage: ``python tools/check_deps.py [ROOT]``; exit 0 when clean, 1 on violations.
@@ -47,20 +47,17 @@ PG_WORD_PARTS = frozenset({"pg", "postgres", "postgresql"})
 RELATIVE = "(relative)"
 SHOWN_FILES = 3
 
-# Bottom to top. A module belongs to the first layer one of whose prefixes names it or a
-# package above it; it may import only modules of its own layer and of those below.
+# Bottom to top, as paths under src/rowfleet/: a folder (``store/``) holds every module inside
+# it, a file (``job.py``) itself; the package's own ``__init__.py`` is the API's face. A module
+# may import only modules of its own layer and of those below.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("leaves", ("rowfleet.errors", "rowfleet.names", "rowfleet.exitcodes")),
-    ("pure rules", ("rowfleet.claim", "rowfleet.job", "rowfleet.dag", "rowfleet.cron", "rowfleet.control",
-                    "rowfleet.liveness", "rowfleet.config", "rowfleet.queries", "rowfleet.telemetry",
-                    "rowfleet.routing", "rowfleet.serving", "rowfleet.metrics", "rowfleet.tally")),
-    ("storage", ("rowfleet.store", "rowfleet.wake", "rowfleet.sql", "rowfleet.migrations")),
-    ("services", ("rowfleet.tasks", "rowfleet.watchdog", "rowfleet.worker", "rowfleet.supervisor",
-                  "rowfleet.orchestrator", "rowfleet.scheduler", "rowfleet.snapshot", "rowfleet.waiting",
-                  "rowfleet.reconnect", "rowfleet.keeper", "rowfleet.models", "rowfleet.sidecar",
-                  "rowfleet.gpu_worker", "rowfleet.sampler", "rowfleet.hosts", "rowfleet.exporter",
-                  "rowfleet.webserver", "rowfleet.diagnosis")),
-    ("surface", ("rowfleet.api", "rowfleet.cli", "rowfleet.panel", "rowfleet.__main__", "rowfleet")),
+    ("leaves", ("errors.py", "names.py", "exitcodes.py", "config.py", "files.py")),
+    ("rules", ("job.py", "claim.py", "dag.py", "cron.py", "schedule.py", "control.py", "liveness.py", "tasks.py",
+               "models.py", "metrics/", "telemetry/")),
+    ("storage", ("sql/", "store/")),
+    ("engine", ("worker/", "gpu/", "views/")),
+    ("services", ("services/",)),
+    ("surface", ("api.py", "panel/", "cli/", "__init__.py", "__main__.py")),
 )
 
 STDLIB = "stdlib"
@@ -276,7 +273,7 @@ def top_name(imp: Import, path: str) -> str:
 def verdict(imp: Import, path: str, local_names: set[str]) -> tuple[str, str | None]:
     """(verdict, reason) for one import in the file at ``path`` (a root-relative posix path).
 
-    >>> verdict(Import(3, "requests", True), "src/rowfleet/worker.py", set())[0]
+    >>> verdict(Import(3, "requests", True), "src/rowfleet/worker/loop.py", set())[0]
     'VIOLATION'
     """
     name = top_name(imp, path)
@@ -412,15 +409,29 @@ def layer_of(module: str) -> int | None:
     """The index in ``LAYERS`` of the layer ``module`` belongs to, or None when none claims it.
 
     >>> layer_of("rowfleet.names"), layer_of("rowfleet.store.jobs"), layer_of("rowfleet.cli.fleet")
-    (0, 2, 4)
-    >>> layer_of("rowfleet.nowhere") is None
-    True
+    (0, 2, 5)
+    >>> layer_of("rowfleet"), layer_of("rowfleet.nowhere") is None
+    (5, True)
     """
-    for index, (_, prefixes) in enumerate(LAYERS):
-        for prefix in prefixes:
-            if module == prefix or (prefix != "rowfleet" and module.startswith(prefix + ".")):
+    parts = module.split(".")
+    if parts[0] != "rowfleet":
+        return None
+    for index, (_, places) in enumerate(LAYERS):
+        for place in places:
+            if place.endswith("/") and len(parts) > 1 and parts[1] == place[:-1]:
+                return index
+            if place == "__init__.py" and len(parts) == 1:
+                return index
+            if place.endswith(".py") and parts[1:] == [place[:-3]]:
                 return index
     return None
+
+
+def layers_table() -> str:
+    """The layers, bottom first, one line each, as the report prints them."""
+    return "\n".join(f"  {index}. {name:<9} src/rowfleet/{{{', '.join(places)}}}" if len(places) > 1
+                     else f"  {index}. {name:<9} src/rowfleet/{places[0]}"
+                     for index, (name, places) in enumerate(LAYERS))
 
 
 def layer_violations(imports: dict[str, dict[str, int]], files: dict[str, str]) -> list[Violation]:
@@ -533,6 +544,8 @@ def format_report(report: Report) -> str:
     for error in report.parse_errors:
         lines.append(f"{'(unparsable)':<{width}}  {VIOLATION:<20}  {error.path}")
         lines.append(f"    {error.path}:{error.line}: {error.reason}")
+    lines.append("layers, bottom first (a module imports only its own layer and those below):")
+    lines.append(layers_table())
     found = report.violations()
     if found:
         lines.append(f"check-deps: FAILED ({len(found)} violations)")

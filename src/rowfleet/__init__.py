@@ -22,7 +22,7 @@ from rowfleet.errors import (ConfigError, Conflict, DatabaseBroken, DatabaseBusy
                              MigrationError, ModelLoadFailed, NotFound, RowfleetError, SchemaMissing, StoreUnavailable,
                              TaskRefused, UnknownModel, UnknownTask)
 from rowfleet.job import Cancel, Job, Retry
-from rowfleet.worker import cancel_requested, current_job, progress
+from rowfleet.worker.handler import cancel_requested, current_job, progress
 
 __version__ = "0.1.0"
 

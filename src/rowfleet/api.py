@@ -15,12 +15,13 @@ import threading
 from typing import Any, Callable, Iterable
 
 from rowfleet import config as _config
-from rowfleet import dag, models, names, scheduler, tasks
+from rowfleet import dag, files, models, names, schedule, tasks
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import Job, JobSpec
 from rowfleet.store import Store, open_store
 from rowfleet.store.runs import Run
-from rowfleet.worker import Worker, current_job
+from rowfleet.worker.handler import current_job
+from rowfleet.worker.loop import Worker
 
 _local = threading.local()
 
@@ -115,9 +116,9 @@ def _job_model() -> Any:
 
 
 def periodic(cron: str | None = None, **options: Any) -> Any:
-    """Register a function as a task and a schedule (see ``rowfleet.scheduler.periodic`` for
+    """Register a function as a task and a schedule (see ``rowfleet.schedule.periodic`` for
     the options); the function returned gains ``.enqueue``, as ``task``'s does."""
-    return scheduler.periodic(cron, kind=EnqueueableTask, **options)
+    return schedule.periodic(cron, kind=EnqueueableTask, **options)
 
 
 def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: int = 0,
@@ -184,11 +185,11 @@ def workflow(name: str, nodes: Iterable[dict[str, Any]]) -> dag.Workflow:
 
 def load_workflow(path: str) -> dag.Workflow:
     """A workflow read from a JSON file (``DefinitionError`` or ``ConfigError`` if it is not one,
-    or not a regular file of at most ``scheduler.DECLARATION_MOST`` bytes).
+    or not a regular file of at most ``files.DECLARATION_MOST`` bytes).
     A node naming a task this process registered gets that task's queue and timeout as its
     defaults, as in ``workflow()``: load the app modules first (``rowfleet run --app``)."""
     where = f"workflow file {path!r}"
-    text = scheduler.read_declaration(path, where)  # a regular file of at most DECLARATION_MOST bytes
+    text = files.read_declaration(path, where)  # a regular file of at most DECLARATION_MOST bytes
     try:
         data = names.parse_json(where, text)
     except json.JSONDecodeError as exc:

@@ -348,7 +348,7 @@ SETTINGS: tuple[Setting, ...] = (
             "besides the --app modules", "module prefixes a worker runs `module:function` tasks of",
             check=_module_prefixes, flag="--allow-module", scope=OWN, shown="only the `--app` modules"),
     # Read by `rowfleet panel`, `rowfleet metrics` and `rowfleet up --panel`: the names a browser may
-    # reach them by besides localhost and addresses in digits (see rowfleet.webserver).
+    # reach them by besides localhost and addresses in digits (see rowfleet.services.webserver).
     Setting("allowed_hosts", (), HOST_NAMES, "also answer requests whose Host header names this host (with any "
             "port), besides localhost and IP addresses", "host names the panel and /metrics answer to",
             check=_host_names, flag="--allow-host", scope=OWN, shown="localhost and IP addresses"),

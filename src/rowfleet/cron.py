@@ -6,7 +6,7 @@ wall-clock time, and ``Every`` is a fixed cadence in seconds counted from an anc
 answer one question, ``next_after(moment)``: the first fire time strictly after
 ``moment``. ``slots_between`` lists the fire times a catch-up policy must consider, and
 ``latest_at_or_before`` finds the slot due at a moment. The scheduler
-(``rowfleet.scheduler``) persists schedules and fires each slot exactly once; nothing here
+(``rowfleet.services.scheduler``) persists schedules and fires each slot exactly once; nothing here
 reads the clock, the database or the environment. Imports only the stdlib and
 ``rowfleet.errors``.
 

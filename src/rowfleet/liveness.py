@@ -1,7 +1,8 @@
 """When a running job is hung, and what a watchdog's trip does to it; when a running job's
-row shows no live holder, and what becomes of it. Pure.
+row shows no live holder, and what becomes of it; how long a crashed process waits before
+it is restarted. Pure.
 
-The worker's watchdog thread (``rowfleet.watchdog``) samples the clock, the job's
+The worker's watchdog thread (``rowfleet.worker.watchdog``) samples the clock, the job's
 progress beats, the GPUs and the process's memory, and asks the functions here what those
 readings mean; the store writes what ``trip_outcome`` decides. No I/O, no clock: every
 function takes ``now`` and the readings.
@@ -457,3 +458,22 @@ def _doubt(previous: SweepMoment | None, now: SweepMoment, interval: float, beat
         if len(stale) >= 2 and all(stale):
             return f"every heartbeat of project {project!r} is stale at once ({len(stale)} workers)"
     return None
+
+
+# A crashed process is restarted after a delay that doubles while it keeps dying young, so a
+# crash loop cannot spin; the supervisor's children and a GPU worker's sidecar share it.
+FIRST_RESTART_DELAY = 0.5
+MAX_RESTART_DELAY = 30.0
+HEALTHY_AFTER = 60.0  # a child that lived this long resets the restart delay
+
+
+def restart_delay(previous: float, lived: float, first: float = FIRST_RESTART_DELAY,
+                  most: float = MAX_RESTART_DELAY) -> float:
+    """How long to wait before restarting a child that died after ``lived`` seconds.
+
+    >>> restart_delay(0.0, 1.0), restart_delay(0.5, 1.0), restart_delay(16.0, 2.0), restart_delay(8.0, 90.0)
+    (0.5, 1.0, 30.0, 0.5)
+    """
+    if lived >= HEALTHY_AFTER or previous <= 0:
+        return first
+    return min(most, previous * 2)

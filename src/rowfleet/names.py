@@ -472,6 +472,19 @@ class Rule:
         except ValueError:
             raise InvalidValue(what, self.requirement, text) from None
 
+    def allows(self, value: Any) -> bool:
+        """Whether ``value`` passes ``check``: for an entry point whose own message says what
+        is allowed, in its own words.
+
+        >>> RULES["procs"].allows(8), RULES["procs"].allows(0)
+        (True, False)
+        """
+        try:
+            self.check("value", value)
+        except ConfigError:
+            return False
+        return True
+
     def parse(self, what: str, text: Any) -> Any:
         """The value ``text`` writes, checked.
 

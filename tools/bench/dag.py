@@ -63,7 +63,7 @@ from .harness import EACH, NOOP, NUMBERS, PROJECT, QUEUE, Bench, Row, count, pro
 from rowfleet import dag
 from rowfleet.config import Config
 from rowfleet.job import JobSpec
-from rowfleet.orchestrator import Orchestrator
+from rowfleet.services.orchestrator import Orchestrator
 from rowfleet.store import Store, open_store
 
 LEGEND = """\

@@ -9,7 +9,7 @@ twice on a fresh SQLite file, once per policy:
 
 * ``fifo``: a plain ``Claim`` whose models gate is only what fits the box (no warm model,
   no rank, no starvation, no churn floor): the oldest job the box can hold;
-* ``rowfleet``: the ``Claim`` with ``rowfleet.routing.claim_inputs`` from the fleet view at
+* ``rowfleet``: the ``Claim`` with ``rowfleet.gpu.routing.claim_inputs`` from the fleet view at
   that instant (each box warm, loading or idle; what is queued per model, its oldest wait).
 
 The loop is discrete-event on a virtual clock (``VirtualClock``, handed to the store, so the
@@ -43,11 +43,11 @@ from typing import Callable
 from . import harness
 from .harness import NOOP, PROJECT, Bench, Row, claim_micros, progress, ratio, short
 
-from rowfleet import routing
 from rowfleet.claim import Claim
 from rowfleet.config import Config
+from rowfleet.gpu import routing
 from rowfleet.job import COMPLETED, Job, JobSpec, Outcome
-from rowfleet.queries import queries
+from rowfleet.sql.queries import queries
 from rowfleet.store import open_store
 from rowfleet.store.base import Store
 from rowfleet.store.jobs import claim_forms, claim_params

@@ -44,7 +44,7 @@ if str(SRC) not in sys.path:
 from rowfleet import tasks  # noqa: E402  (needs the sys.path line above)
 from rowfleet.config import Config  # noqa: E402
 from rowfleet.store.sqlite import SQLiteStore  # noqa: E402
-from rowfleet.worker import Worker  # noqa: E402
+from rowfleet.worker.loop import Worker  # noqa: E402
 
 QUEUE = "bench"
 PROJECT = ""
@@ -365,11 +365,11 @@ def idle_worker(path: str, task_dir: str, watch: str, control: Any) -> None:
     hearing of work as ``watch`` (one of ``WATCHES``) says."""
     import_tasks(task_dir)
     if watch != "bells":
-        from rowfleet import wake
+        from rowfleet.store import wake
 
         switch = "_watch_bells" if watch == "wal" else "_inotify_init"
         if not hasattr(wake, switch):
-            raise RuntimeError(f"rowfleet.wake.{switch} is gone: update the bench's {watch} switch")
+            raise RuntimeError(f"rowfleet.store.wake.{switch} is gone: update the bench's {watch} switch")
         setattr(wake, switch, lambda *where: None)
     worker = Worker(Config(db=path, project=PROJECT, poll=1.0), QUEUE)
     answer_cpu_requests(control, worker.request_stop)

@@ -1,10 +1,10 @@
 """The ``metrics`` section of rowfleet's benchmark: what one Prometheus scrape of ``/metrics``
-costs (``rowfleet.exporter.scrape``: the fleet's snapshot, the finished jobs' tallies, the
+costs (``rowfleet.services.exporter.scrape``: the fleet's snapshot, the finished jobs' tallies, the
 oldest queued job per queue, each host's newest sample, and the text) on a SQLite file
 holding a million jobs, nearly all finished, as a long-running deployment keeps them until
 they are pruned.
 
-Two rows, each against the snapshot read alone (``rowfleet.snapshot.snapshot``, what a
+Two rows, each against the snapshot read alone (``rowfleet.views.snapshot.snapshot``, what a
 scrape must read anyway) on the same open store, taking turns: after the orchestrator's
 fold has counted every finished job into the tallies, and with 10,000 more finished jobs
 not yet folded, which each scrape then reads and counts itself. The table holds
@@ -24,15 +24,15 @@ from . import harness
 from .harness import Bench, Row, progress, ratio, short
 
 from rowfleet.config import Config
-from rowfleet.exporter import scrape as scrape_once
-from rowfleet.snapshot import snapshot
+from rowfleet.services.exporter import scrape as scrape_once
 from rowfleet.store.sqlite import SQLiteStore
+from rowfleet.views.snapshot import snapshot
 
 LEGEND = """\
-  metrics     rowfleet: rowfleet.exporter.scrape(store), the store work and text of one /metrics
+  metrics     rowfleet: rowfleet.services.exporter.scrape(store), the store work and text of one /metrics
               scrape (the snapshot; the tallies plus the finished jobs not yet folded into
               them; the oldest queued job per queue; each host's newest sample), on an open
-              store. Baseline: rowfleet.snapshot.snapshot(store) alone, which a scrape reads
+              store. Baseline: rowfleet.views.snapshot.snapshot(store) alone, which a scrape reads
               first. Both take turns, median of the calls. The table: ~99% finished jobs
               (completed, 1 in 100 failed), 1% queued, 20 tasks in 4 queues, a third needing
               a model; "folded": after a fold of every finished job; "+10k": 10,000 more

@@ -415,7 +415,7 @@ class LiveSamplers:
     """Every host but the silent one sampling on while pages are timed: a thread writing
     each host's detail row every ``DETAIL_EVERY`` seconds through a store of its own, and
     at each minute's end the minute row of the rows it wrote in it (``fold_minute``, as
-    ``rowfleet.sampler`` folds)."""
+    ``rowfleet.services.sampler`` folds)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config

@@ -51,10 +51,10 @@ import rowfleet
 from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.job import JobSpec
-from rowfleet.queries import queries
-from rowfleet.store.jobs import claim_params
+from rowfleet.sql.queries import queries
 from rowfleet.store import open_store
-from rowfleet.worker import Worker
+from rowfleet.store.jobs import claim_params
+from rowfleet.worker.loop import Worker
 
 LEGEND = """\
   pg rows     one throwaway PostgreSQL server (tests/pg_harness.py, or ROWFLEET_TEST_PG),

@@ -38,10 +38,10 @@ from rowfleet import tasks
 from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.job import JobSpec
-from rowfleet.queries import queries
+from rowfleet.sql.queries import queries
 from rowfleet.store.jobs import claim_params
 from rowfleet.store.sqlite import SQLiteStore
-from rowfleet.worker import Worker
+from rowfleet.worker.loop import Worker
 
 # The enqueue baseline (the claim's and the complete's are the harness's): the smallest SQL
 # that does the same work on rowfleet's own schema.

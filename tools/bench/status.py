@@ -2,7 +2,7 @@
 SQLite file holding a million jobs, nearly all of them finished, as a long-running
 deployment keeps them until they are pruned.
 
-Measures the command's store work in-process (``rowfleet.snapshot.snapshot``: one read
+Measures the command's store work in-process (``rowfleet.views.snapshot.snapshot``: one read
 transaction of counts, workers with their jobs' progress, switches and services) against a
 bare ``SELECT state, count(*) FROM jobs GROUP BY state`` on the same file, taking turns;
 the note adds the wall time of the whole command (``python -m rowfleet status --json`` in a
@@ -26,11 +26,11 @@ from .harness import Bench, Row, progress, ratio, short
 
 from rowfleet.claim import Claim
 from rowfleet.config import Config
-from rowfleet.snapshot import snapshot
 from rowfleet.store.sqlite import SQLiteStore
+from rowfleet.views.snapshot import snapshot
 
 LEGEND = """\
-  status      rowfleet: rowfleet.snapshot.snapshot(store), the store work of `status --json`
+  status      rowfleet: rowfleet.views.snapshot.snapshot(store), the store work of `status --json`
               (one read transaction: counts, each finished state counted up to 10,000, live
               ones exactly; workers joined to their jobs' progress; switches; services), on
               an open store. Baseline: a bare SELECT state, count(*) FROM jobs GROUP BY state

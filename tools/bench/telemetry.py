@@ -24,7 +24,7 @@ import time
 from .harness import ROOT, SRC, Bench, Row, progress
 
 
-from rowfleet.sampler import MINUTE_SECONDS  # noqa: E402  (the harness set sys.path)
+from rowfleet.services.sampler import MINUTE_SECONDS  # noqa: E402  (the harness set sys.path)
 from rowfleet.store.telemetry import encode_readings  # noqa: E402
 from rowfleet.telemetry.readings import fold_minute  # noqa: E402
 

@@ -10,8 +10,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from rowfleet import names
-from rowfleet import tasks
+from rowfleet import names, tasks
 from rowfleet.config import (COMMAND, CONFIG_SETTINGS, ENV_PREFIX, GLOBAL, SETTING, SETTINGS, Config,
                              Setting)
 from rowfleet.errors import ConfigError

@@ -1,5 +1,5 @@
 """Fleet commands: switch workers off and on (control), and see the fleet (workers, broker),
-each rendering the one read model, ``rowfleet.snapshot``."""
+each rendering the one read model, ``rowfleet.views.snapshot``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from rowfleet.cli.output import print_json, say, table
 from rowfleet.control import Switch
 from rowfleet.errors import ConfigError
 from rowfleet.job import iso
-from rowfleet.snapshot import Project, Services, Worker, snapshot
 from rowfleet.store import open_store
+from rowfleet.views.snapshot import Project, Services, Worker, snapshot
 
 # The job states `broker` counts per queue, in its column order.
 BROKER_STATES = ("queued", "running", "failed", "completed", "cancelled")

@@ -1,6 +1,6 @@
 """The hosts command: every host's newest telemetry at a glance (``rowfleet hosts``), and
 one host's series over a window (``rowfleet hosts HOST --since 1h``), rendering the
-hosts' read model (``rowfleet.hosts``). Formats only: what a reading means is decided
+hosts' read model (``rowfleet.views.hosts``). Formats only: what a reading means is decided
 there and in ``rowfleet.telemetry.readings``; imports no driver and writes no SQL."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from rowfleet import exitcodes, names
 from rowfleet.cli.arguments import Parser, typed
 from rowfleet.cli.output import escaped, print_json, say, table
 from rowfleet.errors import ConfigError
-from rowfleet.hosts import GpuView, HostSeries, HostView, host_series, hosts, reading
 from rowfleet.job import iso
 from rowfleet.store import open_store
 from rowfleet.store.telemetry import TIERS
 from rowfleet.telemetry.readings import gpu_indexes
+from rowfleet.views.hosts import GpuView, HostSeries, HostView, host_series, hosts, reading
 
 DEFAULT_SINCE = "1h"
 GIB = 2 ** 30

@@ -18,8 +18,8 @@ from rowfleet.cli.fleet import seen_text, services_table
 from rowfleet.cli.output import print_json, say, short, table
 from rowfleet.errors import ConfigError
 from rowfleet.job import QUEUED, RUNNING, STATES, JobSpec, iso
-from rowfleet.snapshot import Progress, snapshot, unplaceable_text
 from rowfleet.store import Store, open_store
+from rowfleet.views.snapshot import Progress, snapshot, unplaceable_text
 
 
 def add_commands(command: Callable[..., Parser]) -> None:

@@ -1,4 +1,4 @@
-"""The ``metrics`` command: serve ``/metrics`` for Prometheus (``rowfleet.exporter``), or
+"""The ``metrics`` command: serve ``/metrics`` for Prometheus (``rowfleet.services.exporter``), or
 print one scrape and exit (``--once``).
 
 The bearer token comes from ``--token`` or, better (a flag shows in ``ps``), the
@@ -44,7 +44,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
 def cmd_metrics(args: argparse.Namespace, config: configuration.Config) -> int:
     # Here, not at the top: the HTTP server's modules would slow every other command's start.
-    from rowfleet import exporter, webserver
+    from rowfleet.services import exporter, webserver
 
     if args.once:
         with open_store(config) as store:

@@ -1,7 +1,7 @@
 """The models command: per model of the project, its jobs queued, running and unplaceable
 (with the reasons), the GPU workers that hold it warm and since when, its measured load
 time and footprint, and the last hour's warm-hit rate and reloads, rendering the models'
-read model (``rowfleet.snapshot.models``). A model whose figures plain SQL made unreadable
+read model (``rowfleet.views.snapshot.models``). A model whose figures plain SQL made unreadable
 is listed with those figures unknown and a line naming each, as ``jobs`` shows a job's."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from rowfleet import exitcodes
 from rowfleet.cli.arguments import Parser
 from rowfleet.cli.output import print_json, say, table
 from rowfleet.job import iso
-from rowfleet.snapshot import MODEL_WINDOW, Holder, ModelView, models
 from rowfleet.store import open_store
+from rowfleet.views.snapshot import MODEL_WINDOW, Holder, ModelView, models
 
 
 def add_commands(command: Callable[..., Parser]) -> None:

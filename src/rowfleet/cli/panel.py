@@ -5,7 +5,7 @@ better (a flag shows in ``ps``), the ``panel_token`` setting (``ROWFLEET_PANEL_T
 without one it refuses to start. ``--read-only`` serves every page and no change. It
 answers requests that name it as localhost or an IP address; ``--allow-host NAME`` (the
 ``allowed_hosts`` setting, ``ROWFLEET_ALLOWED_HOSTS``) lets in another name, as a reverse
-proxy or a DNS name for the box sends it (see ``rowfleet.webserver``). ``rowfleet metrics``
+proxy or a DNS name for the box sends it (see ``rowfleet.services.webserver``). ``rowfleet metrics``
 and ``rowfleet up --panel`` take the same flag (``allow_host_flag``).
 """
 
@@ -61,7 +61,8 @@ def with_allowed_hosts(config: configuration.Config, args: argparse.Namespace) -
 
 def cmd_panel(args: argparse.Namespace, config: configuration.Config) -> int:
     # Here, not at the top: the HTTP server's modules would slow every other command's start.
-    from rowfleet import tasks, webserver
+    from rowfleet import tasks
+    from rowfleet.services import webserver
     from rowfleet.panel import server
     from rowfleet.panel.pages import schedules
 

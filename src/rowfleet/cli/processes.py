@@ -13,17 +13,19 @@ from typing import Any, Callable
 from functools import partial
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, models, routing, tasks, waiting
+from rowfleet import exitcodes, models, tasks
 from rowfleet.cli.arguments import Parser, allow_module_flag, app_flag, positive_float, trusted
 from rowfleet.cli.arguments import sample_path_flag, typed, with_sample_paths
 from rowfleet.cli.output import print_json, report
 from rowfleet.errors import ConfigError, Conflict, DatabaseUnreachable, DiskFull, RowfleetError, StoreUnavailable
-from rowfleet.gpu_worker import GpuSettings, model_list
-from rowfleet.orchestrator import Orchestrator
-from rowfleet.sidecar import SidecarSpec
+from rowfleet.gpu import routing
+from rowfleet.gpu.gpu_worker import GpuSettings, model_list
+from rowfleet.gpu.sidecar import SidecarSpec
+from rowfleet.services.orchestrator import Orchestrator
+from rowfleet.services.supervisor import Child, Supervisor, workers
 from rowfleet.store import Store, open_store
-from rowfleet.supervisor import Child, Supervisor, workers
-from rowfleet.worker import Worker, check_prefetch
+from rowfleet.store import waiting
+from rowfleet.worker.loop import Worker, check_prefetch
 
 log = logging.getLogger("rowfleet.orchestrator")
 
@@ -157,7 +159,7 @@ def supervise(config: configuration.Config, children: list[Child]) -> int:
 
 
 def _sampler_child(config: configuration.Config) -> int:
-    from rowfleet import sampler  # here: its parsers would slow every other command's start
+    from rowfleet.services import sampler  # here: its parsers would slow every other command's start
 
     signal = sampler.StopSignal()
     on_stop_signals(signal)
@@ -169,7 +171,7 @@ def _sampler_child(config: configuration.Config) -> int:
 
 
 def cmd_sampler(args: argparse.Namespace, config: configuration.Config) -> int:
-    from rowfleet import sampler  # here: its parsers would slow every other command's start
+    from rowfleet.services import sampler  # here: its parsers would slow every other command's start
 
     config = with_sample_paths(config, args)
     if args.every is not None:
@@ -184,7 +186,7 @@ def cmd_sampler(args: argparse.Namespace, config: configuration.Config) -> int:
 def _sample_once(config: configuration.Config) -> int:
     """Two readings ``sample_every`` apart (the first is the base of the rates); the second
     written and printed."""
-    from rowfleet import sampler
+    from rowfleet.services import sampler
 
     with open_store(config) as store:
         store.require_schema()

@@ -9,14 +9,16 @@ import sys
 from typing import Any, Callable
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, tasks, waiting
+from rowfleet import exitcodes, tasks
 from rowfleet.cli.arguments import Parser, allow_module_flag, positive_int, trusted
 from rowfleet.cli.output import print_json, table
 from rowfleet.cli.processes import run_until_stopped
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import iso
-from rowfleet.scheduler import Schedule, Scheduler, load_schedule_file, registered_schedules
+from rowfleet.schedule import Schedule, load_schedule_file, registered_schedules
+from rowfleet.services.scheduler import Scheduler
 from rowfleet.store import open_store
+from rowfleet.store import waiting
 
 log = logging.getLogger("rowfleet.scheduler")
 

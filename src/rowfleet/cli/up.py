@@ -35,9 +35,9 @@ from rowfleet.cli.processes import (gpu_flags, gpu_settings_of, on_stop_signals,
                                     sampler_child, supervise)
 from rowfleet.cli.schedules import run_scheduler, vetted_schedules
 from rowfleet.errors import ConfigError, DatabaseUnreachable, DiskFull
-from rowfleet.scheduler import Schedule
+from rowfleet.schedule import Schedule
+from rowfleet.services.supervisor import Child
 from rowfleet.store import open_store, sqlite_path
-from rowfleet.supervisor import Child
 
 log = logging.getLogger("rowfleet.up")
 
@@ -248,7 +248,7 @@ def _migrate_if_answering(config: configuration.Config) -> None:
 
 def _panel_request(args: argparse.Namespace, config: configuration.Config) -> PanelAsk | None:
     """The panel asked for, checked (a token beyond loopback); None without ``--panel``."""
-    from rowfleet import webserver
+    from rowfleet.services import webserver
     from rowfleet.panel import server
 
     given = [flag for flag, value in (("--bind", args.bind), ("--port", args.port), ("--token", args.token),

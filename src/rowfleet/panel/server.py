@@ -2,7 +2,7 @@
 
 It binds 127.0.0.1 by default; any other address needs a token (``make_server`` refuses
 without one). Before anything else, every request's head passes the shared rules of
-``rowfleet.webserver``: a ``Host`` this panel answers to (localhost, an IP address, the
+``rowfleet.services.webserver``: a ``Host`` this panel answers to (localhost, an IP address, the
 names in ``allowed_hosts``; else a 421, so a page on another name that resolves here, DNS
 rebinding, reads and changes nothing), one plain body length, a head and a body each on a
 deadline, and a bound on the connections served at once. With a token, every page but
@@ -45,12 +45,13 @@ from typing import Any, Callable
 from urllib.parse import parse_qsl, urlsplit
 
 from rowfleet import config as configuration
-from rowfleet import exporter, names
+from rowfleet import names
 from rowfleet.errors import ConfigError, RowfleetError
 from rowfleet.panel import app, pages
 from rowfleet.panel.html import Markup, page, tag
+from rowfleet.services import exporter
 from rowfleet.store import Store, open_store
-from rowfleet.webserver import (Answer, Handler, Refusal, Server, bearer, check_token, loopback, one_line,
+from rowfleet.services.webserver import (Answer, Handler, Refusal, Server, bearer, check_token, loopback, one_line,
                                 same_secret, serve_until)
 
 log = logging.getLogger("rowfleet.panel")

@@ -16,7 +16,7 @@ from rowfleet.config import Config
 from rowfleet.errors import ConfigError
 from rowfleet.store.base import Store
 from rowfleet.store.core import Tx
-from rowfleet.wake import Waiter
+from rowfleet.store.wake import Waiter
 
 __all__ = ["Store", "Tx", "Waiter", "open_store", "sqlite_path"]
 

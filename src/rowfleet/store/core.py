@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable, Iterator
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBroken, MigrationError, RowfleetError, SchemaMissing
 from rowfleet.job import EVENT_COLUMNS, JOB_COLUMNS, Job, JobSpec
-from rowfleet.queries import latest_version, migrations, queries
-from rowfleet.wake import Waiter
+from rowfleet.sql.queries import latest_version, migrations, queries
+from rowfleet.store.wake import Waiter
 
 
 class Tx(abc.ABC):

@@ -5,7 +5,7 @@ the fleet part of ``Store``; a silent or exited worker's jobs are handed back by
 part (``_recover_jobs_of``), in the same transaction that flags the worker.
 
 Also the fleet's rows in one consistent read (``fleet_rows``), from which
-``rowfleet.snapshot`` derives the read model every front end renders.
+``rowfleet.views.snapshot`` derives the read model every front end renders.
 """
 
 from __future__ import annotations
@@ -306,7 +306,7 @@ class FleetStore(StoreCore):
     # --- the fleet at one moment -------------------------------------------------------
 
     def fleet_rows(self, cap: int, listed_for: float | None, workers_only: bool = False) -> FleetRows:
-        """Everything ``rowfleet.snapshot`` shows, read in one read transaction so that the
+        """Everything ``rowfleet.views.snapshot`` shows, read in one read transaction so that the
         counts, workers, switches and services agree: workers seen in the last
         ``listed_for`` seconds (every row with None) and live ones; finished jobs counted
         up to ``cap`` (``cap + 1`` when there are more), live ones exactly. With
@@ -329,7 +329,7 @@ class FleetStore(StoreCore):
 
     def model_rows(self, project: str, window: float | None, listed_for: float | None, groups: int,
                    cap: int) -> ModelRows:
-        """Everything ``rowfleet.snapshot.models`` shows of ``project``, in one read
+        """Everything ``rowfleet.views.snapshot.models`` shows of ``project``, in one read
         transaction: ``groups`` groups of model jobs at most, the project's workers listed as
         ``fleet_rows`` lists them, every switch, the model figures, and the claims of the
         last ``window`` seconds (of at most ``cap`` jobs finished in it, and those running;

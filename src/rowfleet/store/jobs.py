@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterable, Sequence
 from rowfleet import job as jobs
 from rowfleet import liveness
 from rowfleet.claim import Claim
+from rowfleet.config import Config
 from rowfleet.errors import ConfigError, Conflict, LeaseLost, NotFound
 from rowfleet.job import Event, Job, JobSpec, Outcome
-from rowfleet.config import Config
 from rowfleet.liveness import not_retried
 from rowfleet.store.core import StoreCore, Tx
 

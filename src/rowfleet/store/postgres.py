@@ -23,11 +23,11 @@ from rowfleet.control import ANY
 from rowfleet.errors import (ConfigError, DatabaseBroken, DatabaseUnreachable, DiskFull, MigrationError, RowfleetError,
                              SchemaMissing, StoreUnavailable)
 from rowfleet.job import TERMINAL, Job, Outcome
-from rowfleet.queries import latest_version, queries
+from rowfleet.sql.queries import latest_version, queries
 from rowfleet.store.base import Store
 from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
 from rowfleet.store.jobs import claim_forms, claim_params, outcome_detail
-from rowfleet.wake import SelfPipe, Sleeper
+from rowfleet.store.wake import SelfPipe, Sleeper
 
 log = logging.getLogger("rowfleet.store")
 

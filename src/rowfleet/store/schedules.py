@@ -7,7 +7,7 @@ for a schedule take turns, and each one sees the newest slot the others fired. T
 row in ``schedule_slots`` is the proof of firing: its primary key admits one row per
 slot, and the job is inserted only by the transaction that wrote it.
 
-Decides nothing about *when* a slot is due: that is ``rowfleet.scheduler``'s pure part.
+Decides nothing about *when* a slot is due: that is ``rowfleet.services.scheduler``'s pure part.
 
 A ``schedules`` row may come from anyone's plain SQL: it is read through ``job.decode_row``
 (``ScheduleRow``), so a ``last_slot`` that no slot can be compared with (text, bytes, NaN or

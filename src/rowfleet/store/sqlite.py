@@ -21,11 +21,11 @@ from typing import Any, Callable, Iterator
 from rowfleet.config import Config
 from rowfleet.errors import (ConfigError, DatabaseBroken, DatabaseBusy, DiskFull, RowfleetError, SchemaMissing,
                              StoreUnavailable)
-from rowfleet.queries import migrations
+from rowfleet.sql.queries import migrations
 from rowfleet.store.base import Store
 from rowfleet.store.clock import LONGEST_HOLD, HeldClock, for_database
 from rowfleet.store.core import Tx, savepoint, schema_gone_unless_new
-from rowfleet.wake import FileWaiter, Sleeper, Waiter, bell_path, ring
+from rowfleet.store.wake import FileWaiter, Sleeper, Waiter, bell_path, ring
 
 
 LOCK_RETRY_MIN = 0.0001  # seconds between tries for the write lock, jittered
@@ -284,7 +284,7 @@ class SQLiteStore(Store):
         self._busy_timeout_pragma = f"PRAGMA busy_timeout = {int(config.busy_timeout * 1000)}"
         self._reads_wait = True  # the connection's busy timeout: the configured one, or 0 (see _begin)
         self._data_version = self._read_data_version()
-        # The doorbells a transaction rings after its commit (see rowfleet.wake): the queues
+        # The doorbells a transaction rings after its commit (see rowfleet.store.wake): the queues
         # it put jobs in (noted by the enqueue itself, which knows its queue, so a batch pays
         # nothing per row, and by this connection's TEMP trigger on a requeue), the projects
         # it wrote dispatch events for (a TEMP trigger). set.add itself is the SQL function:
@@ -380,7 +380,7 @@ class SQLiteStore(Store):
             self._queued.add(queue)
 
     def _ring_bells(self) -> None:
-        """After a commit: ring the bells of what it made due (``rowfleet.wake.ring``)."""
+        """After a commit: ring the bells of what it made due (``rowfleet.store.wake.ring``)."""
         if self._queued or self._dispatched:
             ring([self._bell("queue", queue) for queue in self._queued]
                  + [self._bell("dispatch", project) for project in self._dispatched])

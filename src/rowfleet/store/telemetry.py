@@ -15,8 +15,8 @@ import json
 import math
 from typing import Any, Iterable, Mapping
 
-from rowfleet import tally
 from rowfleet.errors import ConfigError
+from rowfleet.metrics import tally
 from rowfleet.names import is_finite_number
 from rowfleet.store.core import StoreCore
 

@@ -13,7 +13,7 @@ every sample, bucketed to about ``deck_charts.POINTS_PER_CHART`` points a chart.
 The charts are drawn by ``rowfleet.panel.deck_charts`` a slice of time at a time, through
 the server's memo (``Request.memo``): a refresh draws only what new samples changed. Owns
 the order of the hosts (``worst_first``), ``sample_interval``, ``minute_rows`` and the
-cards. Reads through the hosts' read model (``rowfleet.hosts``) and the store's browsing
+cards. Reads through the hosts' read model (``rowfleet.views.hosts``) and the store's browsing
 reads; imports no driver, no SQL, no command line and no other page.
 """
 
@@ -25,10 +25,8 @@ import statistics
 import threading
 from typing import Any, Iterable, Mapping, MutableMapping, Sequence
 
-from rowfleet import hosts as host_model
 from rowfleet import names
 from rowfleet.errors import ConfigError
-from rowfleet.hosts import OVERLAP, REREAD, HostView, KeptRows
 from rowfleet.names import is_finite_number
 from rowfleet.panel import svg
 from rowfleet.panel.app import HttpError, Request, View
@@ -37,6 +35,8 @@ from rowfleet.panel.html import Markup, clipped, definitions, join, link, table,
 from rowfleet.store.browse import EndedJob
 from rowfleet.store.telemetry import DETAIL, HostSample
 from rowfleet.telemetry.readings import MinuteFold
+from rowfleet.views import hosts as host_model
+from rowfleet.views.hosts import OVERLAP, REREAD, HostView, KeptRows
 
 WINDOW = 3600.0         # seconds of the shared time axis
 MINUTE = 60.0           # seconds a point of the every-host deck stands for
@@ -65,7 +65,7 @@ def condition(host: HostView, now: float) -> str:
     ``DEAD_AFTER``, or unreadable), else ``fine``. A silent host's last readings say
     nothing of now, so they never rank it as throttling or hot.
 
-    >>> from rowfleet.hosts import GpuView
+    >>> from rowfleet.views.hosts import GpuView
     >>> gpu = GpuView(0, None, 90, None, None, 70, None, None, None, slowdowns=("sw_power_cap",))
     >>> box = HostView("box", 100.0, 2.0, False, None, None, None, None, 60.0, gpus=(gpu,))
     >>> condition(box, 102.0), condition(box, 100.0 + DEAD_AFTER + 1)

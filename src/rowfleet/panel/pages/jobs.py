@@ -22,17 +22,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rowfleet import diagnosis
 from rowfleet import job as jobs
 from rowfleet.errors import Conflict, NotFound
 from rowfleet.job import Job
 from rowfleet.panel import svg
 from rowfleet.panel.app import HttpError, Redirect, Request, View
+from rowfleet.views import diagnosis
 from rowfleet.panel.html import (Markup, clipped, definitions, esc, join, link, post_form, pretty, select,
                                  state_badge, table, tag, text_input, url, when)
-from rowfleet.snapshot import snapshot
 from rowfleet.store.browse import JobFilter
 from rowfleet.store.telemetry import DETAIL
+from rowfleet.views.snapshot import snapshot
 
 PAGE_SIZE = 50
 BULK_CAP = 1000

@@ -1,7 +1,7 @@
 """Models (``/models``): per project and model, where it is warm (the live GPU workers
 holding it, by host and GPU), its jobs queued, running and unplaceable (with the reasons),
 its measured load, and the last hour's warm-hit rate and reloads, rendering the models'
-read model (``rowfleet.snapshot.models``, as ``rowfleet models`` does). Every project by
+read model (``rowfleet.views.snapshot.models``, as ``rowfleet models`` does). Every project by
 default; ``?project=P`` one (``?project=`` the default project).
 
 Also owns the project filter the Schedules page shares (``chosen_project``,
@@ -18,7 +18,7 @@ from rowfleet import names
 from rowfleet.errors import ConfigError
 from rowfleet.panel.app import HttpError, Request, View
 from rowfleet.panel.html import Markup, clipped, join, link, table, tag, when
-from rowfleet.snapshot import Holder, ModelView, models, snapshot, unplaceable_text
+from rowfleet.views.snapshot import Holder, ModelView, models, snapshot, unplaceable_text
 
 NAME_MOST = 120  # characters of a name shown in a cell
 UNREADABLE_MOST = 300  # characters of what is unreadable in a model's figures

@@ -15,7 +15,7 @@ from rowfleet import job as jobs
 from rowfleet.panel import svg
 from rowfleet.panel.app import Request, View
 from rowfleet.panel.html import Markup, ago, esc, join, link, table, tag, url
-from rowfleet.snapshot import SILENT, snapshot
+from rowfleet.views.snapshot import SILENT, snapshot
 
 HOUR = 3600.0
 MINUTE = 60.0

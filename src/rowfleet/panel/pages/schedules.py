@@ -10,7 +10,7 @@ the apps, whose schedules register; declared schedules belong to the panel's own
 (``Config.project``), as a scheduler's do. Without a declaration the page shows the slots
 fired and says how to show the next fire.
 
-When a slot is next is ``rowfleet.scheduler``'s rule (``next_slot``); reading the files is
+When a slot is next is ``rowfleet.services.scheduler``'s rule (``next_slot``); reading the files is
 ``load_schedule_file``. Imports no driver, no SQL, no command line; of the other pages
 only the project filter of ``models``.
 """
@@ -24,7 +24,7 @@ from rowfleet.job import iso
 from rowfleet.panel.app import Request, View
 from rowfleet.panel.html import Markup, clipped, join, link, table, tag, when
 from rowfleet.panel.pages.models import chosen_project, known_projects, project_label, project_links
-from rowfleet.scheduler import Schedule, load_schedule_file, next_slot, registered_schedules
+from rowfleet.schedule import Schedule, load_schedule_file, next_slot, registered_schedules
 
 # The schedule files whose declarations say when each schedule fires next: set by the
 # command that starts the panel (--schedule FILE), read at each request.

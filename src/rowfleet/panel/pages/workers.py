@@ -15,7 +15,7 @@ from typing import Any
 from rowfleet import control
 from rowfleet.panel.app import HttpError, Redirect, Request, View
 from rowfleet.panel.html import (Markup, attrs, esc, join, link, state_badge, table, tag, url, when)
-from rowfleet.snapshot import snapshot
+from rowfleet.views.snapshot import snapshot
 
 LOG_SHOWN = 50
 CHOICES = {"on": (control.ON, control.DRAIN), "off-drain": (control.OFF, control.DRAIN),

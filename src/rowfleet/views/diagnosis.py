@@ -11,7 +11,7 @@ order (or every worker that could take it busy), its workflow run, a pending can
 when nothing holds it back, that it should be claimed at the next wake-up.
 
 ``gather(store, job, now)`` reads those facts through the store's own reads: the fleet's
-read model (``rowfleet.snapshot``: workers, their liveness and switches), the model's
+read model (``rowfleet.views.snapshot``: workers, their liveness and switches), the model's
 measured figures and the operators' model rules, the job's run, and ``Store.jobs_ahead``.
 
 The texts are plain: a hostile string (a queue written by plain SQL, a switch's reason)
@@ -19,7 +19,7 @@ is kept as it is, and the front end that renders a reason escapes it (the panel 
 Times read relative to ``now`` (``relative``).
 
 Imports the pure rules (``control``, ``dag``, ``job``, ``names``, ``routing``) and
-``rowfleet.snapshot``; takes the store as an argument and never imports it at load time,
+``rowfleet.views.snapshot``; takes the store as an argument and never imports it at load time,
 nor anything of the command line or the panel.
 """
 
@@ -28,12 +28,14 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from rowfleet import control, dag, routing, snapshot
+from rowfleet import control, dag
 from rowfleet.control import Switch
 from rowfleet.errors import NotFound
+from rowfleet.gpu import routing
 from rowfleet.job import QUEUED, RUNNING, TERMINAL, raw_text
 from rowfleet.names import is_finite_number
-from rowfleet.snapshot import GpuAdvert
+from rowfleet.views import snapshot
+from rowfleet.views.snapshot import GpuAdvert
 
 if TYPE_CHECKING:
     from rowfleet.job import Job

@@ -34,10 +34,11 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from rowfleet import exitcodes, waiting
+from rowfleet import exitcodes
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBroken, RowfleetError
 from rowfleet.store import Store, open_store, sqlite_path
+from rowfleet.store import waiting
 from rowfleet.store.telemetry import DETAIL, MINUTE
 from rowfleet.telemetry import gpu, gpu_readings
 from rowfleet.telemetry.gpu_stream import GpuStateStream

@@ -34,12 +34,10 @@ import time
 from typing import Callable, Sequence
 
 from rowfleet import exitcodes, names
+from rowfleet.liveness import FIRST_RESTART_DELAY, HEALTHY_AFTER, MAX_RESTART_DELAY, restart_delay
 
 log = logging.getLogger("rowfleet.supervisor")
 
-FIRST_RESTART_DELAY = 0.5
-MAX_RESTART_DELAY = 30.0
-HEALTHY_AFTER = 60.0  # a child that lived this long resets the restart delay
 REAP_EVERY = 0.1      # seconds between looks for exited children while waiting
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
@@ -73,18 +71,6 @@ def workers(procs: int, main: Callable[[], int], fatal_codes: frozenset[int] = f
     """
     names.RULES["procs"].check("procs", procs)
     return [Child("worker", main, frozenset(fatal_codes))] * procs
-
-
-def restart_delay(previous: float, lived: float, first: float = FIRST_RESTART_DELAY,
-                  most: float = MAX_RESTART_DELAY) -> float:
-    """How long to wait before restarting a child that died after ``lived`` seconds.
-
-    >>> restart_delay(0.0, 1.0), restart_delay(0.5, 1.0), restart_delay(16.0, 2.0), restart_delay(8.0, 90.0)
-    (0.5, 1.0, 30.0, 0.5)
-    """
-    if lived >= HEALTHY_AFTER or previous <= 0:
-        return first
-    return min(most, previous * 2)
 
 
 class Supervisor:

@@ -3,7 +3,7 @@
 Each dialect keeps its queries in ``rowfleet/sql/<dialect>/<entity>.sql`` as ``-- name:
 NAME`` blocks, one file per part of the store (``core``, ``jobs``, ``runs``, ``schedules``,
 ``fleet``; the same files, holding the same names, for every dialect), and its migrations in
-``rowfleet/migrations/<dialect>/NNNN_title.sql``. Both are read with ``importlib.resources``
+``rowfleet/sql/migrations/<dialect>/NNNN_title.sql``. Both are read with ``importlib.resources``
 so they load from inside the ``.pyz`` too. A query's name is the name of the store method
 that runs it (a composite method's further statements are named for their step).
 
@@ -207,7 +207,7 @@ class Migration:
 @functools.cache
 def migrations(dialect: str) -> tuple[Migration, ...]:
     """The dialect's migrations in version order; versions must run 1, 2, 3, ..."""
-    folder = resources.files("rowfleet.migrations").joinpath(dialect)
+    folder = resources.files("rowfleet.sql.migrations").joinpath(dialect)
     found = []
     for entry in folder.iterdir():
         match = _MIGRATION_FILE.match(entry.name)

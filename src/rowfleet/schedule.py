@@ -1,11 +1,11 @@
-"""Periodic jobs: schedules declared in Python or a JSON file, and the service that fires them.
+"""Periodic jobs: what a schedule is, the two ways to declare one, and which slot is due.
 
 Owns what a schedule is (``Schedule``, validated when built), the two ways to declare one
-(``@rowfleet.periodic`` on a function, ``load_schedule_file`` for a JSON list), the pure
-decision of which slot is due (``due_slot``), and the ``Scheduler`` service that enqueues
-one job per due slot. When schedules fire is ``rowfleet.cron``'s business; storing a
-fired slot exactly once is the store's (``ScheduleStore.fire_slot``). Writes no SQL and
-holds no driver connection.
+(``@rowfleet.periodic`` on a function, ``load_schedule_file`` for a JSON list), and the pure
+decision of which slot is due (``due_slot``). The service that fires them is
+``rowfleet.services.scheduler``; when schedules fire is ``rowfleet.cron``'s business; storing
+a fired slot exactly once is the store's (``ScheduleStore.fire_slot``). No database, no clock:
+every decision takes ``now``.
 
 When a slot fires. A slot is a fire time of the schedule (epoch seconds). At each tick the
 *due slot* is the latest slot at or before now; at most one slot per schedule fires per
@@ -33,34 +33,26 @@ and compute the same slots) therefore make one job between them.
 :45 UTC), so every scheduler computes the same slots.
 """
 
+
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
-import os
-import stat
 import threading
-import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from rowfleet import names, tasks
-from rowfleet.config import Config
 from rowfleet.cron import Cron, Every, ScheduleError, latest_at_or_before
-from rowfleet.errors import ConfigError, StoreUnavailable
-from rowfleet.job import JobSpec, encode_json, iso
-from rowfleet.store import Store, open_store
-
-log = logging.getLogger("rowfleet.scheduler")
+from rowfleet.errors import ConfigError
+from rowfleet.files import read_declaration
+from rowfleet.job import JobSpec, encode_json
 
 SKIP = "skip"
 CATCH_UP = "catch_up"
 MISSED_POLICIES = (SKIP, CATCH_UP)
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # where every cadence counts from
 SHORTEST_GRACE = 60.0  # seconds a slot may be late and still be on time, at the least
-BACKOFF_MAX = 10.0  # longest wait after failed ticks: longer would let on-time slots go stale
-SHORTEST_WAIT = 0.005  # a wake-up a hair before a slot (clocks disagree) must not spin
 
 
 class InvalidSchedule(ScheduleError):
@@ -88,7 +80,7 @@ class Schedule:
     >>> Schedule("refresh", "app:refresh", every=0)
     Traceback (most recent call last):
     ...
-    rowfleet.scheduler.InvalidSchedule: schedule 'refresh': every: must be a positive number of seconds, at most 100 years, got 0
+    rowfleet.schedule.InvalidSchedule: schedule 'refresh': every: must be a positive number of seconds, at most 100 years, got 0
     """
 
     name: str
@@ -109,9 +101,9 @@ class Schedule:
     timing: Cron | Every = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not _fits("schedule name", self.name):
+        if not names.RULES["schedule name"].allows(self.name):
             raise InvalidSchedule(self.name, "name", "must be a non-empty word without spaces")
-        if not _fits("task", self.task):
+        if not names.RULES["task"].allows(self.task):
             raise InvalidSchedule(self.name, "task", f"must be a registered task name or module:function, "
                                                      f"got {self.task!r}")
         self._check_options()
@@ -131,18 +123,18 @@ class Schedule:
 
     def _check_options(self) -> None:
         checks = [
-            ("queue", self.queue is None or _fits("queue", self.queue),
+            ("queue", self.queue is None or names.RULES["queue"].allows(self.queue),
              "must be a non-empty word without spaces, other than '*' (which no worker serves)"),
             ("zone", isinstance(self.zone, str), "must be an IANA time zone name such as 'Europe/Berlin'"),
             ("missed", self.missed in MISSED_POLICIES, f"must be {' or '.join(map(repr, MISSED_POLICIES))}"),
             ("at_boot", isinstance(self.at_boot, bool), "must be true or false"),
-            ("priority", _fits("priority", self.priority), "must be a whole number within 64 bits (lower runs sooner)"),
-            ("max_attempts", _fits("max attempts", self.max_attempts),
+            ("priority", names.RULES["priority"].allows(self.priority), "must be a whole number within 64 bits (lower runs sooner)"),
+            ("max_attempts", names.RULES["max attempts"].allows(self.max_attempts),
              "must be a whole number of at least 1"),
-            ("timeout", self.timeout is None or _fits("seconds", self.timeout),
+            ("timeout", self.timeout is None or names.RULES["seconds"].allows(self.timeout),
              "must be a positive number of seconds, at most 100 years"),
-            ("model", self.model is None or _fits("model", self.model), "must be a model id: a word without spaces"),
-            ("vram_mb", self.vram_mb is None or _fits("vram mb", self.vram_mb),
+            ("model", self.model is None or names.RULES["model"].allows(self.model), "must be a model id: a word without spaces"),
+            ("vram_mb", self.vram_mb is None or names.RULES["vram mb"].allows(self.vram_mb),
              "must be a whole number of MiB, at least 1"),
             ("args", _is_json(self.args), "must be a JSON value (an object, a list, a string, a number ...)"),
         ]
@@ -160,7 +152,7 @@ class Schedule:
             if not isinstance(self.cron, str):
                 raise InvalidSchedule(self.name, "cron", f"must be a string such as '*/15 * * * *', got {self.cron!r}")
             return self._built("cron", lambda: Cron(self.cron, self.zone, self.hours))
-        if not _fits("seconds", self.every):
+        if not names.RULES["seconds"].allows(self.every):
             raise InvalidSchedule(self.name, "every", f"must be a positive number of seconds, at most 100 years, "
                                                       f"got {names.shown(self.every)}")
         cadence = self._built("every", lambda: Every(self.every, EPOCH, self.hours, self.zone))
@@ -194,74 +186,21 @@ def _is_json(value: Any) -> bool:
     return True
 
 
-def _fits(rule: str, value: Any) -> bool:
-    """Whether ``names.RULES[rule]`` allows ``value``; the schedule's own message says what
-    is allowed, in a schedule file's words."""
-    try:
-        names.RULES[rule].check("value", value)
-    except ConfigError:
-        return False
-    return True
-
-
 # --- declaring schedules: a JSON file, or @rowfleet.periodic ----------------------------
 
 FILE_KEYS = tuple(field.name for field in dataclasses.fields(Schedule) if field.init)
 REQUIRED_KEYS = ("name", "task")
-# The largest schedule or workflow file read, in bytes: thousands of entries, far beyond any
-# declaration, and small enough that a file given by mistake (a log, a dump) is refused at
-# once instead of being read and parsed whole.
-DECLARATION_MOST = 1024 * 1024
-_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def read_declaration(path: str, where: str) -> str:
-    """The text of a file that declares schedules or a workflow: a regular file of UTF-8
-    text of at most ``DECLARATION_MOST`` bytes. Anything else is one ``ConfigError`` line
-    starting with ``where`` (e.g. "schedule file PATH"): a FIFO, a device or a directory is
-    refused without waiting on it or reading it (``/dev/zero`` never ends, a FIFO blocks until
-    a writer comes), a larger file without reading past the limit. The one reader of both
-    kinds of file (``load_schedule_file`` here, ``rowfleet.api.load_workflow``)."""
-    try:  # O_NONBLOCK: opening a FIFO for reading would wait for a writer
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise ConfigError(f"{where}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "not a regular file")
-            raise ConfigError(f"{where}: is {kind}, not a regular file; give the path of a JSON file")
-        # Its size first, and never more than one byte past the limit read: a file may grow.
-        chunks, left = [], 0 if info.st_size > DECLARATION_MOST else DECLARATION_MOST + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 16))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if info.st_size > DECLARATION_MOST or len(data) > DECLARATION_MOST:
-        raise ConfigError(f"{where}: is larger than {DECLARATION_MOST:,} bytes (1 MiB), the most a schedule or "
-                          f"workflow file may hold")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{where}: is not UTF-8 text") from None
-
-
 def load_schedule_file(path: str) -> list[Schedule]:
     """The schedules of a JSON file: a list of objects with ``FILE_KEYS``, e.g.
     ``[{"name": "refresh", "task": "app:refresh", "cron": "*/15 * * * *"}]``.
 
-    Any problem (unreadable, not a regular file, larger than ``DECLARATION_MOST``, not JSON,
+    Any problem (unreadable, not a regular file, larger than ``rowfleet.files.DECLARATION_MOST``, not JSON,
     an unknown key, a bad value, a name given twice) is one ``ConfigError`` line naming the
     file, the entry (counted from 1) and the key.
     Tasks named in it are looked up for their queue and timeout, so import the apps first.
     """
     where = f"schedule file {path}"
-    text = read_declaration(path, where)  # a regular file of at most DECLARATION_MOST bytes
+    text = read_declaration(path, where)  # a regular file of at most files.DECLARATION_MOST bytes
     try:
         data = names.parse_json(where, text)  # NaN, huge numbers, deep nesting: one line too
     except json.JSONDecodeError as exc:
@@ -383,123 +322,3 @@ def next_slot(schedules: Iterable[Schedule], now: float) -> float:
     """The earliest slot of any of ``schedules`` strictly after ``now``: when to look again."""
     moment = datetime.fromtimestamp(now, timezone.utc)
     return min(schedule.timing.next_after(moment).timestamp() for schedule in schedules)
-
-
-# --- the service --------------------------------------------------------------------------
-
-
-class Fired(NamedTuple):
-    """A slot this scheduler fired: the schedule, the slot (epoch seconds) and its job."""
-
-    name: str
-    slot: float
-    job_id: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "slot": iso(self.slot), "job_id": self.job_id}
-
-
-class Scheduler:
-    """Fires ``schedules`` for ``config.project``: one job per due slot, exactly once
-    however many schedulers run. ``store`` defaults to one opened (and closed) here;
-    ``clock`` (epoch seconds) to the store's, which on PostgreSQL is the database's, so
-    schedulers on hosts with skewed clocks agree on what is due. ``tick`` is the longest
-    wait between two looks (the loop also wakes at each slot); ``grace`` how late a slot
-    may fire and still be on time (default ``max(2 * tick, 60)``)."""
-
-    def __init__(self, config: Config, schedules: Iterable[Schedule], store: Store | None = None, *,
-                 clock: Callable[[], float] | None = None, tick: float = 1.0, grace: float | None = None,
-                 identity: str | None = None) -> None:
-        self.schedules = _unique(schedules)
-        if not _fits("seconds", tick):
-            raise ConfigError(f"the scheduler's tick must be a positive number of seconds, got {tick!r}")
-        grace = max(2 * tick, SHORTEST_GRACE) if grace is None else grace
-        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
-            raise ConfigError(f"the scheduler's grace must be a number of seconds, 0 or more, got {grace!r}")
-        self.config, self.tick, self.grace = config, float(tick), float(grace)
-        self._owns_store = store is None
-        self.store = open_store(config) if store is None else store
-        self.clock = self.store.clock if clock is None else clock
-        self.identity = identity or f"{config.host}:{os.getpid()}"
-        self._booting = True
-        self._unreadable: dict[str, str] = {}  # the schedules skipped, each warned of once: why
-
-    def run_once(self, now: float | None = None) -> list[Fired]:
-        """Fire every schedule's due slot that nobody fired yet; what this scheduler fired.
-        A schedule whose row cannot be read (plain SQL wrote its ``last_slot``) is skipped,
-        with one warning, until the row is mended or deleted; the others fire."""
-        now = self.clock() if now is None else now
-        project = self.config.project
-        rows = {row.name: row for row in self.store.schedule_rows(project)}
-        fired = []
-        for schedule in self.schedules:
-            row = rows.get(schedule.name)
-            if not self._readable(schedule.name, None if row is None else row.unreadable):
-                continue
-            slot = due_slot(schedule, None if row is None else row.last_slot, now, self.grace, self._booting)
-            if slot is None:
-                continue
-            job = self.store.fire_slot(project, schedule.name, slot, schedule.spec(project), self.identity)
-            if job is not None:
-                fired.append(Fired(schedule.name, slot, job.id))
-        self._booting = False  # only once a whole tick got through: a failed first tick boots again
-        return fired
-
-    def _readable(self, name: str, problem: str | None) -> bool:
-        """Whether schedule ``name``'s row can be read; a warning the first time it cannot
-        (and again if what is wrong changes), a note once it can again."""
-        if problem is None:
-            if self._unreadable.pop(name, None) is not None:
-                log.info("schedule %r: its row in table schedules can be read again; it fires as declared", name)
-            return True
-        if self._unreadable.get(name) != problem:
-            self._unreadable[name] = problem
-            log.warning("schedule %r does not fire: its row in table schedules cannot be read (%s); mend or "
-                        "delete that row and it fires again", name, problem)
-        return False
-
-    def run(self, stop: threading.Event) -> None:
-        """Tick until ``stop`` is set: at each slot, and at least every ``tick`` seconds."""
-        log.info("scheduler %s: %d schedule(s) of project %r", self.identity, len(self.schedules),
-                 self.config.project)
-        failures = 0
-        while not stop.is_set():
-            try:
-                wait, failures = self._tick(), 0
-            except StoreUnavailable as exc:
-                failures += 1
-                wait = min(self.tick * 2 ** failures, BACKOFF_MAX)
-                log.warning("scheduler tick failed (trying again in %.1fs): %s", wait, exc)
-            stop.wait(wait)
-
-    def _tick(self) -> float:
-        """One look, logged; how long to wait before the next: until the next slot, at most a tick."""
-        now, started = self.clock(), time.monotonic()
-        for fired in self.run_once(now):
-            log.info("schedule %s: slot %s fired as job %d", fired.name, iso(fired.slot), fired.job_id)
-        until_slot = next_slot(self.schedules, now) - now - (time.monotonic() - started)
-        return min(max(until_slot, SHORTEST_WAIT), self.tick)
-
-    def close(self) -> None:
-        if self._owns_store:
-            self.store.close()
-
-    def __enter__(self) -> "Scheduler":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _unique(schedules: Iterable[Schedule]) -> tuple[Schedule, ...]:
-    found: dict[str, Schedule] = {}
-    for schedule in schedules:
-        if not isinstance(schedule, Schedule):
-            raise TypeError(f"a scheduler takes Schedule objects, got {type(schedule).__name__}")
-        if schedule.name in found and found[schedule.name] != schedule:
-            raise ConfigError(f"two different schedules are named {schedule.name!r}: rename one")
-        found[schedule.name] = schedule
-    if not found:
-        raise ConfigError("the scheduler has no schedules: give it a schedule file or an app that declares "
-                          "@rowfleet.periodic functions")
-    return tuple(found.values())

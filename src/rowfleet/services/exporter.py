@@ -2,7 +2,7 @@
 server (stdlib ``http.server.ThreadingHTTPServer``) that answers Prometheus with it.
 
 ``scrape(store)`` reads the fleet's snapshot and the store's metrics rows and hands them to
-the pure ``rowfleet.metrics``. ``metrics_response(store)`` is the whole answer as
+the pure ``rowfleet.metrics.prometheus``. ``metrics_response(store)`` is the whole answer as
 (status, headers, body): 200 with the text, or 503 with one line when the database cannot
 be read; a panel server mounts the same function on its own route. ``MetricsHandler``
 answers ``GET`` and ``HEAD`` of ``/metrics`` and nothing else (404 for another path, 405
@@ -11,7 +11,7 @@ each request and closing it after: an open costs under a millisecond on SQLite a
 new connection (about 10 ms) on PostgreSQL, against a scrape every few seconds at most,
 and then no connection outlives its request, crosses threads or outlives a server restart. ``serve(config, bind, port, stop)`` runs it until ``stop`` is set.
 
-Every request's head passes the shared rules of ``rowfleet.webserver`` first: a ``Host``
+Every request's head passes the shared rules of ``rowfleet.services.webserver`` first: a ``Host``
 it answers to (localhost, an IP address, the names in ``allowed_hosts``; else a 421, so a
 page on another name that resolves here reads nothing), one plain body length, a deadline
 for the head, a bound on the connections served at once.
@@ -24,7 +24,7 @@ A database error is one line in the response (503) and one line in the log, neve
 traceback; a bug is a 500 with one line in the response and its traceback in the log.
 
 Imports the store, the snapshot, the pure metrics and the shared HTTP server base
-(``rowfleet.webserver``); nothing of the command line or the panel. Below the command line, it reads no environment: the token is an argument.
+(``rowfleet.services.webserver``); nothing of the command line or the panel. Below the command line, it reads no environment: the token is an argument.
 """
 
 from __future__ import annotations
@@ -35,12 +35,13 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from rowfleet import config as configuration
-from rowfleet import metrics, names
+from rowfleet import names
 from rowfleet.errors import ConfigError, RowfleetError
 from rowfleet.job import QUEUED
-from rowfleet.snapshot import snapshot
+from rowfleet.metrics import prometheus
 from rowfleet.store import Store, open_store
-from rowfleet.webserver import (Answer, Handler, Server, bearer, check_token, loopback, one_line, plain, same_secret,
+from rowfleet.views.snapshot import snapshot
+from rowfleet.services.webserver import (Answer, Handler, Server, bearer, check_token, loopback, one_line, plain, same_secret,
                                 serve_until)
 
 log = logging.getLogger("rowfleet.metrics")
@@ -55,7 +56,7 @@ def scrape(store: Store) -> str:
     oldest job of each queue that has queued jobs, and each host's newest sample."""
     fleet = snapshot(store)
     queued = sorted({(count.project, count.queue) for count in fleet.counts if count.state == QUEUED and count.n})
-    return metrics.exposition(fleet, store.metrics_rows(queues=queued))
+    return prometheus.exposition(fleet, store.metrics_rows(queues=queued))
 
 
 def metrics_response(store: Store) -> Answer:

@@ -1,4 +1,4 @@
-"""What rowfleet's two HTTP servers share (``/metrics`` in ``rowfleet.exporter``, the panel
+"""What rowfleet's two HTTP servers share (``/metrics`` in ``rowfleet.services.exporter``, the panel
 in ``rowfleet.panel.server``): the stdlib ``ThreadingHTTPServer`` made quiet and safe, and
 the small rules about tokens, addresses and which requests are read at all.
 

@@ -8,7 +8,7 @@ functions from those rows to the typed values take ``now`` and the rows, and app
 rules where they live (``rowfleet.liveness`` judges silence by each worker's own cadence,
 ``rowfleet.control`` picks the switch in force, ``rowfleet.exitcodes`` says how a process
 ended). A GPU worker's row carries its advert (``GpuAdvert``), which ``box_of`` turns into
-the ``rowfleet.routing.Box`` that placement reads.
+the ``rowfleet.gpu.routing.Box`` that placement reads.
 
 ``models(store, project)`` is the models' read model (``rowfleet models``), one store read
 too (``Store.model_rows``): per model its queued, running and unplaceable jobs, the live
@@ -29,8 +29,9 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from rowfleet import control, exitcodes, liveness, routing
+from rowfleet import control, exitcodes, liveness
 from rowfleet.control import Switch
+from rowfleet.gpu import routing
 from rowfleet.job import decode_column, iso
 
 if TYPE_CHECKING:

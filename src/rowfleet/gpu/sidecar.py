@@ -12,7 +12,7 @@ took (used while up minus used before it started) must be at least 75% back with
 seconds of the stop, else the stop is ``stuck_vram``, naming the processes that still
 hold GPU memory (the usual cause: a grandchild that left the group, or a driver that has
 not let go). A server that dies on its own is restarted at its next use, after the
-supervisor's backoff (``supervisor.restart_delay``), so a crash loop cannot spin.
+supervisor's backoff (``liveness.restart_delay``), so a crash loop cannot spin.
 
 The decisions (is it idle, did the memory come back, how long to back off) are pure
 functions; ``Sidecar`` holds the process. The worker calls ``ensure_up`` before a job,
@@ -31,7 +31,7 @@ import time
 from typing import Callable, Iterable
 
 from rowfleet.errors import ConfigError, RowfleetError
-from rowfleet.supervisor import restart_delay
+from rowfleet.liveness import restart_delay
 
 log = logging.getLogger("rowfleet.sidecar")
 

@@ -2,14 +2,14 @@
 
 The main thread claims a job, runs its handler, and writes the outcome together with the
 claim of the next job in one transaction (one commit per job while busy). It is a loop of
-``Worker.step()``: each performs the one action that ``rowfleet.serving.next_action``
+``Worker.step()``: each performs the one action that ``rowfleet.worker.decide.next_action``
 decides from the loop's state (claim, run, wait for work, park, leave). A ``Keeper``
-thread (``rowfleet.keeper``), with its own connection, renews the lease of the job in
+thread (``rowfleet.worker.keeper``), with its own connection, renews the lease of the job in
 hand and upserts the worker's heartbeat row; a ``Watchdog`` thread stops a job gone wrong
-(see ``rowfleet.watchdog``). When idle the worker sleeps on the store's ``Waiter`` and
+(see ``rowfleet.worker.watchdog``). When idle the worker sleeps on the store's ``Waiter`` and
 re-checks cheaply before taking the write lock; a missed wake-up costs at most
 ``config.poll`` seconds. Before all that it waits for the database and its schema
-(``rowfleet.waiting``).
+(``rowfleet.store.waiting``).
 
 A worker that finds its job taken (its token is stale: the job was reclaimed or handed to
 another worker) exits at once with code 77 and writes nothing more.
@@ -27,7 +27,7 @@ Off with ``hard``: the watchdog hands the job in hand back and the process exits
 worker started while off parks before its first claim.
 
 A GPU worker (``--gpu`` with models to load) hands its claims to a ``GpuBox``
-(``rowfleet.gpu_worker``): each claim carries its routing inputs, a model job runs only once
+(``rowfleet.gpu.gpu_worker``): each claim carries its routing inputs, a model job runs only once
 the GPU's lease is its model's (else it is handed back, unrun and unspent), its model is
 loaded before the handler runs, and an idle worker unloads its model after ``idle_unload``.
 
@@ -36,23 +36,24 @@ Writes no SQL: everything goes through the store.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import os
 import threading
 import time
 from typing import Any, Callable, Sequence, TypeVar
 
-from rowfleet import control, exitcodes, models, names, serving, tasks, waiting
+from rowfleet import control, exitcodes, models, names, tasks
 from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, LeaseLost, RowfleetError, StoreUnavailable
-from rowfleet.gpu_worker import GpuBox, GpuSettings
+from rowfleet.gpu.gpu_worker import GpuBox, GpuSettings
+from rowfleet.gpu.sidecar import Sidecar, SidecarSpec
 from rowfleet.job import CANCELLED, COMPLETED, Job, Outcome, decide_outcome, unreadable_outcome
-from rowfleet.keeper import Identity, Keeper, Leases, Prefetched, SwitchCell, read_switch
-from rowfleet.sidecar import Sidecar, SidecarSpec
 from rowfleet.store import Store, open_store
-from rowfleet.watchdog import Watchdog
+from rowfleet.store import waiting
+from rowfleet.worker import decide, handler
+from rowfleet.worker.keeper import Identity, Keeper, Leases, Prefetched, SwitchCell, read_switch
+from rowfleet.worker.watchdog import Watchdog
 
 log = logging.getLogger("rowfleet.worker")
 
@@ -65,42 +66,6 @@ SETTLE_STEP_MAX = 0.005
 PROGRESS_WRITE_EVERY = 1.0
 
 _Taken = TypeVar("_Taken")  # what a claiming statement returns: a job, None, or a list of jobs
-
-
-_current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("rowfleet_job", default=None)
-_reporter: contextvars.ContextVar[Callable[[float | None, str | None], None] | None] = \
-    contextvars.ContextVar("rowfleet_progress", default=None)
-_cancel_check: contextvars.ContextVar[Callable[[], bool] | None] = \
-    contextvars.ContextVar("rowfleet_cancel", default=None)
-
-
-def current_job() -> Job | None:
-    """The job the calling handler is running, or None outside a handler."""
-    return _current_job.get()
-
-
-def cancel_requested() -> bool:
-    """Inside a handler: has an operator cancelled this job (``rowfleet cancel JOB``)? A
-    handler that runs long may check it and return (or raise ``rowfleet.Cancel``); the job
-    ends cancelled either way, its result discarded. One that does not return within
-    ``cancel_grace`` seconds has its worker process ended. False outside a worker."""
-    check = _cancel_check.get()
-    return check is not None and check()
-
-
-def progress(fraction: float | None = None, message: str | None = None) -> None:
-    """Report progress from inside a handler: ``fraction`` done (0 to 1) and a message,
-    shown by ``rowfleet job``. It is also the handler's heartbeat: once a job has reported
-    progress, going quiet for the stall window makes the watchdog look at it. Outside a
-    worker (a handler called directly) it does nothing."""
-    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
-                                 or not 0 <= fraction <= 1):
-        raise ConfigError(f"progress must be a fraction from 0 to 1, got {fraction!r}")
-    if message is not None and not isinstance(message, str):
-        raise ConfigError(f"a progress message must be a string, got {type(message).__name__}")
-    report = _reporter.get()
-    if report is not None:
-        report(None if fraction is None else float(fraction), message)
 
 
 class Worker:
@@ -203,10 +168,10 @@ class Worker:
         return self.exit_code
 
     def step(self) -> bool:
-        """Perform the one action ``serving.next_action`` names for the loop's state now;
+        """Perform the one action ``decide.next_action`` names for the loop's state now;
         False once the worker is done serving."""
         moment = self._moment()
-        action = serving.next_action(moment)
+        action = decide.next_action(moment)
         try:
             return self._perform(action, moment)
         except StoreUnavailable as exc:
@@ -219,44 +184,44 @@ class Worker:
             self.stop_event.wait(self._pause)
             return True
 
-    def _moment(self) -> serving.Moment:
-        return serving.Moment(stopping=self.stopping, switch_read=self._switch_read, switch=self.switch.get(),
+    def _moment(self) -> decide.Moment:
+        return decide.Moment(stopping=self.stopping, switch_read=self._switch_read, switch=self.switch.get(),
                               holding_job=self._job is not None, has_run_jobs=self.jobs_run > 0, burst=self.burst,
                               idle=self._idle, drained=self._drained, parked=self._parked)
 
-    def _perform(self, action: serving.Action, moment: serving.Moment) -> bool:
+    def _perform(self, action: decide.Action, moment: decide.Moment) -> bool:
         """Do ``action``, decided at ``moment``; False when it ends the loop."""
-        actions: dict[serving.Action, Callable[[serving.Moment], bool]] = {
-            serving.Action.DONE: lambda moment: False, serving.Action.DONE_SWITCHED_OFF: self._leave_switched_off,
-            serving.Action.EXIT_HARD: self._stop_for, serving.Action.READ_SWITCH: self._read_switch,
-            serving.Action.RUN: self._run_in_hand, serving.Action.CLAIM: self._claim_one, serving.Action.AWAIT: self._await,
-            serving.Action.PARK: self._park, serving.Action.WAIT_SWITCH: self._wait_switch, serving.Action.RESUME: self._resume}
+        actions: dict[decide.Action, Callable[[decide.Moment], bool]] = {
+            decide.Action.DONE: lambda moment: False, decide.Action.DONE_SWITCHED_OFF: self._leave_switched_off,
+            decide.Action.EXIT_HARD: self._stop_for, decide.Action.READ_SWITCH: self._read_switch,
+            decide.Action.RUN: self._run_in_hand, decide.Action.CLAIM: self._claim_one, decide.Action.AWAIT: self._await,
+            decide.Action.PARK: self._park, decide.Action.WAIT_SWITCH: self._wait_switch, decide.Action.RESUME: self._resume}
         return actions[action](moment)
 
-    def _read_switch(self, moment: serving.Moment) -> bool:
+    def _read_switch(self, moment: decide.Moment) -> bool:
         self.switch.set(*read_switch(self.store, self.identity, None))
         self._switch_read = True
         return True
 
-    def _run_in_hand(self, moment: serving.Moment) -> bool:
+    def _run_in_hand(self, moment: decide.Moment) -> bool:
         self._job = self.run_job(self._job)
         self._idle, self._pause = self._job is None, 0.0
         return True
 
-    def _claim_one(self, moment: serving.Moment) -> bool:
+    def _claim_one(self, moment: decide.Moment) -> bool:
         self._job = self._claim()
         self._idle = self._drained = self._job is None
         return True
 
-    def _await(self, moment: serving.Moment) -> bool:
+    def _await(self, moment: decide.Moment) -> bool:
         due = self._await_work()
         # A stop or a switch that cut the wait short leaves the worker idle: it waits again once serving.
         self._idle = not due or self.stopping or self.switch.get() is not None
         return True
 
-    def _leave_switched_off(self, moment: serving.Moment) -> bool:
+    def _leave_switched_off(self, moment: decide.Moment) -> bool:
         log.warning("worker %s: %s; a burst worker exits", self.holder,
-                    serving.describe_switch(moment.switch, control.PARK))
+                    decide.describe_switch(moment.switch, control.PARK))
         return False
 
     def _say_goodbye(self) -> None:
@@ -344,11 +309,10 @@ class Worker:
         switch = self.switch.get()
         if control.next_step(switch, holding_job=True, has_run_jobs=True) == control.STOP:
             # Switched off hard between the claim and now: the keeper saw no job to stop.
-            self.watchdog.operator_stop(serving.stop_reason(switch))
+            self.watchdog.operator_stop(decide.stop_reason(switch))
         started = time.monotonic()
-        cancel_check = _cancel_check.set(lambda: self.keeper.cancel_reason(job) is not None)
-        outcome = self.execute(job) if readable else unreadable_outcome(job)
-        _cancel_check.reset(cancel_check)
+        with handler.cancel_checked(lambda: self.keeper.cancel_reason(job) is not None):
+            outcome = self.execute(job) if readable else unreadable_outcome(job)
         cancelled = self.keeper.cancel_reason(job)
         if cancelled is not None and outcome.state != CANCELLED:  # what it returned is discarded
             outcome = Outcome(CANCELLED, error=f"{cancelled} (while running; its handler stopped in time)",
@@ -407,22 +371,19 @@ class Worker:
 
     def execute(self, job: Job) -> Outcome:
         """Run the handler; never raises for the handler's sake."""
-        token = _current_job.set(job)
-        reporter = _reporter.set(lambda fraction, message: self._report(job, fraction, message))
-        try:
-            handler = tasks.resolve(job.task, self.config.allow_modules)  # a row names only trusted code
-            if self.sidecar is not None:
-                self.sidecar.ensure_up()  # a server that will not come up fails the attempt, as a load would
-            self._load_model(job)  # a load that fails fails the attempt, as the handler would
-            result = _call(handler, job.args)
-        except (Exception, SystemExit) as exc:  # the handler's failure is the job's, not ours
-            return decide_outcome(job, raised=exc, backoff_base=self.config.backoff_base,
-                                  backoff_max=self.config.backoff_max)
-        finally:
-            _reporter.reset(reporter)
-            _current_job.reset(token)
-            if self.sidecar is not None:
-                self.sidecar.used()
+        with handler.running(job, lambda fraction, message: self._report(job, fraction, message)):
+            try:
+                run = tasks.resolve(job.task, self.config.allow_modules)  # a row names only trusted code
+                if self.sidecar is not None:
+                    self.sidecar.ensure_up()  # a server that will not come up fails the attempt, as a load would
+                self._load_model(job)  # a load that fails fails the attempt, as the handler would
+                result = _call(run, job.args)
+            except (Exception, SystemExit) as exc:  # the handler's failure is the job's, not ours
+                return decide_outcome(job, raised=exc, backoff_base=self.config.backoff_base,
+                                      backoff_max=self.config.backoff_max)
+            finally:
+                if self.sidecar is not None:
+                    self.sidecar.used()
         return decide_outcome(job, result=result)
 
     def _load_model(self, job: Job) -> None:
@@ -542,27 +503,27 @@ class Worker:
         if self.waiter is not None:
             self.waiter.interrupt()
 
-    def _park(self, moment: serving.Moment) -> bool:
+    def _park(self, moment: decide.Moment) -> bool:
         """Claim nothing from now until switched on, or stopped, or until a hard switch asks a
         worker that has run jobs to exit."""
-        log.warning("worker %s parked: %s", self.holder, serving.describe_switch(moment.switch, control.PARK))
+        log.warning("worker %s parked: %s", self.holder, decide.describe_switch(moment.switch, control.PARK))
         self._hand_back_prefetched("its worker was switched off before it started")
         self._parked = True
         self.keeper.publish(control.PARKED, self.store)
         return True
 
-    def _wait_switch(self, moment: serving.Moment) -> bool:
+    def _wait_switch(self, moment: decide.Moment) -> bool:
         self._switch_moved.wait(self.config.poll)
         self._switch_moved.clear()
         return True
 
-    def _resume(self, moment: serving.Moment) -> bool:
+    def _resume(self, moment: decide.Moment) -> bool:
         log.info("worker %s switched on: serving again", self.holder)
         self._parked = False
         self.keeper.publish(control.SERVING, self.store)
         return True
 
-    def _stop_for(self, moment: serving.Moment) -> bool:
+    def _stop_for(self, moment: decide.Moment) -> bool:
         switch = moment.switch
         log.warning("worker %s: stopped by %s's hard switch (%s); exiting %d to free its memory",
                     self.holder, switch.changed_by or "an operator", switch.scope(), exitcodes.OPERATOR_STOP)

@@ -15,10 +15,10 @@ say draining; then ``wake`` tells the main thread to look. A renewal that finds 
 handed to another worker ends the process (77); one that carries an operator's cancel
 asks the handler to stop and has the watchdog end the process after the grace.
 
-A GPU worker's keeper (``gpu``, a ``rowfleet.gpu_worker.GpuBox``) also renews the GPU's
+A GPU worker's keeper (``gpu``, a ``rowfleet.gpu.gpu_worker.GpuBox``) also renews the GPU's
 lease with each renewal of the job's, and adds the worker's GPU advert to every beat.
 
-Writes no SQL: everything goes through the store. Must not import ``rowfleet.worker``.
+Writes no SQL: everything goes through the store. Must not import ``rowfleet.worker.loop``.
 """
 
 from __future__ import annotations
@@ -30,17 +30,18 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from rowfleet import control, exitcodes, waiting
+from rowfleet import control, exitcodes
 from rowfleet.config import Config
 from rowfleet.control import Switch
 from rowfleet.errors import LeaseLost, RowfleetError
 from rowfleet.job import CANCELLED, Job, Outcome
-from rowfleet.serving import describe_switch, stop_reason
 from rowfleet.store import Store
-from rowfleet.watchdog import Watchdog
+from rowfleet.store import waiting
+from rowfleet.worker.decide import describe_switch, stop_reason
+from rowfleet.worker.watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from rowfleet.gpu_worker import GpuBox
+    from rowfleet.gpu.gpu_worker import GpuBox
 
 log = logging.getLogger("rowfleet.worker")
 

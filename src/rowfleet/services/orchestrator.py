@@ -20,8 +20,8 @@ orchestrators may run at once. Each sweep also beats the orchestrator's own row,
 sweep and one drain; its ``Sweep`` says what they did.
 
 Each sweep also decides placement for the project's queued model jobs, a group at a time
-(one per queue, model and job size, as ``rowfleet.snapshot.models`` reads them, never a job
-at a time): ``rowfleet.routing.unplaceable_reason`` against the GPU workers of the job's
+(one per queue, model and job size, as ``rowfleet.views.snapshot.models`` reads them, never a job
+at a time): ``rowfleet.gpu.routing.unplaceable_reason`` against the GPU workers of the job's
 queue (their heartbeat rows, live or not) and the models' measured figures. A group whose
 reason changed is flagged (``unplaceable``, with one ``unplaceable`` event per job), and a
 flagged one that some worker could now take is cleared (one ``placeable`` event per job),
@@ -45,14 +45,17 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from rowfleet import liveness, routing, snapshot, waiting
+from rowfleet import liveness
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBroken, RowfleetError
+from rowfleet.gpu import routing
 from rowfleet.job import QUEUED
-from rowfleet.snapshot import Demand, Models
 from rowfleet.store import Store
+from rowfleet.store import waiting
 from rowfleet.store.jobs import PLACEMENT_BATCH
 from rowfleet.telemetry import memory
+from rowfleet.views import snapshot
+from rowfleet.views.snapshot import Demand, Models
 
 log = logging.getLogger("rowfleet.orchestrator")
 

@@ -17,7 +17,7 @@ reading names are those of ``rowfleet.telemetry.readings``, whose ``throttle_sec
 ``gpu_indexes`` and ``slowdowns`` say what the rows mean; a sample's silence is judged
 by ``rowfleet.liveness`` against the sampler's own interval.
 
-Imports the pure rules, ``rowfleet.snapshot`` and the store's telemetry part (its row
+Imports the pure rules, ``rowfleet.views.snapshot`` and the store's telemetry part (its row
 type and tier names); takes the store as an argument, and imports nothing of a driver,
 the command line or the panel.
 """
@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from rowfleet import control, liveness, names
 from rowfleet.errors import NotFound
-from rowfleet.names import is_finite_number
 from rowfleet.job import iso
-from rowfleet.snapshot import Worker, workers_now
+from rowfleet.names import is_finite_number
 from rowfleet.store.telemetry import DETAIL, MINUTE, HostSample
 from rowfleet.telemetry.readings import gpu_indexes, slowdowns, throttle_seconds
+from rowfleet.views.snapshot import Worker, workers_now
 
 if TYPE_CHECKING:
     from rowfleet.store import Store

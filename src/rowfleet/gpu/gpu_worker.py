@@ -27,7 +27,7 @@ A worker started with ``--gpu`` and models to load (``GpuSettings``) holds a ``G
 
 Main-thread calls and the keeper's (``advert``, ``renew``) share the lease and the memory
 reading under locks; a renewal and a release of the lease never interleave. Writes no SQL: everything goes through the store. Must not import
-``rowfleet.worker`` or ``rowfleet.keeper``.
+``rowfleet.worker.loop`` or ``rowfleet.worker.keeper``.
 """
 
 from __future__ import annotations
@@ -38,11 +38,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from rowfleet import control, models, names, routing, snapshot
+from rowfleet import control, models, names
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, ModelLoadFailed, RowfleetError
+from rowfleet.gpu import routing
 from rowfleet.job import Job
 from rowfleet.telemetry import gpu
+from rowfleet.views import snapshot
 
 if TYPE_CHECKING:
     from rowfleet.store import Store

@@ -9,16 +9,16 @@ two scrapes of the same rows read the same. Names carry the ``rowfleet_`` prefix
 units (seconds, bytes, celsius, watts, hertz; shares as ratios 0..1), counters end in
 ``_total``. Label values are escaped (``escape_label``), as is help text (``escape_help``).
 
-The counters (finished jobs, their run times, warm claims) come from ``rowfleet.tally``:
+The counters (finished jobs, their run times, warm claims) come from ``rowfleet.metrics.tally``:
 folded into the database by the orchestrator, so a restart of this process, or pruning
 the jobs they counted, never takes them down. The snapshot's finished counts are capped
-(``rowfleet.snapshot.COUNT_CAP``) and are not used. A host sample's readings are anyone's
+(``rowfleet.views.snapshot.COUNT_CAP``) and are not used. A host sample's readings are anyone's
 JSON: a reading that is not a finite number is left out. A GPU's throttle seconds over one
 sample's interval are no counter and are left out; the driver's running totals
 (``gpu.N.throttle_total_s.REASON``) are one, and the last hour's seconds are a gauge when
 the caller has them.
 
-Imports the pure ``rowfleet.tally``, ``rowfleet.control`` and ``rowfleet.telemetry.readings``
+Imports the pure ``rowfleet.metrics.tally``, ``rowfleet.control`` and ``rowfleet.telemetry.readings``
 (the names of readings) only. The snapshot and the store's rows come as arguments: their
 types are named in annotations, never imported, since this module sits below them; nothing
 of the store, the command line, the panel or the HTTP server.
@@ -30,7 +30,8 @@ import dataclasses
 import functools
 from typing import Any, Iterable, Iterator, Mapping
 
-from rowfleet import control, tally
+from rowfleet import control
+from rowfleet.metrics import tally
 from rowfleet.names import is_finite_number
 from rowfleet.telemetry import readings as readings_names
 
@@ -155,7 +156,7 @@ class Family:
 
 def exposition(snapshot: "Snapshot", rows: "MetricsRows",
                throttle: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None) -> str:
-    """The Prometheus text of ``snapshot`` (``rowfleet.snapshot.Snapshot``) and ``rows``
+    """The Prometheus text of ``snapshot`` (``rowfleet.views.snapshot.Snapshot``) and ``rows``
     (``rowfleet.store.telemetry.MetricsRows``); ``throttle``: seconds each host's GPUs were
     held back over the last hour, host -> GPU index -> reason -> seconds (none: left out).
 

@@ -1,0 +1,1 @@
+"""What ``/metrics`` says and how finished jobs are tallied. Pure."""

@@ -1,0 +1,1 @@
+"""Read models an operator sees: the fleet snapshot, the hosts, why a job waits."""
