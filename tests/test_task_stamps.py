@@ -16,11 +16,12 @@ import os
 import unittest
 
 import rowfleet
-from rowfleet import tasks, watchdog
+from rowfleet import tasks
 from rowfleet.config import Config
 from rowfleet.job import JobSpec
-from rowfleet.scheduler import Schedule
+from rowfleet.schedule import Schedule
 from rowfleet.store import open_store
+from rowfleet.worker import watchdog
 from pg_harness import PostgresServerCase
 from support import TempDirTestCase
 
