@@ -15,7 +15,7 @@ import tempfile
 import time
 import unittest
 from unittest import mock
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")
@@ -68,7 +68,12 @@ def require_tool(test: unittest.TestCase, name: str, env_var: str) -> str:
     found = shutil.which(name)
     if found is not None:
         return found
-    reason = f"{name} is not installed (not found on PATH)"
+    unavailable(test, name, f"{name} is not installed (not found on PATH)", env_var)
+
+
+def unavailable(test: unittest.TestCase, name: str, reason: str, env_var: str) -> NoReturn:
+    """Skip ``test`` loudly because ``name`` (a tool, a module) is missing for ``reason``:
+    one ``*** ... SKIPPED ***`` line on the real stderr per name; under ``env_var=1`` fail it."""
     if os.environ.get(env_var) == "1":
         test.fail(f"{name} required by {env_var}=1 but unavailable: {reason}")
     if name not in _skips_announced:
