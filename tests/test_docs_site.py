@@ -152,6 +152,18 @@ class SiteTest(unittest.TestCase):
                     self.assertIn(fragment, pages[resolved].ids if resolved in pages else set(),
                                   f"{url}: no id {fragment!r} there")
 
+    def test_the_readmes_links_into_the_site_resolve(self):
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+            links = re.findall(r"\]\((web/[^)\s]+)\)", handle.read())
+        self.assertGreater(len(links), 10, "the README links almost nothing of the site: this checks nothing")
+        for link in links:
+            with self.subTest(link=link):
+                target, _, fragment = link.partition("#")
+                path = Path(ROOT, target)
+                self.assertTrue(path.is_file(), f"{target} is not a page of the site")
+                if fragment:
+                    self.assertIn(fragment, read_page(path).ids, f"{link}: no id {fragment!r} there")
+
     def test_no_page_or_stylesheet_reaches_another_origin(self):
         for path in [*site_pages(), WEB / "style.css"]:
             text = path.read_text(encoding="utf-8")
