@@ -23,7 +23,10 @@ schema, with the same settings. The sections, in the table's order:
   answering a static file;
 * ``postgres`` (``postgres.py``): round trips, idle wake and claim latency on a throwaway
   PostgreSQL server, vs bare psycopg loops (the only module that imports psycopg, inside
-  functions; without psycopg or a server it prints one row saying why).
+  functions; without psycopg or a server it prints one row saying why);
+* ``pgfleet`` (``pg_fleet.py``): 100 idle worker processes on one throwaway PostgreSQL
+  server vs 1: the server's CPU and connections while idle, the wake of one job (latency,
+  claim statements per job) and a burst, each worker in a process group stopped at the end.
 
 Measurements are bounded by time as well as by count, so a slow disk (an fsync costs 70 us
 here when the machine is quiet, 4 ms when it is loaded) stretches nothing past its budget;

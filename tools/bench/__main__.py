@@ -8,7 +8,7 @@ cost and the load average at the start and the end (every FULL row pays that fsy
 Progress goes to stderr; the table, legend and footer to stdout. It never asserts a target.
 
 Usage: ``python -m tools.bench [--quick] [--section NAME[,NAME]]... [--claim-rows N,N]
-[--rounds N] [--jobs N] [--samples N] [--dir PARENT] [NAME ...]``: sections named
+[--rounds N] [--jobs N] [--samples N] [--fleet-size N] [--dir PARENT] [NAME ...]``: sections named
 positionally or with ``--section`` (``--only`` is the same option) run alone, in the
 table's order; none named runs them all. Exit 0 when every section ran, 1 when one
 failed, 2 for a bad option (one line on stderr).
@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import dag, fleet, gpu, harness, metrics, panel, postgres, sqlite, status, telemetry, walpages
+from . import dag, fleet, gpu, harness, metrics, panel, pg_fleet, postgres, sqlite, status, telemetry, walpages
 from .harness import Bench, Lab, Row, progress
 
 import rowfleet
@@ -57,6 +57,7 @@ SECTIONS: dict[str, Section] = {
     "gpu": Section(gpu.run, gpu.LEGEND),
     "sampler": Section(telemetry.sampler, telemetry.LEGEND),
     "postgres": Section(postgres.run, postgres.LEGEND),
+    "pgfleet": Section(pg_fleet.run, pg_fleet.LEGEND),
 }
 
 
@@ -96,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=positive_int, metavar="N",
                         help="jobs queued before each round-trip run (default 40000)")
     parser.add_argument("--samples", type=positive_int, metavar="N", help="wake-latency samples (default 200)")
+    parser.add_argument("--fleet-size", type=positive_int, metavar="N",
+                        help="idle worker processes of the pgfleet section (default 100; 20 with --quick)")
     parser.add_argument("--dir", metavar="PARENT", help="make the temporary folder here (default: the "
                         "system's); its filesystem decides what an fsync costs")
     return parser
@@ -118,6 +121,8 @@ def sizes_of(args: argparse.Namespace) -> harness.Sizes:
         changes["roundtrip_jobs"] = args.jobs
     if args.samples:
         changes["wake_samples"] = args.samples
+    if args.fleet_size:
+        changes["pg_fleet_workers"] = args.fleet_size
     return dataclasses.replace(sizes, **changes)
 
 

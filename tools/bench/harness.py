@@ -137,13 +137,18 @@ class Sizes:
     dag_nodes: int = 1000             # N: root -> N nodes -> fan-in, and a map over N items
     dag_rounds: int = 3               # alternating rounds, the median counts
     pg_dag_nodes: int = 1000          # N of the fan-out on PostgreSQL (0: not measured)
+    # pgfleet also uses fleet_seconds (its idle window)
+    pg_fleet_workers: int = 100       # idle worker processes on one PostgreSQL server
+    pg_fleet_wakes: int = 20          # jobs enqueued one at a time to the idle fleet
+    pg_fleet_burst: int = 500         # jobs in one enqueue_many to the idle fleet
 
 
 QUICK = Sizes(enqueue_jobs=300, enqueue_seconds=0.3, rounds=1, batch_jobs=10_000, roundtrip_jobs=10_000,
               roundtrip_window=0.5, roundtrip_rounds=1, wake_samples=40, polling_samples=20,
               idle_seconds=1.0, claim_rows=(10_000, 100_000), claims=300, claim_seconds=0.5,
               delayed_rows=10_000, walpages_jobs=200, fleet_seconds=3.0, pg_roundtrip_jobs=10_000, pg_roundtrip_window=0.5,
-              dag_nodes=100, dag_rounds=1, pg_dag_nodes=0)
+              dag_nodes=100, dag_rounds=1, pg_dag_nodes=0, pg_fleet_workers=20, pg_fleet_wakes=10,
+              pg_fleet_burst=200)
 
 
 @dataclasses.dataclass
