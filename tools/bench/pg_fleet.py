@@ -55,12 +55,13 @@ LEGEND = """\
               forked, /proc) over the window, % of one core; connections = the fleet's
               rows in pg_stat_activity. Wake: one job enqueued at a time, 100-200 ms
               apart; latency = started_at (the claim's database time) minus the moment
-              enqueue returned. Claims/job = calls of rowfleet's claim statements
-              (pg_stat_statements: every UPDATE that bumps lease_token, the lost ones
-              included) per job; a woken worker first reads has_due and claims only if
-              it sees a due job. Burst: jobs in one enqueue_many to the idle fleet;
-              latency as for wake, jobs/s = jobs / (last finished_at - enqueue). The
-              workers and the server share this machine's cores."""
+              enqueue returned. Claims per job = calls of an idle worker's claim UPDATE
+              (pg_stat_statements; the empty ones, lost to another worker, included)
+              per job; not counted: the finish_and_claim each job's holder runs to
+              finish it. A woken worker first reads has_due and claims only if it sees
+              a due job. Burst: jobs in one enqueue_many to the idle fleet; latency as
+              for wake, jobs/s = jobs / (last finished_at - enqueue). The workers and
+              the server share this machine's cores."""
 
 LABEL = "pg fleet"
 SETTLE = 2.0  # seconds after every worker's first heartbeat before the idle window opens
@@ -75,8 +76,11 @@ CONNECTIONS_PER_WORKER = 5
 STATEMENT_STATS = "pg_stat_statements"
 # What the statement counts add up, told apart by fragments of rowfleet's SQL as
 # pg_stat_statements normalizes it: every claim form sets lease_token = lease_token + 1;
-# an idle worker's look is has_due ("SELECT 1 AS due ...").
+# the busy worker's finish_and_claim (which every job's holder runs once, to finish it) is
+# the one with "claimed AS (", counted apart from the claims an idle worker makes; an idle
+# worker's look is has_due ("SELECT 1 AS due ...").
 CLAIMS = "%lease_token = lease_token +%"
+TURNS = "%claimed AS (%"
 LOOKS = "% AS due%"
 
 
@@ -88,11 +92,12 @@ def _connect(url: str) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Counts:
-    """Statement calls in the database so far (pg_stat_statements): claims, the rows they
-    took, has_due looks, and every statement."""
+    """Statement calls in the database so far (pg_stat_statements): an idle worker's claims,
+    the rows they took, finish_and_claim turns, has_due looks, and every statement."""
 
     claims: int
     claimed: int
+    turns: int
     looks: int
     statements: int
 
@@ -110,27 +115,30 @@ class Phase:
     looks: float = 0.0                  # has_due reads/s of the idle fleet (its safety polls)
     connections: int = 0
     wakes: list[float] = dataclasses.field(default_factory=list)  # seconds, enqueue -> started_at
-    wake_claims: float | None = None    # claim statements per woken job
+    wake_claims: float | None = None    # idle claim statements per woken job
+    wake_claimed: float | None = None   # of which took the job (1.0: no claim needed a retry)
     wake_looks: float | None = None     # has_due reads per woken job, beyond the safety polls
     burst: list[float] = dataclasses.field(default_factory=list)  # seconds, enqueue -> started_at
     burst_rate: float = 0.0             # jobs/s
-    burst_claims: float | None = None   # claim statements per burst job
+    burst_claims: float | None = None   # claim statements (idle claims and turns) per burst job
 
 
 def server_cpu_seconds(postmaster: int) -> float | None:
-    """User + system CPU seconds of the server so far: the postmaster's own and its reaped
-    children's (every backend that exited) plus each process it forked that still runs;
-    None when /proc cannot tell."""
+    """CPU seconds the server has used so far: every process the postmaster forked that
+    still runs, and the postmaster, from /proc/PID/schedstat (nanoseconds on a CPU, where
+    /proc/PID/stat counts 10 ms ticks), plus the user + system ticks of the children it
+    reaped (every backend that exited); None when /proc cannot tell."""
     own = _stat_fields(postmaster)
-    if own is None:
+    running = _cpu_ns(postmaster)
+    if own is None or running is None:
         return None
-    ticks = sum(int(own[i]) for i in (11, 12, 13, 14))  # utime, stime, cutime, cstime
+    reaped = int(own[13]) + int(own[14])  # cutime, cstime: fields 16 and 17 of stat(5)
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             fields = _stat_fields(int(entry))
             if fields is not None and fields[1] == str(postmaster):
-                ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+                running += _cpu_ns(int(entry)) or 0  # gone meanwhile: counted as reaped
+    return running / 1e9 + reaped / os.sysconf("SC_CLK_TCK")
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -142,11 +150,22 @@ def _stat_fields(pid: int) -> list[str] | None:
         return None
 
 
+def _cpu_ns(pid: int) -> int | None:
+    """Nanoseconds the (single-threaded) process ``pid`` has run on a CPU, or None: gone."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def statement_stats_library(bindir: str) -> bool:
-    """Whether the server binaries in ``bindir`` come with pg_stat_statements (Debian's
-    layout: ../lib; elsewhere pg_config says where), so the server may preload it."""
-    folders = [Path(bindir).parent / "lib"]
-    pg_config = Path(bindir) / "pg_config"
+    """Whether the server binaries in ``bindir`` come with pg_stat_statements, so the server
+    may preload it: next to the real binaries (Debian's layout: bin/../lib, through any
+    symlink), or where that installation's pg_config says."""
+    real_bindir = Path(os.path.realpath(os.path.join(bindir, "postgres"))).parent
+    folders = [real_bindir.parent / "lib"]
+    pg_config = real_bindir / "pg_config"
     if pg_config.exists():
         try:
             folders.append(Path(subprocess.run([str(pg_config), "--pkglibdir"], capture_output=True, text=True,
@@ -287,11 +306,12 @@ class FleetBench:
         if not self.counted:
             return None
         row = conn.execute(
-            "SELECT coalesce(sum(calls) FILTER (WHERE query LIKE %(claims)s), 0), "
-            "coalesce(sum(rows) FILTER (WHERE query LIKE %(claims)s), 0), "
+            "SELECT coalesce(sum(calls) FILTER (WHERE query LIKE %(claims)s AND query NOT LIKE %(turns)s), 0), "
+            "coalesce(sum(rows) FILTER (WHERE query LIKE %(claims)s AND query NOT LIKE %(turns)s), 0), "
+            "coalesce(sum(calls) FILTER (WHERE query LIKE %(turns)s), 0), "
             "coalesce(sum(calls) FILTER (WHERE query LIKE %(looks)s), 0), coalesce(sum(calls), 0) "
             f"FROM {STATEMENT_STATS} WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
-            {"claims": CLAIMS, "looks": LOOKS}).fetchone()
+            {"claims": CLAIMS, "turns": TURNS, "looks": LOOKS}).fetchone()
         return Counts(*(int(value) for value in row))
 
     def _cpu(self) -> float | None:
@@ -333,6 +353,7 @@ class FleetBench:
         if counts is not None and after is not None:
             made = after - counts
             phase.wake_claims = made.claims / samples
+            phase.wake_claimed = made.claimed / samples
             background = phase.looks * (time.monotonic() - start)
             phase.wake_looks = max(0.0, made.looks - background) / samples
 
@@ -368,7 +389,8 @@ class FleetBench:
         phase.burst_rate = jobs / max(1e-6, max(finished for _, finished in rows) - enqueued)
         after = self._counts(conn)
         if counts is not None and after is not None:
-            phase.burst_claims = (after - counts).claims / jobs
+            made = after - counts
+            phase.burst_claims = (made.claims + made.turns) / jobs
 
     # --- the rows ----------------------------------------------------------------------
 
@@ -401,15 +423,18 @@ class FleetBench:
         for q, label in ((0.50, "p50"), (0.95, "p95")):
             a, b = ms(fleet.wakes, q), ms(one.wakes, q)
             add(f"wake of one job, {n} workers, {label} (ms)", f"{a:.1f}", f"{b:.1f}", ratio(a, b), wake_note)
-        looks = f"; has_due reads per job beyond the safety polls {figure(fleet.wake_looks, '.1f')} vs " \
-                f"{figure(one.wake_looks, '.1f')}" if fleet.wake_looks is not None else ""
+        claims_note = "not counted: pg_stat_statements is not loaded on this server"
+        if fleet.wake_claims is not None and one.wake_claims is not None:
+            claims_note = (f"an idle worker's claim UPDATEs per woken job (pg_stat_statements), "
+                           f"{fleet.wake_claimed:.2f} vs {one.wake_claimed:.2f} of them took it; has_due reads per "
+                           f"job beyond the safety polls {fleet.wake_looks:.1f} vs {one.wake_looks:.1f}")
         add(f"wake of one job, {n} workers, claims per job", figure(fleet.wake_claims), figure(one.wake_claims),
-            "-", ("claim statements per woken job (pg_stat_statements), lost ones included" + looks)
-            if self.counted else "not counted: pg_stat_statements is not loaded on this server")
+            "-", claims_note)
         jobs = len(fleet.burst)
         burst_note = f"{jobs} jobs in one enqueue_many, {n} idle workers vs 1"
         if fleet.burst_claims is not None:
-            burst_note += f"; claim statements per job {fleet.burst_claims:.2f} vs {one.burst_claims:.2f}"
+            burst_note += (f"; claim statements per job (idle claims and finish_and_claim) "
+                           f"{fleet.burst_claims:.2f} vs {one.burst_claims:.2f}")
         for q, label in ((0.50, "p50"), (0.95, "p95")):
             a, b = ms(fleet.burst, q), ms(one.burst, q)
             add(f"burst of {jobs}, {n} workers, start {label} (ms)", f"{a:,.0f}", f"{b:,.0f}", ratio(a, b),
