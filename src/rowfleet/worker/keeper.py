@@ -35,8 +35,8 @@ from rowfleet.config import Config
 from rowfleet.control import Switch
 from rowfleet.errors import LeaseLost, RowfleetError
 from rowfleet.job import CANCELLED, Job, Outcome
-from rowfleet.store import Store
-from rowfleet.store import waiting
+from rowfleet.store import Store, waiting
+from rowfleet.store.jobs import Renewal
 from rowfleet.worker.decide import describe_switch, stop_reason
 from rowfleet.worker.watchdog import Watchdog
 
@@ -354,24 +354,33 @@ class Keeper(threading.Thread):
         job = self.held()
         if job is None:
             return
-        sent = time.monotonic()
-        try:
-            renewal = store.renew(job, self.identity.lease)
-        except LeaseLost as exc:
+        renewal = self._renew_one(store, job, "job")
+        if isinstance(renewal, LeaseLost):
             with self._lock:
                 held, cancelling = self._job is job, self._cancel_reason is not None
             # Not merely finished between our read and the renew; and not an operator's cancel
             # being carried out: the watchdog wrote it cancelled and is ending the process (80).
             if held and not cancelling:
-                log.error("job %d: %s; it was given to another worker: exiting", job.id, exc)
+                log.error("job %d: %s; it was given to another worker: exiting", job.id, renewal)
                 self.exit(exitcodes.REASSIGNED)
             return
-        except RowfleetError as exc:
-            log.warning("lease renewal of job %d failed (will retry): %s", job.id, exc)
-            return
-        self.leases.granted(job, sent)
-        if renewal.cancel_requested_at is not None:
+        if renewal is not None and renewal.cancel_requested_at is not None:
             self._cancel_seen(job, renewal.cancel_reason or "cancelled by an operator")
+
+    def _renew_one(self, store: Store, job: Job, what: str) -> Renewal | LeaseLost | None:
+        """Renew ``job``'s lease and count the grant for the lease rule (from when it was
+        sent): the renewal; the ``LeaseLost`` saying the job is someone else's now; or None
+        after a failure worth retrying, logged naming ``what`` the job is."""
+        sent = time.monotonic()
+        try:
+            renewal = store.renew(job, self.identity.lease)
+        except LeaseLost as exc:
+            return exc
+        except RowfleetError as exc:
+            log.warning("lease renewal of %s %d failed (will retry): %s", what, job.id, exc)
+            return None
+        self.leases.granted(job, sent)
+        return renewal
 
     def _renew_prefetched(self, store: Store) -> None:
         """Renew the leases of the jobs prefetched and not started. One held by someone else
@@ -379,19 +388,13 @@ class Keeper(threading.Thread):
         cancelled meanwhile, which ends cancelled without running. One the main thread took
         and finished since the snapshot is no loss: short jobs often end between the two."""
         for job in self.prefetched.snapshot():
-            sent = time.monotonic()
-            try:
-                renewal = store.renew(job, self.identity.lease)
-            except LeaseLost as exc:
+            renewal = self._renew_one(store, job, "prefetched job")
+            if isinstance(renewal, LeaseLost):
                 if self.prefetched.holds(job):
-                    log.warning("prefetched job %d: %s; letting it go", job.id, exc)
+                    log.warning("prefetched job %d: %s; letting it go", job.id, renewal)
                     self.prefetched.discard([job])
                 continue
-            except RowfleetError as exc:
-                log.warning("lease renewal of prefetched job %d failed (will retry): %s", job.id, exc)
-                continue
-            self.leases.granted(job, sent)
-            if renewal.cancel_requested_at is not None:
+            if renewal is not None and renewal.cancel_requested_at is not None:
                 self.prefetched.discard([job])
                 reason = renewal.cancel_reason or "cancelled by an operator"
                 try:
