@@ -231,10 +231,7 @@ def _module_prefixes(what: str, value: Any) -> tuple[str, ...]:
     >>> _module_prefixes("allow_modules", "app, lib.tasks"), _module_prefixes("allow_modules", ["app"])
     (('app', 'lib.tasks'), ('app',))
     """
-    prefixes = _items(what, value, "module names")
-    for prefix in prefixes:
-        names.RULES["module"].check(what, prefix)
-    return prefixes
+    return _checked_items(what, value, "module names", "module")
 
 
 def _paths(what: str, value: Any) -> tuple[str, ...]:
@@ -243,10 +240,15 @@ def _paths(what: str, value: Any) -> tuple[str, ...]:
     >>> _paths("sample_paths", "/data, /scratch"), _paths("sample_paths", ["/models"])
     (('/data', '/scratch'), ('/models',))
     """
-    paths = _items(what, value, "paths")
-    for path in paths:
-        names.RULES["path"].check(what, path)
-    return paths
+    return _checked_items(what, value, "paths", "path")
+
+
+def _checked_items(what: str, value: Any, kind: str, rule: str) -> tuple[str, ...]:
+    """``_items`` of ``value``, each checked by ``names.RULES[rule]``."""
+    items = _items(what, value, kind)
+    for item in items:
+        names.RULES[rule].check(what, item)
+    return items
 
 
 def _host_names(what: str, value: Any) -> tuple[str, ...]:

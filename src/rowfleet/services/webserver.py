@@ -483,16 +483,13 @@ class Server(http.server.ThreadingHTTPServer):
 
 
 def _is_ipv4(text: str) -> bool:
-    try:
-        ipaddress.IPv4Address(text)
-    except ValueError:
-        return False
-    return True
+    return _is_ip(text, ipaddress.IPv4Address)
 
 
-def _is_ip(text: str) -> bool:
+def _is_ip(text: str, parse: Callable[[str], Any] = ipaddress.ip_address) -> bool:
+    """Whether ``parse`` (an ``ipaddress`` constructor) reads ``text`` as an address."""
     try:
-        ipaddress.ip_address(text)
+        parse(text)
     except ValueError:
         return False
     return True
