@@ -9,11 +9,12 @@ import ast
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import unittest
 
-from support import DEADLINE, ROOT, child_env
+from support import DEADLINE, ROOT, child_env, unavailable
 
 PACKAGE = os.path.join(ROOT, "tools", "bench")
 FRAME = {"__init__", "__main__", "harness"}  # the package's modules that are not sections
@@ -26,6 +27,29 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 def bench(*args: str) -> subprocess.CompletedProcess:
     return run("-m", "tools.bench", *args)
+
+
+def run_marked(mark: str, *args: str) -> subprocess.CompletedProcess:
+    """As ``run``, with ``mark`` (NAME=VALUE) in the child's environment, which every process
+    it starts inherits (the PostgreSQL server's too), so that ``processes_marked`` finds them."""
+    name, value = mark.split("=", 1)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=child_env(**{name: value}), capture_output=True,
+                          text=True, timeout=DEADLINE * 10)
+
+
+def processes_marked(mark: str) -> list[str]:
+    """The command lines of the running processes whose environment holds ``mark``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if mark.encode() not in environ.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                found.append(f"{pid}: " + cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip())
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return found
 
 
 def sibling_imports(module: str) -> set[str]:
@@ -93,6 +117,30 @@ class BenchSmokeTest(unittest.TestCase):
         self.assertRegex(rows["claim latency with model affinity, 10k queued (us)"][-1],
                          r"target < 1\.10x: (met|not met)$")
         self.assertIn("  gpu sim     ", result.stdout)  # its legend lines
+
+    def test_the_pgfleet_section_measures_a_small_fleet_and_leaves_no_process(self):
+        mark = f"BENCH_FLEET_MARK={secrets.token_hex(8)}"  # inherited by the workers and the server
+        result = run_marked(mark, "-m", "tools.bench", "--quick", "--fleet-size", "5", "pgfleet")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(processes_marked(mark), [], "processes outlived the section")
+        if "skipped, PostgreSQL unavailable" in result.stdout:
+            unavailable(self, "PostgreSQL", result.stdout.split("unavailable: ", 1)[1].splitlines()[0],
+                        "ROWFLEET_REQUIRE_PG")
+        rows = {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in result.stdout.splitlines()}
+        number = r"^[0-9][0-9,]*(\.[0-9]+)?$"
+        for label in ("pg fleet idle, server CPU, 5 workers (% of a core)", "pg fleet wake of one job, 5 workers, "
+                      "p50 (ms)", "pg fleet wake of one job, 5 workers, claims per job",
+                      "pg fleet burst of 200, 5 workers (jobs/s)"):
+            with self.subTest(label):
+                self.assertIn(label, rows, result.stdout)
+                _, durability, ours, baseline, _, _ = rows[label]
+                self.assertEqual(durability, "pg fsync=off")
+                self.assertRegex(ours, number)
+                self.assertRegex(baseline, number)
+        _, _, ours, baseline, _, _ = rows["pg fleet idle, connections, 5 workers"]
+        self.assertEqual((int(ours), int(baseline)), (5 * int(baseline), int(baseline)))
+        self.assertEqual(float(rows["pg fleet wake of one job, 5 workers, claims per job"][3]), 1.0)
+        self.assertIn("  pg fleet    ", result.stdout)  # its legend lines
 
     def test_the_postgres_rows_import(self):
         result = run("-c", "import tools.bench.postgres")

@@ -52,16 +52,18 @@ LEGEND = """\
               ups, 1 s safety poll) on one queue of one throwaway PostgreSQL server, vs the
               same server with 1 idle worker (the baseline column), each on a fresh
               database. Idle: the server's CPU (user+system of the postmaster and all it
-              forked, /proc) over the window, % of one core; connections = the fleet's
-              rows in pg_stat_activity. Wake: one job enqueued at a time, 100-200 ms
-              apart; latency = started_at (the claim's database time) minus the moment
-              enqueue returned. Claims per job = calls of an idle worker's claim UPDATE
-              (pg_stat_statements; the empty ones, lost to another worker, included)
-              per job; not counted: the finish_and_claim each job's holder runs to
-              finish it. A woken worker first reads has_due and claims only if it sees
-              a due job. Burst: jobs in one enqueue_many to the idle fleet; latency as
-              for wake, jobs/s = jobs / (last finished_at - enqueue). The workers and
-              the server share this machine's cores."""
+              forked, /proc) over the window, % of one core; connections = the fleet's rows
+              in pg_stat_activity. Wake: one job enqueued at a time, 100-200 ms apart;
+              latency = started_at (the claiming worker's clock as it claims; one machine,
+              one clock) minus the moment enqueue was called (its commit included: once it
+              commits, a woken fleet may hold the CPUs the enqueuing process needs to
+              return). Claims per job = calls of an idle worker's claim UPDATE
+              (pg_stat_statements; the empty ones, lost to another worker, included) per
+              job; not counted: the finish_and_claim each job's holder runs to finish it. A
+              woken worker first reads has_due and claims only if it sees a due job. Burst:
+              jobs in one enqueue_many to the idle fleet; latency as for wake, jobs/s = jobs
+              / (last finished_at - enqueue). The workers and the server share this
+              machine's cores."""
 
 LABEL = "pg fleet"
 SETTLE = 2.0  # seconds after every worker's first heartbeat before the idle window opens
@@ -343,8 +345,10 @@ class FleetBench:
         for n in range(WAKE_WARMUP + samples):
             if n == WAKE_WARMUP:
                 counts, start = self._counts(conn), time.monotonic()
+            # Stamped before the call: once it commits, a fleet woken at once takes the CPUs
+            # from this process, whose return may then come after the claim.
+            enqueued = time.time()
             job_id = rowfleet.enqueue(NOOP, queue=QUEUE).id
-            enqueued = time.time()  # the commit has returned: every worker may see the job
             started = self._await_completed(conn, fleet, job_id)
             if n >= WAKE_WARMUP:
                 phase.wakes.append(started - enqueued)
@@ -375,8 +379,8 @@ class FleetBench:
         rowfleet.configure(db=url, project=PROJECT)
         after_id = conn.execute("SELECT coalesce(max(id), 0) FROM jobs").fetchone()[0]
         counts = self._counts(conn)
+        enqueued = time.time()  # before the call, as for the wake
         rowfleet.enqueue_many(NOOP, [None] * jobs, queue=QUEUE)
-        enqueued = time.time()
         deadline = time.monotonic() + 60.0 + 0.1 * jobs
         done = "SELECT count(*) FROM jobs WHERE id > %s AND state = 'completed'"
         while conn.execute(done, (after_id,)).fetchone()[0] < jobs:
@@ -419,7 +423,7 @@ class FleetBench:
             ratio(fleet.connections, one.connections), "client backends of the fleet's database (pg_stat_activity)")
         add("idle, connections per worker", f"{fleet.connections / n:.2f}", f"{one.connections:.2f}", "-",
             "claims, the keeper's, LISTEN for jobs, LISTEN for switches")
-        wake_note = f"{len(fleet.wakes)} jobs one at a time, {n} idle workers vs 1"
+        wake_note = f"{len(fleet.wakes)} jobs one at a time, enqueue call to started_at, {n} idle workers vs 1"
         for q, label in ((0.50, "p50"), (0.95, "p95")):
             a, b = ms(fleet.wakes, q), ms(one.wakes, q)
             add(f"wake of one job, {n} workers, {label} (ms)", f"{a:.1f}", f"{b:.1f}", ratio(a, b), wake_note)
