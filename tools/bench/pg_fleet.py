@@ -445,7 +445,8 @@ class FleetBench:
                 burst_note)
         add(f"burst of {jobs}, {n} workers (jobs/s)", f"{fleet.burst_rate:,.0f}", f"{one.burst_rate:,.0f}",
             ratio(fleet.burst_rate, one.burst_rate),
-            f"enqueue to the last finished_at; {os.cpu_count()} CPUs run the server and every worker")
+            f"enqueue to the last finished_at; {os.cpu_count()} CPUs run the server and every worker: workers "
+            f"beyond the cores add contention here, not throughput")
 
 
 class Fleet:
