@@ -15,8 +15,10 @@ one action ``next_action`` names:
 * ``AWAIT``: the last claim found nothing: wait for something to be due;
 * ``CLAIM``: claim a job.
 
-Also the wording of a switch in the worker's log lines (``describe_switch``,
-``stop_reason``), shared by the main thread and the keeper. Imports only ``rowfleet.control``.
+And how long an idle worker may wait after a wake-up before it looks (``next_stagger``), so
+that one job woken into a hundred idle workers is not raced for by all of them. Also the
+wording of a switch in the worker's log lines (``describe_switch``, ``stop_reason``), shared
+by the main thread and the keeper. Imports only ``rowfleet.control``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,14 @@ import enum
 
 from rowfleet import control
 from rowfleet.control import Switch
+
+# A wake-up reaches every idle worker of a channel at once (NOTIFY, a doorbell). A worker that
+# lost the race for what woke it (nothing due when it looked, or its claim came back empty)
+# waits up to twice as long, plus a step, before its next look; one that won, half as long.
+# Among many idle workers a few then answer at once and the rest stand back; a lone worker
+# never loses, so it never waits. The most a look is put off: a tenth of a second.
+STAGGER_STEP = 0.001
+STAGGER_MOST = 0.1
 
 class Action(enum.StrEnum):
     """What the claim loop does next (the list above says what each means)."""
@@ -109,3 +119,18 @@ def describe_switch(switch: Switch | None, step: str) -> str:
         return "switched on"
     by = switch.changed_by or "an operator"
     return f"switched off ({switch.policy}) by {by} for {switch.scope()}: {step}"
+
+
+def next_stagger(spread: float, won: bool) -> float:
+    """The longest wait, in seconds, before an idle worker's next look after a wake-up (the
+    wait itself is drawn from 0 to it), given this one's and whether the worker won the job
+    that woke it.
+
+    >>> [round(next_stagger(spread, won=False), 6) for spread in (0.0, 0.004, 0.08)]
+    [0.001, 0.009, 0.1]
+    >>> next_stagger(0.004, won=True), next_stagger(0.0004, won=True), next_stagger(0.0, won=True)
+    (0.002, 0.0, 0.0)
+    """
+    if won:
+        return spread / 2 if spread / 2 >= STAGGER_STEP / 2 else 0.0
+    return min(STAGGER_MOST, spread * 2 + STAGGER_STEP)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 from typing import Any, Callable, Sequence, TypeVar
@@ -114,6 +115,8 @@ class Worker:
         self._switch_read = False     # read before the first claim: a worker started while off never claims
         self._idle = False            # the last claim came back empty: wait for work before the next
         self._drained = False         # a claim of its own came back empty
+        self._woken = False           # the claim to come follows a wake-up: a race it may lose
+        self._stagger = 0.0           # the longest wait before a look after a wake-up (decide.next_stagger)
         self._parked = False          # its heartbeat says parked
         self._pause = 0.0             # the back-off while the database is unavailable
 
@@ -211,6 +214,9 @@ class Worker:
     def _claim_one(self, moment: decide.Moment) -> bool:
         self._job = self._claim()
         self._idle = self._drained = self._job is None
+        if self._woken:
+            self._woken = False
+            self._stagger = decide.next_stagger(self._stagger, won=self._job is not None)
         return True
 
     def _await(self, moment: decide.Moment) -> bool:
@@ -429,14 +435,23 @@ class Worker:
                     deadline = time.monotonic() + self.config.poll
                 elif self.waiter.wait(remaining if unload_in is None else min(remaining, max(unload_in, 0.01))) \
                         and self._settled():
+                    self._stand_back()
                     if self._look():
+                        self._woken = True
                         return True
+                    self._stagger = decide.next_stagger(self._stagger, won=False)  # taken before we looked
                     # That look was as good as the safety poll's: its time starts again from it, so
                     # a fleet's heartbeats waking an idle worker do not add a poll of their own.
                     deadline = time.monotonic() + self.config.poll
             return False
         finally:
             self.keeper.lookout(False)
+
+    def _stand_back(self) -> None:
+        """After a wake-up, wait a moment drawn up to the stagger before looking (cut short by
+        the next wake-up, a stop or a switch): the worker that won the last race looks first."""
+        if self._stagger > 0:
+            self.waiter.wait(random.uniform(0, self._stagger))
 
     def _look(self) -> bool:
         """An idle look: the switch (the keeper's read, made here meanwhile), then, while
