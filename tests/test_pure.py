@@ -202,7 +202,8 @@ class SqlFilesTest(unittest.TestCase):
         for bad in ("-- name: a\nSELECT 1 WHERE {{missing}};",  # an unknown fragment
                     "-- fragment: a\nx = 1 -- why\n-- name: b\nSELECT 1 WHERE {{a}};",  # a comment would eat the line
                     "-- fragment: a\nx = 1\n-- fragment: a\nx = 2\n-- name: b\nSELECT {{a}};",
-                    "-- fragment: a\nx = 1\n-- fragment: b\n{{a}}\n-- name: c\nSELECT {{b}};"):
+                    "-- fragment: a\nx = {{b}}\n-- fragment: b\n{{a}}\n-- name: c\nSELECT {{b}};",  # a cycle
+                    "-- fragment: a\nx = {{missing}}\n-- name: b\nSELECT 1;"):  # unknown, even if unused
             with self.subTest(sql=bad), self.assertRaises(ValueError):
                 queries.parse_queries(bad)
 

@@ -7,17 +7,21 @@ NAME`` blocks, one file per part of the store (``core``, ``jobs``, ``runs``, ``s
 so they load from inside the ``.pyz`` too. A query's name is the name of the store method
 that runs it (a composite method's further statements are named for their step).
 
-A rule several queries share (which jobs a claim may take, and in what order) is written
-once per dialect as a ``-- fragment: NAME`` block and included with ``{{NAME}}``; the
-loader expands it when the file is read, so a fragment is fixed text of the package, never
-a caller's, and is not itself a query anyone can run.
+A rule several queries share (which jobs a claim may take, whether a job fits the free
+memory, in what order) is written once per dialect as a ``-- fragment: NAME`` block and
+included with ``{{NAME}}``; the loader expands it when the file is read, so a fragment is
+fixed text of the package, never a caller's, and is not itself a query anyone can run.
+A fragment may include fragments in turn (so a small rule, such as the claim's candidate
+rule, is written once and used inside every larger one); they are expanded recursively,
+at most ``MAX_DEPTH`` deep, and a cycle or an unknown name is refused when the file is read.
 
 A fragment may also have variants, ``-- fragment: NAME [VARIANT, ...]`` (one text may
-serve several): every query that includes a fragment with variant ``VARIANT`` is then
-also there as ``QUERY[VARIANT]``, with that variant wherever one exists (and the plain
-fragment elsewhere). So a statement is written once and its cheap and general forms cannot
-drift apart (the claim: a plain worker's ``claim``, a GPU worker's ``claim[routed]``, an
-overflow box's ``claim[newest]``).
+serve several): every query whose expansion reaches a fragment with variant ``VARIANT``,
+directly or through other fragments, is then also there as ``QUERY[VARIANT]``, expanded
+with that variant of every fragment that has one (and the plain fragment elsewhere). So a
+statement is written once and its cheap and general forms cannot drift apart (the claim: a
+plain worker's ``claim``, a GPU worker's ``claim[routed]``, an overflow box's
+``claim[newest]``).
 
 Imports nothing of rowfleet's but ``errors``; knows nothing of any driver.
 """
@@ -37,6 +41,9 @@ _VARIANT = re.compile(r"^([a-z_][a-z0-9_]*)\[([a-z_][a-z0-9_]*)\]$")
 _INCLUDE = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
+MAX_DEPTH = 8
+"""How deep fragments may include fragments: deeper nesting is refused as unreadable."""
+
 
 def parse_queries(text: str) -> dict[str, str]:
     """Split a ``-- name:`` annotated SQL file into ``{name: sql}``, with every
@@ -53,18 +60,34 @@ def parse_queries(text: str) -> dict[str, str]:
     Traceback (most recent call last):
     ...
     ValueError: query 'one' includes {{nowhere}}, which no -- fragment: block defines
+
+    A fragment may include fragments, and a variant of an inner one makes a variant of
+    every query that reaches it, here through ``ready``, which has no variant of its own:
+
+    >>> parse_queries("-- fragment: due\\nrun_at <= :now\\n-- fragment: due [late]\\nrun_at > :now\\n"
+    ...               "-- fragment: ready\\nstate = 'queued' AND {{due}}\\n"
+    ...               "-- name: ready_jobs\\nSELECT id FROM jobs WHERE {{ready}};")  # doctest: +NORMALIZE_WHITESPACE
+    {'ready_jobs': "SELECT id FROM jobs WHERE state = 'queued' AND run_at <= :now;",
+     'ready_jobs[late]': "SELECT id FROM jobs WHERE state = 'queued' AND run_at > :now;"}
+    >>> parse_queries("-- fragment: a\\n{{b}}\\n-- fragment: b\\nNOT {{a}}\\n-- name: one\\nSELECT 1;")
+    Traceback (most recent call last):
+    ...
+    ValueError: fragments include each other in a cycle: a -> b -> a
     """
     named, fragments = _blocks(text)
     return _expand_all(named, fragments)
 
 
 def parse_fragments(text: str) -> dict[str, str]:
-    """The ``-- fragment:`` blocks of a SQL file, ``{name: text}``.
+    """The ``-- fragment:`` blocks of a SQL file, ``{name: text}``, each as it lands in a
+    query (the fragments it includes written in; ``NAME[VARIANT]`` with that variant's).
 
     >>> parse_fragments("-- fragment: due\\n-- Due now.\\nrun_at <= :now\\n-- name: one\\nSELECT 1;")
     {'due': 'run_at <= :now'}
+    >>> parse_fragments("-- fragment: due\\nrun_at <= :now\\n-- fragment: ready\\nstate = 'queued' AND {{due}}")
+    {'due': 'run_at <= :now', 'ready': "state = 'queued' AND run_at <= :now"}
     """
-    return _blocks(text)[1]
+    return _expanded_fragments(_blocks(text)[1])
 
 
 def _blocks(text: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -107,36 +130,87 @@ def _fragment_text(name: str, lines: list[str]) -> str:
     text = "\n".join(line for line in lines if not line.lstrip().startswith("--")).strip()
     if "--" in text:
         raise ValueError(f"fragment {name!r} has a comment inside it; put it on a line of its own above")
-    if _INCLUDE.search(text):  # one level only: a fragment reads the same wherever it is used
-        raise ValueError(f"fragment {name!r} includes another fragment; write it out instead")
     return text
 
 
 def _expand_all(named: dict[str, str], fragments: dict[str, str]) -> dict[str, str]:
     """Every query with its fragments written in, plus its variants (see the module docstring)."""
-    variants: dict[str, set[str]] = {}
+    variants = _variants(fragments)
+    _expanded_fragments(fragments)  # every fragment expands, even one no query reaches under a variant
+    expanded = {}
+    for name, sql in named.items():
+        expanded[name] = _expand(f"query {name!r}", sql, fragments)[0]
+        for variant in variants:
+            text, varied = _expand(f"query {name!r}", sql, fragments, variant)
+            if varied:
+                expanded[f"{name}[{variant}]"] = text
+    return expanded
+
+
+def _variants(fragments: dict[str, str]) -> list[str]:
+    """The variants the fragments define, in name order; each must vary a plain fragment.
+
+    >>> _variants({"due": "TRUE", "due[late]": "run_at > :now", "pick[late]": "1"})
+    Traceback (most recent call last):
+    ...
+    ValueError: fragment 'pick[late]' is a variant of 'pick', which no -- fragment: block defines
+    """
+    found = set()
     for key in fragments:
         if (match := _VARIANT.match(key)) is not None:
             if match.group(1) not in fragments:
                 raise ValueError(f"fragment {key!r} is a variant of {match.group(1)!r}, which no -- fragment: block defines")
-            variants.setdefault(match.group(2), set()).add(match.group(1))
+            found.add(match.group(2))
+    return sorted(found)
+
+
+def _expanded_fragments(fragments: dict[str, str]) -> dict[str, str]:
+    """Each fragment as it lands in a query: a plain one under no variant, ``NAME[V]`` under
+    ``V``. A plain fragment is also expanded under every variant, so that a cycle or an
+    unknown name is refused wherever it hides."""
+    variants = _variants(fragments)
     expanded = {}
-    for name, sql in named.items():
-        expanded[name] = _expand(name, sql, fragments)
-        included = set(_INCLUDE.findall(sql))
-        for variant, varied in sorted(variants.items()):
-            if included & varied:
-                expanded[f"{name}[{variant}]"] = _expand(name, sql, fragments, variant)
+    for key, text in fragments.items():
+        match = _VARIANT.match(key)
+        name, variant = (match.group(1), match.group(2)) if match else (key, None)
+        expanded[key] = _expand(f"fragment {name!r}", text, fragments, variant, (name,))[0]
+        for other in variants if match is None else ():
+            _expand(f"fragment {name!r}", text, fragments, other, (name,))
     return expanded
 
 
-def _expand(name: str, sql: str, fragments: dict[str, str], variant: str | None = None) -> str:
-    def fragment(match: re.Match[str]) -> str:
-        if match.group(1) not in fragments:
-            raise ValueError(f"query {name!r} includes {{{{{match.group(1)}}}}}, which no -- fragment: block defines")
-        return fragments.get(f"{match.group(1)}[{variant}]", fragments[match.group(1)])
+def _expand(owner: str, sql: str, fragments: dict[str, str], variant: str | None = None,
+            path: tuple[str, ...] = ()) -> tuple[str, bool]:
+    """``sql`` with every ``{{NAME}}`` replaced by its fragment (``NAME[variant]`` where one
+    exists), recursively; and whether any variant's text was used. ``path`` names the
+    fragments being expanded around ``sql`` (a cycle's trail, and the depth).
 
-    return _INCLUDE.sub(fragment, sql)
+    >>> _expand("query 'q'", "{{a}}", {"a": "x AND {{b}}", "b": "y", "b[v]": "z"}, "v")
+    ('x AND z', True)
+    >>> _expand("query 'q'", "{{a}}", {"a": "{{a}}"})
+    Traceback (most recent call last):
+    ...
+    ValueError: fragments include each other in a cycle: a -> a
+    """
+    varied = False
+
+    def include(match: re.Match[str]) -> str:
+        nonlocal varied
+        name = match.group(1)
+        if name not in fragments:
+            raise ValueError(f"{owner} includes {{{{{name}}}}}, which no -- fragment: block defines")
+        if name in path:
+            raise ValueError(f"fragments include each other in a cycle: {' -> '.join((*path[path.index(name):], name))}")
+        if len(path) >= MAX_DEPTH:
+            raise ValueError(f"fragments nest more than {MAX_DEPTH} deep: {' -> '.join((*path, name))}")
+        text = fragments.get(f"{name}[{variant}]")
+        varied = varied or text is not None
+        inner, inner_varied = _expand(f"fragment {name!r}", fragments[name] if text is None else text,
+                                      fragments, variant, (*path, name))
+        varied = varied or inner_varied
+        return inner
+
+    return _INCLUDE.sub(include, sql), varied
 
 
 def _without_leading_comments(lines: list[str]) -> str:
@@ -157,8 +231,9 @@ def queries(dialect: str) -> dict[str, str]:
 
 @functools.cache
 def fragments(dialect: str) -> dict[str, str]:
-    """The fragments one dialect's queries include, by name (to check, not to run)."""
-    return merge_files(_sql_files(dialect))[1]
+    """The fragments one dialect's queries include, by name, each as it lands in a query
+    (``parse_fragments``): to check, not to run."""
+    return _expanded_fragments(merge_files(_sql_files(dialect))[1])
 
 
 def query_files(dialect: str) -> dict[str, tuple[str, ...]]:
