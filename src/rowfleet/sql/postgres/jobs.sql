@@ -43,11 +43,22 @@ SELECT state, lease_token, claimed_by, attempts, started_at, finished_at FROM jo
 
 -- fragment: claim_candidates
 -- The jobs a claim may take: queued, not delayed (so the jobs_claim and jobs_model indexes
--- hold them) and due, in its project's queue. claim_pick and claim_due write it out in each
--- probe (a fragment includes no other), so "is anything due?" and "take it" cannot
--- disagree; every claim re-checks the row it takes against it. run_at is still compared: a
--- row written by plain SQL may be due later without being marked delayed.
+-- hold them) and due, in its project's queue. The claim's candidate rule, written here only:
+-- every probe of claim_pick, claim_due and claim_batch includes it, so "is anything due?"
+-- and "take it" cannot disagree, and every claim re-checks the row it takes against it.
+-- run_at is still compared: a row written by plain SQL may be due later without being
+-- marked delayed.
 state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+
+-- fragment: memory_fit
+-- Whether a job fits the memory a GPU claim has free (%(vram_free_mb)s; NULL: no limit, and
+-- a job that names no vram_mb fits anywhere). Written here only: every GPU form includes it.
+(%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
+
+-- fragment: kind_candidates
+-- A routed claim's candidates of one model (kind.model) that fit the free memory: what
+-- each probe of jobs_model looks for.
+{{claim_candidates}} AND required_model = kind.model AND {{memory_fit}}
 
 -- fragment: promotion_candidates
 -- The delayed jobs of a claim's (project, queue) that have fallen due (the jobs_delayed index).
@@ -58,7 +69,7 @@ state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s
 -- claim holds is passed over): one walk of jobs_claim in claim order. A fallen-due delayed
 -- job waits for promotion.
 (SELECT id FROM jobs
- WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+ WHERE {{claim_candidates}}
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 
 -- fragment: claim_pick [routed]
@@ -76,14 +87,13 @@ state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s
           FROM jsonb_each_text(%(gate)s::jsonb) AS gate(model, preference)) AS kind
     CROSS JOIN LATERAL (
         SELECT id, run_next, priority, run_at FROM jobs
-        WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-          AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
+        WHERE {{kind_candidates}}
         ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS probe
     UNION ALL
     SELECT plain.*, %(plain_preference)s::integer FROM (
         SELECT id, run_next, priority, run_at FROM jobs
-        WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-          AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(plain_preference)s::integer IS NOT NULL
+        WHERE {{claim_candidates}}
+          AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
         ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS plain
  ) AS c
  ORDER BY c.run_next DESC, c.preference, c.priority, c.run_at, c.id
@@ -95,9 +105,9 @@ state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s
 -- best job is the one the routed claim would take, so one probe of jobs_model finds it,
 -- locked (SKIP LOCKED). NULL when that does not hold: the store then runs the routed form.
 (SELECT id FROM jobs
- WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-   AND required_model = %(warm_model)s::text AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
-   AND NOT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s) AND run_next >= 1)
+ WHERE {{claim_candidates}}
+   AND required_model = %(warm_model)s::text AND {{memory_fit}}
+   AND NOT EXISTS (SELECT 1 FROM jobs WHERE {{claim_candidates}} AND run_next >= 1)
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 
 -- fragment: claim_pick [newest]
@@ -110,23 +120,21 @@ state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s
           FROM jsonb_each_text(%(gate)s::jsonb) AS gate(model, preference)) AS kind
     CROSS JOIN LATERAL (
         SELECT id, run_next, priority, run_at FROM jobs
-        WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-          AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
+        WHERE {{kind_candidates}}
           AND (run_next, priority) = (
               SELECT run_next, priority FROM jobs
-              WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
+              WHERE {{kind_candidates}}
               ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
         ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS probe
     UNION ALL
     SELECT plain.*, %(plain_preference)s::integer FROM (
         SELECT id, run_next, priority, run_at FROM jobs
-        WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-          AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(plain_preference)s::integer IS NOT NULL
+        WHERE {{claim_candidates}}
+          AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
           AND (run_next, priority) = (
               SELECT run_next, priority FROM jobs
-              WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer) AND %(plain_preference)s::integer IS NOT NULL
+              WHERE {{claim_candidates}}
+                AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
               ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
         ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS plain
  ) AS c
@@ -138,18 +146,17 @@ state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s
 -- a probe finds one, and locking nothing (the walk in its index's order, so that the
 -- planner takes jobs_claim).
 (SELECT 1 FROM jobs
- WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+ WHERE {{claim_candidates}}
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1) IS NOT NULL
 
 -- fragment: claim_due [routed, newest, warm]
 EXISTS (SELECT 1 FROM jsonb_object_keys(%(gate)s::jsonb) AS kind(model)
         WHERE EXISTS (SELECT 1 FROM jobs
-                      WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                        AND required_model = kind.model AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)))
+                      WHERE {{kind_candidates}}))
 OR (%(plain_preference)s::integer IS NOT NULL
     AND EXISTS (SELECT 1 FROM jobs
-                WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
-                  AND required_model IS NULL AND (%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)))
+                WHERE {{claim_candidates}}
+                  AND required_model IS NULL AND {{memory_fit}}))
 
 -- fragment: promotion_allowed
 -- A fallen-due delayed job counts for has_due only if the claim may take it once promoted:
@@ -157,7 +164,7 @@ OR (%(plain_preference)s::integer IS NOT NULL
 TRUE
 
 -- fragment: promotion_allowed [routed, newest, warm]
-(%(vram_free_mb)s::integer IS NULL OR vram_mb IS NULL OR vram_mb <= %(vram_free_mb)s::integer)
+{{memory_fit}}
 AND CASE WHEN required_model IS NULL THEN %(plain_preference)s::integer IS NOT NULL
          ELSE %(gate)s::jsonb ? required_model END
 
@@ -183,8 +190,7 @@ RETURNING *;
 -- no order: the store sorts them.
 WITH picked AS MATERIALIZED (
     SELECT id FROM jobs
-    WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s
-      AND run_at <= rowfleet_now(%(now)s)
+    WHERE {{claim_candidates}}
     ORDER BY run_next DESC, priority, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 )
 UPDATE jobs
@@ -481,7 +487,7 @@ RETURNING id;
 -- (read from the jobs_model index).
 SELECT required_model AS model, count(*) AS queued, rowfleet_now(%(now)s) - min(run_at) AS oldest_wait
 FROM jobs
-WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+WHERE {{claim_candidates}}
   AND required_model IS NOT NULL
 GROUP BY required_model
 ORDER BY required_model;

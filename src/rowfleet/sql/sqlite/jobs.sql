@@ -37,11 +37,22 @@ SELECT state, lease_token, claimed_by, attempts, started_at, finished_at FROM jo
 
 -- fragment: claim_candidates
 -- The jobs a claim may take: queued, not delayed (so the jobs_claim and jobs_model indexes
--- hold them) and due, in its project's queue. claim_pick and claim_due write it out in each
--- probe (a fragment includes no other), so "is anything due?" and "take it" cannot
--- disagree; every claim re-checks the row it takes against it. run_at is still compared: a
--- row written by plain SQL may be due later without being marked delayed.
+-- hold them) and due, in its project's queue. The claim's candidate rule, written here only:
+-- every probe of claim_pick, claim_due and claim_batch includes it, so "is anything due?"
+-- and "take it" cannot disagree, and every claim re-checks the row it takes against it.
+-- run_at is still compared: a row written by plain SQL may be due later without being
+-- marked delayed.
 state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+
+-- fragment: memory_fit
+-- Whether a job fits the memory a GPU claim has free (:vram_free_mb; NULL: no limit, and a
+-- job that names no vram_mb fits anywhere). Written here only: every GPU form includes it.
+(:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+
+-- fragment: kind_candidates
+-- A routed claim's candidates of one kind of job (kind.model, NULL for plain jobs) that fit
+-- the free memory: what each probe of jobs_model looks for.
+{{claim_candidates}} AND required_model IS kind.model AND {{memory_fit}}
 
 -- fragment: promotion_candidates
 -- The delayed jobs of a claim's (project, queue) that have fallen due (the jobs_delayed index).
@@ -51,7 +62,7 @@ state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND r
 -- The id of the job a plain claim takes (NULL: none): one walk of jobs_claim in claim
 -- order. A fallen-due delayed job waits for promotion.
 (SELECT id FROM jobs
- WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+ WHERE {{claim_candidates}}
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
 
 -- fragment: claim_pick [routed]
@@ -67,9 +78,7 @@ state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND r
        SELECT NULL, :plain_preference WHERE :plain_preference IS NOT NULL) AS kind
  CROSS JOIN jobs AS best
  WHERE best.id = (SELECT id FROM jobs
-                  WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
-                    AND run_at <= :now AND required_model IS kind.model
-                    AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+                  WHERE {{kind_candidates}}
                   ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
  ORDER BY best.run_next DESC, kind.preference, best.priority, best.run_at, best.id
  LIMIT 1)
@@ -80,9 +89,9 @@ state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND r
 -- best job is the one the routed claim would take, so one probe of jobs_model finds it.
 -- NULL when that does not hold: the store then runs the routed form.
 (SELECT id FROM jobs
- WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
-   AND required_model = :warm_model AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
-   AND NOT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_claim WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now AND run_next >= 1)
+ WHERE {{claim_candidates}}
+   AND required_model = :warm_model AND {{memory_fit}}
+   AND NOT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_claim WHERE {{claim_candidates}} AND run_next >= 1)
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
 
 -- fragment: claim_pick [newest]
@@ -95,14 +104,10 @@ state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND r
        SELECT NULL, :plain_preference WHERE :plain_preference IS NOT NULL) AS kind
  CROSS JOIN jobs AS best
  WHERE best.id = (SELECT id FROM jobs
-                  WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
-                    AND run_at <= :now AND required_model IS kind.model
-                    AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+                  WHERE {{kind_candidates}}
                     AND (run_next, priority) = (
                         SELECT run_next, priority FROM jobs
-                        WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
-                          AND run_at <= :now AND required_model IS kind.model
-                          AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+                        WHERE {{kind_candidates}}
                         ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
                   ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1)
  ORDER BY best.run_next DESC, kind.preference, best.priority, best.run_at DESC, best.id DESC
@@ -112,7 +117,7 @@ state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND r
 -- Whether claim_pick would find a job, as a condition: the same rules, asking only whether
 -- a probe finds one (the walk in its index's order, so that the planner takes jobs_claim).
 (SELECT 1 FROM jobs
- WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+ WHERE {{claim_candidates}}
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1) IS NOT NULL
 
 -- fragment: claim_due [routed, newest, warm]
@@ -120,10 +125,7 @@ EXISTS (SELECT 1
         FROM (SELECT gate.key AS model FROM json_each(:gate) AS gate
               UNION ALL
               SELECT NULL WHERE :plain_preference IS NOT NULL) AS kind
-        WHERE EXISTS (SELECT 1 FROM jobs
-                      WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue
-                        AND run_at <= :now AND required_model IS kind.model
-                        AND (:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)))
+        WHERE EXISTS (SELECT 1 FROM jobs WHERE {{kind_candidates}}))
 
 -- fragment: promotion_allowed
 -- A fallen-due delayed job counts for has_due only if the claim may take it once promoted:
@@ -131,7 +133,7 @@ EXISTS (SELECT 1
 1
 
 -- fragment: promotion_allowed [routed, newest, warm]
-(:vram_free_mb IS NULL OR vram_mb IS NULL OR vram_mb <= :vram_free_mb)
+{{memory_fit}}
 AND CASE WHEN required_model IS NULL THEN :plain_preference IS NOT NULL
          ELSE required_model IN (SELECT gate.key FROM json_each(:gate) AS gate) END
 
@@ -155,7 +157,7 @@ RETURNING *;
 UPDATE jobs
 SET {{claimed_set}}
 WHERE id IN (SELECT id FROM jobs
-             WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+             WHERE {{claim_candidates}}
              ORDER BY run_next DESC, priority, run_at, id LIMIT :limit)
   AND {{claim_candidates}}
 RETURNING *;
@@ -400,7 +402,7 @@ RETURNING id;
 -- (read from the jobs_model index).
 SELECT required_model AS model, count(*) AS queued, :now - min(run_at) AS oldest_wait
 FROM jobs
-WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+WHERE {{claim_candidates}}
   AND required_model IS NOT NULL
 GROUP BY required_model
 ORDER BY required_model;
