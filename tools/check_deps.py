@@ -51,7 +51,7 @@ SHOWN_FILES = 3
 # it, a file (``job.py``) itself; the package's own ``__init__.py`` is the API's face. A module
 # may import only modules of its own layer and of those below.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("leaves", ("errors.py", "names.py", "exitcodes.py", "config.py", "files.py")),
+    ("leaves", ("errors.py", "names.py", "exitcodes.py", "config.py", "files.py", "terminal.py")),
     ("rules", ("job.py", "claim.py", "dag.py", "cron.py", "schedule.py", "control.py", "liveness.py", "tasks.py",
                "models.py", "metrics/", "telemetry/")),
     ("storage", ("sql/", "store/")),

@@ -1,7 +1,8 @@
 """Periodic jobs: what a schedule is, the two ways to declare one, and which slot is due.
 
 Owns what a schedule is (``Schedule``, validated when built), the two ways to declare one
-(``@rowfleet.periodic`` on a function, ``load_schedule_file`` for a JSON list), and the pure
+(``@rowfleet.periodic`` on a function, ``load_schedule_file`` for a JSON list; ``schedules_of``
+gathers both, ``vet_schedules`` checks their tasks as ``enqueue`` would), and the pure
 decision of which slot is due (``due_slot``). The service that fires them is
 ``rowfleet.services.scheduler``; when schedules fire is ``rowfleet.cron``'s business; storing
 a fired slot exactly once is the store's (``ScheduleStore.fire_slot``). No database, no clock:
@@ -44,7 +45,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from rowfleet import names, tasks
 from rowfleet.cron import Cron, Every, ScheduleError, latest_at_or_before
-from rowfleet.errors import ConfigError
+from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.files import read_declaration
 from rowfleet.job import JobSpec, encode_json
 
@@ -283,6 +284,28 @@ def registered_schedules() -> list[Schedule]:
     """The schedules ``@periodic`` registered in this process, in registration order."""
     with _lock:
         return list(_schedules.values())
+
+
+def schedules_of(files: Sequence[str], apps: Sequence[str]) -> list[Schedule]:
+    """The schedules of ``files`` and of the ``apps`` modules' ``@periodic``."""
+    tasks.import_apps(apps)  # first: a file's schedules take their task's queue from the registry
+    return [schedule for path in files for schedule in load_schedule_file(path)] + registered_schedules()
+
+
+def vet_schedules(schedules: Iterable[Schedule], allow_modules: Iterable[str], strict: bool) -> list[str]:
+    """What a worker trusting ``allow_modules`` would refuse of the schedules' tasks, checked
+    as ``enqueue`` checks one (``tasks.vet``): a warning per schedule, or, with ``strict``
+    (the apps are loaded here, so this process knows what a worker would run), ``UnknownTask``
+    naming the first schedule whose task no app registers or no prefix allows."""
+    warnings = []
+    for schedule in schedules:
+        try:
+            warning = tasks.vet(schedule.task, allow_modules, strict=strict)
+        except UnknownTask as exc:
+            raise type(exc)(f"schedule {schedule.name!r}: {exc}") from None
+        if warning:
+            warnings.append(f"schedule {schedule.name!r}: {warning}")
+    return warnings
 
 
 # --- when a slot fires (pure) -------------------------------------------------------------

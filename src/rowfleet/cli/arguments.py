@@ -2,18 +2,37 @@
 the rule of a field of ``names.RULES`` (``typed("procs")``), and every setting of
 ``config.SETTINGS`` as a flag (global, per command, or the commands' own), its type,
 default and help all derived from the declaration. Numbers are read from ASCII text only:
-Python's ``int()`` also takes ``' 3'`` and other scripts' digits."""
+Python's ``int()`` also takes ``' 3'`` and other scripts' digits.
+
+The flags several commands share live here too (``--allow-host``, a GPU worker's routing
+flags, the panel's address, the schedules of ``--schedule`` and ``--app``), so that no
+command module imports another."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from typing import Any, Callable
 
-from rowfleet import names, tasks
+from rowfleet import models, names, tasks
+from rowfleet.cli.output import warn
 from rowfleet.config import (COMMAND, CONFIG_SETTINGS, ENV_PREFIX, GLOBAL, SETTING, SETTINGS, Config,
                              Setting)
 from rowfleet.errors import ConfigError
+from rowfleet.gpu import routing
+from rowfleet.gpu.gpu_worker import GpuSettings, model_list
+from rowfleet.schedule import Schedule, schedules_of, vet_schedules
+
+# The panel's address, whichever command serves it (panel, up --panel): this machine only,
+# unless told otherwise.
+PANEL_BIND = "127.0.0.1"
+PANEL_PORT = 8465
+PANEL_TOKEN_ENV = SETTING["panel_token"].env
+ALLOWED_HOSTS = SETTING["allowed_hosts"]
+
+# The flags that make a GPU worker route its claims; each needs --gpu and a model to load.
+ROUTING_FLAGS = ("models", "vram_mb", "gpu_index", "lane", "host_priority", "idle_unload")
 
 
 class UsageError(Exception):
@@ -67,6 +86,7 @@ non_negative_float = typed("delay")
 positive_int = typed("limit")
 int64 = typed("job id")  # ids: what both databases hold
 positive_number = typed("positive number")
+port_number = number(int, "a port number", partial(names.check_int, least=0, most=names.MOST_PORT))
 
 
 def _flag_type(setting: Setting) -> Callable[[str], Any]:
@@ -155,3 +175,64 @@ def json_flag(flag: str, text: str) -> Any:
         return names.parse_json(flag, text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{flag} is not valid JSON: {exc}") from None
+
+
+def allow_host_flag(sub: Any) -> None:
+    """``--allow-host NAME`` (repeatable): a host name the server answers to besides
+    localhost and IP addresses (the ``allowed_hosts`` setting)."""
+    sub.add_argument(ALLOWED_HOSTS.flag, action="append", default=None, metavar="NAME", dest="allowed_hosts",
+                     help=f"{ALLOWED_HOSTS.help} (repeatable; {ALLOWED_HOSTS.env} is a comma list; "
+                          f"default {ALLOWED_HOSTS.default_text()})")
+
+
+def with_allowed_hosts(config: Config, args: argparse.Namespace) -> Config:
+    """``config`` with the ``--allow-host`` names given (checked), else the environment's."""
+    return config.replace(allowed_hosts=tuple(args.allowed_hosts)) if args.allowed_hosts else config
+
+
+def gpu_flags(sub: Parser) -> None:
+    """A GPU worker's routing flags (``ROUTING_FLAGS``), read by ``gpu_settings_of``."""
+    gpu = sub.add_argument_group("GPU workers (with --gpu: claims routed by model)")
+    gpu.add_argument("--models", metavar="A,B", default=None,
+                     help="the models this worker may load (default: every model the --app modules register)")
+    gpu.add_argument("--vram-mb", type=typed("vram mb"), default=None, help="GPU memory to claim by, MiB (default: nvidia-smi's total)")
+    gpu.add_argument("--gpu-index", type=typed("gpu index"), default=None, help="which GPU of the host (default 0)")
+    gpu.add_argument("--lane", choices=routing.LANES, default=None,
+                     help="any (default), model (only jobs that need a model) or plain (only jobs that need none)")
+    gpu.add_argument("--host-priority", type=typed("host priority"), default=None,
+                     help="negative: an overflow box, which takes the newest work first (default 0)")
+    gpu.add_argument("--idle-unload", type=positive_float, default=None, metavar="SECONDS",
+                     help="unload the warm model after this long without a job (default: never)")
+
+
+def gpu_settings_of(args: argparse.Namespace) -> GpuSettings | None:
+    """A GPU worker's settings: ``--gpu`` and at least one model to load (``--models``, else
+    those the ``--app`` modules register); None for a worker that routes nothing (it claims
+    as before). A routing flag without them is a usage error."""
+    given = [f"--{name.replace('_', '-')}" for name in ROUTING_FLAGS if getattr(args, name) is not None]
+    if not args.gpu:
+        if given:
+            raise ConfigError(f"{', '.join(given)} {_need(given)} --gpu: they route a GPU worker's claims")
+        return None
+    chosen = model_list(args.models, [model.id for model in models.registered_models()])
+    if not chosen:
+        if given:
+            raise ConfigError(f"{', '.join(given)} {_need(given)} models to load: register them with @rowfleet.model "
+                              f"in an --app module")
+        return None
+    return GpuSettings(chosen, gpu_index=args.gpu_index or 0, vram_mb=args.vram_mb, lane=args.lane or routing.ANY,
+                       host_priority=args.host_priority or 0, idle_unload=args.idle_unload)
+
+
+def _need(flags: list[str]) -> str:
+    return "needs" if len(flags) == 1 else "need"
+
+
+def vetted_schedules(files: list[str], apps: list[str], allow_modules: tuple[str, ...]) -> list[Schedule]:
+    """The schedules of the ``--schedule`` files and the ``--app`` modules (``schedules_of``),
+    each task vetted by ``vet_schedules``: refused with ``--app``, else warned of once, here
+    at the start (not at every tick)."""
+    schedules = schedules_of(files, apps)
+    for warning in vet_schedules(schedules, allow_modules, strict=bool(apps)):
+        warn(warning)
+    return schedules

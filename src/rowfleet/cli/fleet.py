@@ -10,12 +10,12 @@ from typing import Any, Callable, Iterable, Mapping
 from rowfleet import config as configuration
 from rowfleet import control, exitcodes, liveness
 from rowfleet.cli.arguments import Parser, typed
-from rowfleet.cli.output import print_json, say, table
+from rowfleet.cli.output import print_json, say, seen_text, services_table, table
 from rowfleet.control import Switch
 from rowfleet.errors import ConfigError
 from rowfleet.job import iso
 from rowfleet.store import open_store
-from rowfleet.views.snapshot import Project, Services, Worker, snapshot
+from rowfleet.views.snapshot import Project, Worker, snapshot
 
 # The job states `broker` counts per queue, in its column order.
 BROKER_STATES = ("queued", "running", "failed", "completed", "cancelled")
@@ -189,14 +189,6 @@ def _broker_dict(project: Project) -> dict[str, Any]:
             "outbox_oldest_age": project.services.outbox_oldest_age, "capped": capped}
 
 
-def services_table(found: Iterable[Services]) -> str:
-    """Whether each project is served: an orchestrator drains its workflows' outbox and
-    recovers its lost jobs; without one, both wait."""
-    rows = [[s.project or "''", s.orchestrators or "NONE", s.outbox_waiting,
-             "-" if s.outbox_oldest_age is None else f"{s.outbox_oldest_age:.1f}s"] for s in found]
-    return table(["project", "orchestrators", "outbox waiting", "oldest"], rows)
-
-
 def _workers_table(workers: Iterable[Worker]) -> str:
     workers = list(workers)
     rows = [[w.project or "''", w.host, ",".join(w.queues or (w.queue,)), w.pid, w.current_job or "-",
@@ -222,11 +214,6 @@ def sidecar_text(state: Mapping[str, Any] | None) -> str:
     if name == "stuck_vram":
         return f"{name} (GPU memory held by pids {', '.join(str(pid) for pid in holders) or 'unknown'})"
     return f"{name} (pid {state['pid']})" if name == "up" and "pid" in state else name
-
-
-def seen_text(worker: Worker) -> str:
-    """How long ago a worker last beat, as the listings show it."""
-    return "-" if worker.age is None else f"{worker.age:.1f}s ago"
 
 
 def _switches_table(switches: Iterable[Switch]) -> str:

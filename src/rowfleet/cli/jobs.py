@@ -14,8 +14,7 @@ from rowfleet import config as configuration
 from rowfleet import exitcodes, models, tasks
 from rowfleet.cli.arguments import (Parser, allow_module_flag, app_flag, int64, json_flag, non_negative_float,
                                   positive_float, positive_int, trusted, typed)
-from rowfleet.cli.fleet import seen_text, services_table
-from rowfleet.cli.output import print_json, say, short, table
+from rowfleet.cli.output import print_json, say, seen_text, services_table, short, table, warn
 from rowfleet.errors import ConfigError
 from rowfleet.job import QUEUED, RUNNING, STATES, JobSpec, iso
 from rowfleet.store import Store, open_store
@@ -119,7 +118,7 @@ def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
         else:
             print(job.id)
     if warning:  # once written: a refused command says only why
-        print(f"rowfleet: warning: {warning}", file=sys.stderr)
+        warn(warning)
     return exitcodes.OK
 
 

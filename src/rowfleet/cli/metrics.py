@@ -12,14 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-from functools import partial
 from typing import Callable
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, names
-from rowfleet.cli.arguments import Parser, metrics_token_flag, number
-from rowfleet.cli.panel import allow_host_flag, with_allowed_hosts
-from rowfleet.cli.processes import on_stop_signals
+from rowfleet import exitcodes
+from rowfleet.cli.arguments import Parser, allow_host_flag, metrics_token_flag, port_number, with_allowed_hosts
+from rowfleet.services.runner import on_stop_signals
 from rowfleet.store import open_store
 
 TOKEN_ENV = configuration.SETTING["metrics_token"].env
@@ -27,8 +25,6 @@ TOKEN_ENV = configuration.SETTING["metrics_token"].env
 # This machine only, unless told otherwise; 9464 is no other exporter's default port.
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 9464
-
-port_number = number(int, "a port number", partial(names.check_int, least=0, most=65535))
 
 
 def add_commands(command: Callable[..., Parser]) -> None:

@@ -1,59 +1,34 @@
-"""How commands print: JSON for ``--json``, plain tables and lines for people, and a user
-error as one line with the exit code it deserves.
+"""How commands print: JSON for ``--json``, plain tables and lines for people, warnings,
+and a user error as one line with the exit code it deserves.
 
-Text for people goes through ``escaped`` here, whichever command prints it (``table``,
-``say``, ``report`` and the log lines): a value someone else wrote (a queue, a task, a
-project, who switched a worker and why) may hold control characters, and a terminal acts
-on those rather than showing them. JSON needs no more: ``json.dumps`` escapes them.
+Text for people goes through ``rowfleet.terminal.escaped``, whichever command prints it
+(``table``, ``say``, ``warn``, ``report`` and the log lines): a value someone else wrote (a
+queue, a task, a project, who switched a worker and why) may hold control characters, and
+a terminal acts on those rather than showing them. JSON needs no more: ``json.dumps``
+escapes them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
-from typing import Any, TextIO
+from typing import Any, Iterable
 
-from rowfleet import exitcodes
-from rowfleet.errors import Conflict, NotFound, RowfleetError
+from rowfleet.terminal import escaped, report, say
+from rowfleet.views.snapshot import Services, Worker
 
-# What a terminal acts on rather than shows: the C0 controls (ESC starts the sequences that
-# move the cursor, clear the screen or retitle the window; BEL rings), DEL, the C1 controls
-# (0x9b is a one-character CSI), the line and paragraph separators, and the bidirectional
-# embeddings, overrides and isolates that reorder what is shown.
-_CONTROLS = "\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-_IN_LINE = re.compile(f"[\x00-\x1f{_CONTROLS}]")
-_IN_LINES = re.compile(f"[\x00-\x08\x0b-\x1f{_CONTROLS}]")  # keeps tab and newline
-
-
-def escaped(text: Any, *, lines: bool = False) -> str:
-    """``text`` as a terminal may be shown it: each control character as its escape
-    (``\\x1b``), so that a value cannot move the cursor, clear the screen or retitle the
-    window. With ``lines``, tabs and newlines stay (a traceback's layout); without, they
-    are escaped too (a table's cell, a field's line).
-
-    >>> print(escaped("q\\x1b[2J\\x07"), escaped("a\\tb\\nc"), escaped("\\u202egnp.exe"))
-    q\\x1b[2J\\x07 a\\x09b\\x0ac \\u202egnp.exe
-    >>> escaped("line 1\\n\\tline 2\\x9b", lines=True)
-    'line 1\\n\\tline 2\\\\x9b'
-    """
-    return (_IN_LINES if lines else _IN_LINE).sub(_escape, str(text))
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def say(text: Any = "", *, lines: bool = False, file: TextIO | None = None) -> None:
-    """Print ``text`` for people, escaped (see ``escaped``)."""
-    print(escaped(text, lines=lines), file=file or sys.stdout)
+__all__ = ["EscapingFormatter", "escaped", "print_json", "report", "say", "seen_text", "services_table", "short", "table", "warn"]
 
 
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True))
 
+
+
+def warn(text: Any) -> None:
+    """A warning for people, one line on stderr: the command goes on."""
+    print(f"rowfleet: warning: {text}", file=sys.stderr)
 
 
 def short(text: str, width: int = 60) -> str:
@@ -77,18 +52,22 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
                      for row in cells)
 
 
+def services_table(found: Iterable[Services]) -> str:
+    """Whether each project is served: an orchestrator drains its workflows' outbox and
+    recovers its lost jobs; without one, both wait."""
+    rows = [[s.project or "''", s.orchestrators or "NONE", s.outbox_waiting,
+             "-" if s.outbox_oldest_age is None else f"{s.outbox_oldest_age:.1f}s"] for s in found]
+    return table(["project", "orchestrators", "outbox waiting", "oldest"], rows)
+
+
+def seen_text(worker: Worker) -> str:
+    """How long ago a worker last beat, as the listings show it."""
+    return "-" if worker.age is None else f"{worker.age:.1f}s ago"
+
+
 class EscapingFormatter(logging.Formatter):
     """Log lines for people: a logged value (a task's name, an error a handler raised) is
     escaped as printed text is; a traceback keeps its lines."""
 
     def format(self, record: logging.LogRecord) -> str:
         return escaped(super().format(record), lines=True)
-
-
-def report(exc: RowfleetError) -> int:
-    """One line on stderr for a user-facing error; the exit code it deserves."""
-    if isinstance(exc, (NotFound, Conflict)):
-        say(f"rowfleet: {exc}", file=sys.stderr)
-        return exitcodes.REFUSED
-    say(f"rowfleet: error: {exc}", file=sys.stderr)
-    return exitcodes.USAGE

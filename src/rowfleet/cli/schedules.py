@@ -4,23 +4,17 @@ what the database knows of them."""
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from typing import Any, Callable
 
 from rowfleet import config as configuration
-from rowfleet import exitcodes, tasks
-from rowfleet.cli.arguments import Parser, allow_module_flag, positive_int, trusted
+from rowfleet import exitcodes
+from rowfleet.cli.arguments import Parser, allow_module_flag, positive_int, trusted, vetted_schedules
 from rowfleet.cli.output import print_json, table
-from rowfleet.cli.processes import run_until_stopped
-from rowfleet.errors import ConfigError, UnknownTask
+from rowfleet.errors import ConfigError
 from rowfleet.job import iso
-from rowfleet.schedule import Schedule, load_schedule_file, registered_schedules
+from rowfleet.services import runner
 from rowfleet.services.scheduler import Scheduler
 from rowfleet.store import open_store
-from rowfleet.store import waiting
-
-log = logging.getLogger("rowfleet.scheduler")
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
@@ -48,51 +42,11 @@ def cmd_scheduler(args: argparse.Namespace, config: configuration.Config) -> int
         raise ConfigError("no schedules to run: give --schedule FILE (a JSON list of schedules) or --app MODULE "
                           "(a module with @rowfleet.periodic functions)")
     if not args.once:
-        return run_scheduler(config, schedules)
+        return runner.run_scheduler(config, schedules)
     with open_store(config) as store:
         store.require_schema()
         _show_fired([fired.to_dict() for fired in Scheduler(config, schedules, store).run_once()], args.json)
     return exitcodes.OK
-
-
-def schedules_of(files: list[str], apps: list[str]) -> list[Schedule]:
-    """The schedules of ``files`` and of the ``apps`` modules' ``@rowfleet.periodic``."""
-    tasks.import_apps(apps)  # first: a file's schedules take their task's queue from the registry
-    return [schedule for path in files for schedule in load_schedule_file(path)] + registered_schedules()
-
-
-def vetted_schedules(files: list[str], apps: list[str], allow_modules: tuple[str, ...]) -> list[Schedule]:
-    """``schedules_of``, each task vetted by ``vet_schedules``: refused with ``--app``, else
-    warned of once, here at the start (not at every tick)."""
-    schedules = schedules_of(files, apps)
-    for warning in vet_schedules(schedules, allow_modules, strict=bool(apps)):
-        print(f"rowfleet: warning: {warning}", file=sys.stderr)
-    return schedules
-
-
-def vet_schedules(schedules: list[Schedule], allow_modules: tuple[str, ...], strict: bool) -> list[str]:
-    """What a worker trusting ``allow_modules`` would refuse of the schedules' tasks, checked
-    as ``enqueue`` checks one (``tasks.vet``): a warning per schedule, or, with ``strict``
-    (the apps are loaded here, so this process knows what a worker would run), ``UnknownTask``
-    naming the first schedule whose task no app registers or no prefix allows."""
-    warnings = []
-    for schedule in schedules:
-        try:
-            warning = tasks.vet(schedule.task, allow_modules, strict=strict)
-        except UnknownTask as exc:
-            raise type(exc)(f"schedule {schedule.name!r}: {exc}") from None
-        if warning:
-            warnings.append(f"schedule {schedule.name!r}: {warning}")
-    return warnings
-
-
-def run_scheduler(config: configuration.Config, schedules: list[Schedule]) -> int:
-    """The scheduler in this process until it is stopped; like the other long-running
-    processes it waits for the database and its schema first."""
-    return run_until_stopped(
-        lambda stop: waiting.open_when_ready(lambda: open_store(config), stop, config.poll, log,
-                                             ready=lambda opened: opened.require_schema()),
-        lambda store, stop: Scheduler(config, schedules, store).run(stop))
 
 
 def _show_fired(fired: list[dict[str, Any]], as_json: bool) -> None:

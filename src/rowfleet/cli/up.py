@@ -7,10 +7,10 @@ are schedules (``--schedule FILE`` or ``@rowfleet.periodic`` in an ``--app`` mod
 host's telemetry sampler (unless ``--no-sampler``) and the panel with ``--panel``.
 ``--check`` prints that plan, and why each role starts or not, and starts nothing.
 
-A stop (SIGTERM, or Ctrl-C) goes in stages, each once the one before has exited: the
-scheduler (no new slots), the workers (each finishes its job in hand), the orchestrator
-(which dispatched the workflow steps their results made due), then the sampler and the
-panel, so the operator watches the drain to its end. The panel's socket is bound before any
+The box itself is ``rowfleet.services.runner``'s: this command reads the flags into a
+``runner.Box``, prints ``runner.box_plan`` with ``--check``, and otherwise hands the box to
+``runner.run_box`` with the panel as a watcher, which stops in the last stage, after the
+workers' drain (see the runner for the stop stages). The panel's socket is bound before any
 child starts: a taken port is one line and exit 2, not a child dying again and again.
 """
 
@@ -19,32 +19,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import os
 import threading
-from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from rowfleet import config as configuration
 from rowfleet import exitcodes, names
-from rowfleet.cli.arguments import Parser, allow_module_flag, app_flag, metrics_token_flag, sample_path_flag, trusted
-from rowfleet.cli.arguments import with_sample_paths
+from rowfleet.cli.arguments import (PANEL_BIND, PANEL_PORT, PANEL_TOKEN_ENV, Parser, allow_host_flag,
+                                    allow_module_flag, app_flag, gpu_flags, gpu_settings_of, metrics_token_flag,
+                                    port_number, sample_path_flag, trusted, vetted_schedules, with_allowed_hosts,
+                                    with_sample_paths)
 from rowfleet.cli.output import table
-from rowfleet.cli.panel import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV, allow_host_flag, port_number, with_allowed_hosts
-from rowfleet.cli.processes import (gpu_flags, gpu_settings_of, on_stop_signals, run_orchestrator, run_worker,
-                                    sampler_child, supervise)
-from rowfleet.cli.schedules import run_scheduler, vetted_schedules
-from rowfleet.errors import ConfigError, DatabaseUnreachable, DiskFull
-from rowfleet.schedule import Schedule
+from rowfleet.errors import ConfigError
+from rowfleet.services import runner
+from rowfleet.services.runner import Box, Role
 from rowfleet.services.supervisor import Child
-from rowfleet.store import open_store, sqlite_path
-
-log = logging.getLogger("rowfleet.up")
-
-# Stop stages: what feeds work stops first, what watches the drain last.
-SCHEDULER_STAGE, WORKER_STAGE, ORCHESTRATOR_STAGE, WATCHER_STAGE = range(4)
-PROCS = names.RULES["procs"]  # the workers of a queue, and of the box: one process each
-FATAL = frozenset({exitcodes.USAGE})  # bad configuration: restarting cannot help, so up stops
+from rowfleet.store import sqlite_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,19 +52,6 @@ class PanelAsk:
         host = f"[{self.bind}]" if ":" in self.bind else self.bind
         return f"http://{host}:{self.port}/" + (" (a free port)" if self.port == 0 else "") + (
             " (read-only)" if self.read_only else "")
-
-
-@dataclasses.dataclass(frozen=True)
-class Role:
-    """One line of the plan: ``count`` children of ``name`` doing ``what``, or, with
-    ``count`` 0, a role left out and why."""
-
-    name: str
-    count: int
-    what: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
@@ -96,9 +73,9 @@ def add_commands(command: Callable[..., Parser]) -> None:
     panel = sub.add_argument_group("the panel")
     panel.add_argument("--panel", action="store_true", help="serve the operator panel too")
     panel.add_argument("--bind", default=None, metavar="ADDRESS",
-                       help=f"with --panel: the address (default {DEFAULT_BIND}; any other needs a token)")
+                       help=f"with --panel: the address (default {PANEL_BIND}; any other needs a token)")
     panel.add_argument("--port", type=port_number, default=None,
-                       help=f"with --panel: the port (default {DEFAULT_PORT}; 0: any free one)")
+                       help=f"with --panel: the port (default {PANEL_PORT}; 0: any free one)")
     metrics_token_flag(panel, "panel_token")
     allow_host_flag(panel)
     panel.add_argument("--read-only", action="store_true", help="with --panel: show everything, change nothing")
@@ -109,7 +86,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
 
 def queue_counts(specs: Sequence[str]) -> list[tuple[str, int]]:
     """``--queue Q[:N]`` values as (queue, workers), in the order given; N and the workers
-    of all the queues together by the procs rule (as ``worker --procs``).
+    of all the queues together by the procs rule (``runner.check_queues``).
 
     >>> queue_counts(["default", "gpu:2"])
     [('default', 1), ('gpu', 2)]
@@ -121,65 +98,15 @@ def queue_counts(specs: Sequence[str]) -> list[tuple[str, int]]:
     Traceback (most recent call last):
     ...
     rowfleet.errors.ConfigError: --queue 'a' is given twice: give it once, with its number of workers
-    >>> queue_counts(["a:200", "b:100"])
-    Traceback (most recent call last):
-    ...
-    rowfleet.errors.ConfigError: --queue: 300 worker processes in all; a box runs 1 to 256
     """
-    counts: dict[str, int] = {}
+    counts = []
     for spec in specs:
         queue, _, count = spec.rpartition(":") if ":" in spec else (spec, "", "1")
         try:
-            workers = PROCS.parse("N", count)
+            counts.append((queue, runner.PROCS.parse("N", count)))
         except ConfigError:
-            raise ConfigError(f"--queue {names.shown(spec)}: N must be {PROCS.requirement}") from None
-        names.RULES["queue"].check("--queue", queue)
-        if queue in counts:
-            raise ConfigError(f"--queue {names.shown(queue)} is given twice: give it once, with its number of workers")
-        counts[queue] = workers
-    total = sum(counts.values())
-    if total > names.MOST_PROCS:
-        raise ConfigError(f"--queue: {total} worker processes in all; a box runs 1 to {names.MOST_PROCS}")
-    return list(counts.items())
-
-
-def box_plan(queues: Sequence[tuple[str, int]], *, orchestrator: bool, schedules: Sequence[str], sampler: bool,
-             panel_url: str | None, gpu: str | None, sqlite: bool) -> list[Role]:
-    """What ``up`` starts, one ``Role`` per line; roles left out have count 0 and say why.
-
-    >>> for role in box_plan([("default", 2)], orchestrator=True, schedules=[], sampler=True, panel_url=None,
-    ...                      gpu=None, sqlite=True):
-    ...     print(role.name, role.count, role.what)
-    orchestrator 1 migrates the schema, reclaims lapsed leases, dispatches workflow steps, prunes old jobs
-    worker 2 queue default
-    sampler 1 this host's telemetry (CPU, memory, disks, network, temperatures, GPUs)
-    scheduler 0 no schedules: give --schedule FILE, or an --app module with @rowfleet.periodic functions
-    panel 0 not asked for: add --panel
-    """
-    plan: list[Role] = []
-    left_out: list[Role] = []
-    if orchestrator:
-        plan.append(Role("orchestrator", 1, "migrates the schema, reclaims lapsed leases, dispatches workflow "
-                                            "steps, prunes old jobs"))
-    else:
-        left_out.append(Role("orchestrator", 0, "--no-orchestrator: " + (
-            "on SQLite nothing else reclaims a lapsed lease or dispatches a workflow step" if sqlite else
-            "another box's orchestrator reclaims leases and dispatches workflow steps")))
-    plan += [Role("worker", count, f"queue {queue}" + (f", {gpu}" if gpu else "")) for queue, count in queues]
-    if schedules:
-        plan.append(Role("scheduler", 1, f"{len(schedules)} schedule(s): {', '.join(schedules)}"))
-    else:
-        left_out.append(Role("scheduler", 0, "no schedules: give --schedule FILE, or an --app module with "
-                                             "@rowfleet.periodic functions"))
-    if sampler:
-        plan.append(Role("sampler", 1, "this host's telemetry (CPU, memory, disks, network, temperatures, GPUs)"))
-    else:
-        left_out.append(Role("sampler", 0, "--no-sampler: this host records no telemetry"))
-    if panel_url:
-        plan.append(Role("panel", 1, f"the operator panel at {panel_url}"))
-    else:
-        left_out.append(Role("panel", 0, "not asked for: add --panel"))
-    return plan + left_out
+            raise ConfigError(f"--queue {names.shown(spec)}: N must be {runner.PROCS.requirement}") from None
+    return list(runner.check_queues(counts, "--queue"))
 
 
 def render_plan(plan: Sequence[Role], config: configuration.Config) -> str:
@@ -200,50 +127,18 @@ def render_plan(plan: Sequence[Role], config: configuration.Config) -> str:
 def cmd_up(args: argparse.Namespace, config: configuration.Config) -> int:
     if args.json and not args.check:
         raise ConfigError("--json goes with --check: a running box logs, it prints no JSON")
-    config = with_allowed_hosts(trusted(config, args), args)
+    config = with_sample_paths(with_allowed_hosts(trusted(config, args), args), args)
     queues = queue_counts(args.queue or ["default"])
     schedules = vetted_schedules(args.schedule, args.app, config.allow_modules)  # imports the --app modules
-    gpu = gpu_settings_of(args)
+    box = Box(config, queues, schedules, orchestrator=not args.no_orchestrator, sampler=not args.no_sampler,
+              gpu=args.gpu, gpu_settings=gpu_settings_of(args))
     panel = _panel_request(args, config)
-    plan = box_plan(queues, orchestrator=not args.no_orchestrator, schedules=[s.name for s in schedules],
-                    sampler=not args.no_sampler, panel_url=panel.shown if panel else None,
-                    sqlite=sqlite_path(config.db) is not None,
-                    gpu=("GPU watchdog" + (f", models {', '.join(gpu.models)}" if gpu else "")) if args.gpu else None)
+    plan = runner.box_plan(box, panel_url=panel.shown if panel else None)
     if args.check:
         print(json.dumps([role.to_dict() for role in plan], indent=2) if args.json else render_plan(plan, config))
         return exitcodes.OK
-    watchers = [sampler_child(with_sample_paths(config, args), stop_stage=WATCHER_STAGE)] if not args.no_sampler else []
-    if panel:
-        watchers.append(_panel_child(config, panel, args.schedule))  # binds: a taken port stops us here
-    if not args.no_orchestrator:
-        _migrate_if_answering(config)
-    workers = [Child("worker", partial(run_worker, config, (queue,), gpu=args.gpu, gpu_settings=gpu), FATAL,
-                     stop_stage=WORKER_STAGE) for queue, count in queues for _ in range(count)]
-    return supervise(config, _feeders(config, schedules, orchestrator=not args.no_orchestrator) + workers + watchers)
-
-
-def _feeders(config: configuration.Config, schedules: list[Schedule], *, orchestrator: bool) -> list[Child]:
-    """The children that make work due: the scheduler (stopped first) and the orchestrator
-    (stopped after the workers, so the steps their last results made due are dispatched)."""
-    children = [Child("scheduler", partial(run_scheduler, config, schedules), FATAL, reports_exits=False,
-                      stop_stage=SCHEDULER_STAGE)] if schedules else []
-    if orchestrator:
-        children.append(Child("orchestrator", partial(run_orchestrator, config), FATAL, reports_exits=False,
-                              stop_stage=ORCHESTRATOR_STAGE))
-    return children
-
-
-def _migrate_if_answering(config: configuration.Config) -> None:
-    """Make or upgrade the schema before any child starts, so that a fresh box's workers
-    find it at once; a server that does not answer yet, or a disk with no room, is left to the
-    orchestrator child, which waits for it. The connection is closed before the first fork."""
-    try:
-        with open_store(config, create=True) as store:
-            store.migrate()
-    except DatabaseUnreachable as exc:
-        log.warning("the database does not answer yet (%s): the orchestrator will migrate it once it does", exc)
-    except DiskFull as exc:
-        log.warning("%s: the orchestrator will migrate it once there is room", exc)
+    watchers = [_panel_child(config, panel, args.schedule)] if panel else []  # binds: a taken port stops us here
+    return runner.run_box(box, watchers)
 
 
 def _panel_request(args: argparse.Namespace, config: configuration.Config) -> PanelAsk | None:
@@ -258,9 +153,9 @@ def _panel_request(args: argparse.Namespace, config: configuration.Config) -> Pa
         if given:
             raise ConfigError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --panel")
         return None
-    bind = DEFAULT_BIND if args.bind is None else args.bind
-    token = server.check_bind(bind, webserver.chosen_token(args.token, TOKEN_ENV, config.panel_token))
-    return PanelAsk(bind, DEFAULT_PORT if args.port is None else args.port, token, args.read_only)
+    bind = PANEL_BIND if args.bind is None else args.bind
+    token = server.check_bind(bind, webserver.chosen_token(args.token, PANEL_TOKEN_ENV, config.panel_token))
+    return PanelAsk(bind, PANEL_PORT if args.port is None else args.port, token, args.read_only)
 
 
 def _panel_child(config: configuration.Config, panel: PanelAsk, schedule_files: Sequence[str]) -> Child:
@@ -273,8 +168,8 @@ def _panel_child(config: configuration.Config, panel: PanelAsk, schedule_files: 
 
     def serve() -> int:
         stop = threading.Event()
-        on_stop_signals(lambda *_: stop.set())
+        runner.on_stop_signals(lambda *_: stop.set())
         server.serve_made(made, stop, lambda url: print(f"panel at {url}", flush=True))
         return exitcodes.OK
 
-    return Child("panel", serve, FATAL, reports_exits=False, stop_stage=WATCHER_STAGE)
+    return Child("panel", serve, runner.FATAL, reports_exits=False, stop_stage=runner.WATCHER_STAGE)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any, Callable
 
 from rowfleet import api, dag, exitcodes, tasks
 from rowfleet import config as configuration
 from rowfleet.cli.arguments import Parser, allow_module_flag, int64, json_flag, positive_int, trusted
-from rowfleet.cli.output import print_json, short, table
+from rowfleet.cli.output import print_json, short, table, warn
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import iso
 from rowfleet.store import open_store
@@ -68,7 +67,7 @@ def cmd_run(args: argparse.Namespace, config: configuration.Config) -> int:
         else:
             print(run_id)
     for warning in warnings:  # once started: a refused command says only why
-        print(f"rowfleet: warning: {warning}", file=sys.stderr)
+        warn(warning)
     return exitcodes.OK
 
 
