@@ -4,11 +4,10 @@ the model it needs.
 Owns the contract of ``rowfleet.models`` (a model loads once per process, a swap unloads
 the held one first, a failed load leaves nothing held, the footprint is what the memory
 reader saw change, two threads asking at once load it once), the rules of
-``rowfleet.model`` (an id registers, no id gets the current job's model), and the stamping
-of ``jobs.required_model`` and ``jobs.vram_mb`` through every enqueue path (``@task(model=)``,
-``rowfleet.enqueue(model=, vram_mb=)``, workflow nodes, ``rowfleet enqueue --model
---vram-mb``), written once in ``StampContract`` and run on SQLite and PostgreSQL. The
-loaders are fakes that count their calls and allocate a ``bytearray``.
+``rowfleet.model`` (an id registers, no id gets the current job's model), and a worker's
+model across its jobs (``WorkerModelContract``, on SQLite and PostgreSQL). How a job's
+``required_model`` and ``vram_mb`` are stamped into its row is ``test_task_stamps``'s
+contract. The loaders are fakes that count their calls and allocate a ``bytearray``.
 """
 
 from __future__ import annotations
@@ -284,23 +283,8 @@ def plain(**_):
     return rowfleet.model()  # its job names no model
 
 
-MODEL_APP = '''\
-import rowfleet
-
-
-@rowfleet.model("app-llama:q4", vram_mb=9000)
-def load():
-    return "weights"
-
-
-@rowfleet.task(name="modelapp.chat", model="app-llama:q4")
-def chat():
-    return None
-'''
-
-
-class StampContract:
-    """Every backend must pass these; subclasses provide ``empty_database()``."""
+class WorkerModelContract:
+    """A worker's model across its jobs; every backend must pass these (``empty_database()``)."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -313,51 +297,6 @@ class StampContract:
 
     def row(self, job_id: int):
         return self.store.get_job(job_id, "")
-
-    def needs(self, job_id: int) -> tuple:
-        job = self.row(job_id)
-        return job.required_model, job.vram_mb
-
-    def test_a_tasks_model_and_its_registered_vram_are_stamped_into_the_row(self):
-        for job in (chat.enqueue(), rowfleet.enqueue(chat), rowfleet.enqueue("models.chat")):
-            with self.subTest(job=job.id):
-                self.assertEqual(self.needs(job.id), (LLAMA, VRAM))
-
-    def test_a_jobs_own_model_and_vram_beat_its_tasks(self):
-        own_model = chat.enqueue(model=MISTRAL)  # registered without vram: unknown
-        own_vram = chat.enqueue(vram_mb=20000)
-        both = rowfleet.enqueue("models.chat", model=MISTRAL, vram_mb=8000)
-        self.assertEqual([self.needs(job.id) for job in (own_model, own_vram, both)],
-                         [(MISTRAL, None), (LLAMA, 20000), (MISTRAL, 8000)])
-
-    def test_an_unregistered_task_or_model_takes_what_the_writer_says(self):
-        jobs = [rowfleet.enqueue("nowhere:task"), rowfleet.enqueue("nowhere:task", model=LLAMA),
-                rowfleet.enqueue("nowhere:task", model="unregistered:q4"),
-                rowfleet.enqueue("nowhere:task", vram_mb=512)]
-        self.assertEqual([self.needs(job.id) for job in jobs],
-                         [(None, None), (LLAMA, VRAM), ("unregistered:q4", None), (None, 512)])
-
-    def test_bad_models_and_vram_are_refused_and_write_nothing(self):
-        for options in ({"model": "two words"}, {"model": ""}, {"vram_mb": 0}, {"vram_mb": 2 ** 31},
-                        {"vram_mb": "big"}):
-            with self.subTest(options=options), self.assertRaises(ConfigError):
-                rowfleet.enqueue("nowhere:task", **options)
-        self.assertEqual(self.store.list_jobs(""), [])
-
-    def test_enqueue_many_stamps_every_job(self):
-        self.assertEqual(rowfleet.enqueue_many(chat, [{"n": 1}, {"n": 2}]), 2)
-        self.assertEqual([(job.required_model, job.vram_mb) for job in self.store.list_jobs("", queue="models-gpu")],
-                         [(LLAMA, VRAM), (LLAMA, VRAM)])
-
-    def test_workflow_nodes_take_their_tasks_model_unless_they_name_their_own(self):
-        flow = rowfleet.workflow("models.flow", [
-            {"id": "by_task", "task": chat},
-            {"id": "by_name", "task": "models.chat"},
-            {"id": "own", "task": chat, "model": MISTRAL},
-        ])
-        run = rowfleet.get_run(rowfleet.start_run(flow, check=False))
-        self.assertEqual({node.id: self.row(node.jobs[0]).required_model for node in run.nodes},
-                         {"by_task": LLAMA, "by_name": LLAMA, "own": MISTRAL})
 
     def test_a_worker_loads_a_model_once_for_its_jobs_and_swaps_for_another(self):
         resident = models.install(Resident())
@@ -379,23 +318,13 @@ class StampContract:
         self.assertEqual(found.state, FAILED)
         self.assertIn(f"job {job.id} names no model", found.error)
 
-    def test_the_command_line_stamps_model_and_vram(self):
-        self.write_module("modelapp", MODEL_APP)
-        with_app = int(self.cli("enqueue", "modelapp.chat", "--app", "modelapp").stdout)
-        own = int(self.cli("enqueue", "modelapp.chat", "--model", "org/other@rev", "--vram-mb", "4000").stdout)
-        model_only = int(self.cli("enqueue", "modelapp.chat", "--app", "modelapp", "--model",
-                                  "app-llama:q4").stdout)
-        without = int(self.cli("enqueue", "modelapp.chat").stdout)  # this process registered nothing
-        self.assertEqual([self.needs(job) for job in (with_app, own, model_only, without)],
-                         [("app-llama:q4", 9000), ("org/other@rev", 4000), ("app-llama:q4", 9000), (None, None)])
 
-
-class SQLiteStampTest(StampContract, TempDirTestCase):
+class SQLiteWorkerModelTest(WorkerModelContract, TempDirTestCase):
     def empty_database(self) -> str:
         return self.db
 
 
-class PostgresStampTest(PostgresServerCase, StampContract, TempDirTestCase):
+class PostgresWorkerModelTest(PostgresServerCase, WorkerModelContract, TempDirTestCase):
     """The same contract on a throwaway PostgreSQL database: ``self.db`` is its URL."""
 
 

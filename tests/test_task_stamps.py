@@ -1,11 +1,12 @@
 """What a job takes from its task's registration is written into its row when it is enqueued.
 
-Owns the contract that a task's ``timeout`` and ``queue`` (``@rowfleet.task``) reach
-``jobs.timeout`` and ``jobs.queue`` through every enqueue path that knows the task
-(``rowfleet.enqueue``, ``Task.enqueue``, ``enqueue_many``, ``rowfleet.workflow`` nodes,
-the scheduler's fired jobs, ``rowfleet enqueue NAME --app MODULE``), that a job's own
-timeout beats its task's, and that the budget watchdog reads the job's row and the
-worker's budget alone, never the task registry. Written once in ``StampContract`` and
+Owns the contract that a task's ``timeout``, ``queue`` and ``model`` (``@rowfleet.task``),
+and the ``vram_mb`` its model was registered with (``@rowfleet.model``), reach the job's row
+through every enqueue path that knows the task (``rowfleet.enqueue``, ``Task.enqueue``,
+``enqueue_many``, ``rowfleet.workflow`` nodes, the scheduler's fired jobs, ``rowfleet
+enqueue NAME --app MODULE``), that a job's own values beat its task's, that a bad model or
+vram is refused with nothing written, and that the budget watchdog reads the job's row and
+the worker's budget alone, never the task registry. Written once in ``StampContract`` and
 run on SQLite and PostgreSQL; the watchdog's lookup needs no database.
 """
 
@@ -18,6 +19,7 @@ import unittest
 import rowfleet
 from rowfleet import tasks
 from rowfleet.config import Config
+from rowfleet.errors import ConfigError
 from rowfleet.job import JobSpec
 from rowfleet.schedule import Schedule
 from rowfleet.store import open_store
@@ -43,9 +45,17 @@ def load_llm():
     return object()
 
 
+@rowfleet.model("stamps-other@rev2")  # registered without vram: unknown
+def load_other():
+    return object()
+
+
 @rowfleet.task(name="stamps.infer", queue="stamps-gpu", model="stamps-llm:q4")
 def infer(**_):
     return None
+
+
+LLM, OTHER, VRAM = "stamps-llm:q4", "stamps-other@rev2", 17000
 
 
 APP_SOURCE = '''\
@@ -54,6 +64,16 @@ import rowfleet
 
 @rowfleet.task(name="stampapp.slow", queue="stampapp-io", timeout=9)
 def slow():
+    return None
+
+
+@rowfleet.model("stampapp-llm:q4", vram_mb=9000)
+def load():
+    return "weights"
+
+
+@rowfleet.task(name="stampapp.chat", model="stampapp-llm:q4")
+def chat():
     return None
 '''
 
@@ -73,6 +93,10 @@ class StampContract:
     def row(self, job_id: int):
         return self.store.get_job(job_id, "")
 
+    def needs(self, job_id: int) -> tuple:
+        job = self.row(job_id)
+        return job.required_model, job.vram_mb
+
     def test_an_enqueue_of_a_registered_task_writes_its_timeout_and_queue_into_the_row(self):
         for job in (slow.enqueue({"n": 1}), rowfleet.enqueue(slow), rowfleet.enqueue("stamps.slow")):
             with self.subTest(job=job.id):
@@ -91,8 +115,10 @@ class StampContract:
 
     def test_enqueue_many_stamps_every_job(self):
         self.assertEqual(rowfleet.enqueue_many(slow, [{"n": 1}, {"n": 2}]), 2)
-        jobs = self.store.list_jobs("", queue="stamps-io")
-        self.assertEqual([job.timeout for job in jobs], [TIMEOUT, TIMEOUT])
+        self.assertEqual(rowfleet.enqueue_many(infer, [{"n": 1}, {"n": 2}]), 2)
+        self.assertEqual([job.timeout for job in self.store.list_jobs("", queue="stamps-io")], [TIMEOUT, TIMEOUT])
+        self.assertEqual([self.needs(job.id) for job in self.store.list_jobs("", queue="stamps-gpu")],
+                         [(LLM, VRAM), (LLM, VRAM)])
 
     def test_workflow_nodes_take_their_tasks_timeout_and_queue_unless_they_set_their_own(self):
         flow = rowfleet.workflow("stamps.flow", [
@@ -109,14 +135,42 @@ class StampContract:
     def test_workflow_nodes_take_their_tasks_model_and_its_registered_vram_unless_they_set_their_own(self):
         flow = rowfleet.workflow("stamps.gpuflow", [
             {"id": "by_task", "task": infer},
+            {"id": "by_name", "task": "stamps.infer"},
             {"id": "own_vram", "task": infer, "vram_mb": 9000},
+            {"id": "own_model", "task": infer, "model": OTHER},
             {"id": "plain", "task": plain},
         ])
         run = rowfleet.get_run(rowfleet.start_run(flow, check=False))
         found = {node.id: self.row(node.jobs[0]) for node in run.nodes}
         self.assertEqual({node: (job.required_model, job.vram_mb) for node, job in found.items()},
-                         {"by_task": ("stamps-llm:q4", 17000), "own_vram": ("stamps-llm:q4", 9000),
-                          "plain": (None, None)})
+                         {"by_task": (LLM, VRAM), "by_name": (LLM, VRAM), "own_vram": (LLM, 9000),
+                          "own_model": (OTHER, None), "plain": (None, None)})
+
+    def test_a_tasks_model_and_its_registered_vram_are_stamped_into_the_row(self):
+        for job in (infer.enqueue(), rowfleet.enqueue(infer), rowfleet.enqueue("stamps.infer")):
+            with self.subTest(job=job.id):
+                self.assertEqual(self.needs(job.id), (LLM, VRAM))
+
+    def test_a_jobs_own_model_and_vram_beat_its_tasks(self):
+        own_model = infer.enqueue(model=OTHER)
+        own_vram = infer.enqueue(vram_mb=20000)
+        both = rowfleet.enqueue("stamps.infer", model=OTHER, vram_mb=8000)
+        self.assertEqual([self.needs(job.id) for job in (own_model, own_vram, both)],
+                         [(OTHER, None), (LLM, 20000), (OTHER, 8000)])
+
+    def test_an_unregistered_task_or_model_takes_what_the_writer_says(self):
+        jobs = [rowfleet.enqueue("nowhere:task"), rowfleet.enqueue("nowhere:task", model=LLM),
+                rowfleet.enqueue("nowhere:task", model="unregistered:q4"),
+                rowfleet.enqueue("nowhere:task", vram_mb=512)]
+        self.assertEqual([self.needs(job.id) for job in jobs],
+                         [(None, None), (LLM, VRAM), ("unregistered:q4", None), (None, 512)])
+
+    def test_bad_models_and_vram_are_refused_and_write_nothing(self):
+        for options in ({"model": "two words"}, {"model": ""}, {"vram_mb": 0}, {"vram_mb": 2 ** 31},
+                        {"vram_mb": "big"}):
+            with self.subTest(options=options), self.assertRaises(ConfigError):
+                rowfleet.enqueue("nowhere:task", **options)
+        self.assertEqual(self.store.list_jobs(""), [])
 
     def test_a_schedules_fired_job_carries_its_tasks_model_and_vram(self):
         schedule = Schedule("stamps.gpu-every", "stamps.infer", every=60)
@@ -152,6 +206,17 @@ class StampContract:
         without = int(self.cli("enqueue", "stampapp.slow").stdout)  # this process registered nothing
         self.assertEqual([(self.row(job).timeout, self.row(job).queue) for job in (with_app, own, without)],
                          [(9.0, "stampapp-io"), (2.0, "mine"), (None, "default")])
+
+    def test_the_command_line_stamps_model_and_vram(self):
+        self.write_module("stampapp", APP_SOURCE)
+        with_app = int(self.cli("enqueue", "stampapp.chat", "--app", "stampapp").stdout)
+        own = int(self.cli("enqueue", "stampapp.chat", "--model", "org/other@rev", "--vram-mb", "4000").stdout)
+        model_only = int(self.cli("enqueue", "stampapp.chat", "--app", "stampapp", "--model",
+                                  "stampapp-llm:q4").stdout)
+        without = int(self.cli("enqueue", "stampapp.chat").stdout)  # this process registered nothing
+        self.assertEqual([self.needs(job) for job in (with_app, own, model_only, without)],
+                         [("stampapp-llm:q4", 9000), ("org/other@rev", 4000), ("stampapp-llm:q4", 9000),
+                          (None, None)])
 
 
 class SQLiteStampTest(StampContract, TempDirTestCase):
