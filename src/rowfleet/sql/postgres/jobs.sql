@@ -60,6 +60,61 @@ state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s
 -- each probe of jobs_model looks for.
 {{claim_candidates}} AND required_model = kind.model AND {{memory_fit}}
 
+-- fragment: plain_kind
+-- Plain jobs' (model NULL) best job that fits the free memory, in claim order, locked (SKIP
+-- LOCKED), at %(plain_preference)s unless that is NULL (the lane leaves them out): a probe of
+-- its own beside the models' (kind_probe), so that each probe is an index walk.
+SELECT plain.*, %(plain_preference)s::integer FROM (
+    SELECT id, run_next, priority, run_at FROM jobs
+    WHERE {{claim_candidates}}
+      AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
+    ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS plain
+
+-- fragment: plain_kind [newest]
+-- As kind_probe [newest], for plain jobs.
+SELECT plain.*, %(plain_preference)s::integer FROM (
+    SELECT id, run_next, priority, run_at FROM jobs
+    WHERE {{claim_candidates}}
+      AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
+      AND (run_next, priority) = (
+          SELECT run_next, priority FROM jobs
+          WHERE {{claim_candidates}}
+            AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
+          ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+    ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS plain
+
+-- fragment: routed_kinds
+-- The models a routed claim's gate lets in (%(gate)s, a JSON object of model -> preference),
+-- each with its preference; plain jobs are probed on their own (plain_kind).
+(SELECT gate.model, gate.preference::integer AS preference
+ FROM jsonb_each_text(%(gate)s::jsonb) AS gate(model, preference)) AS kind
+
+-- fragment: kind_probe
+-- One model's (kind.model) best job that fits the free memory, in claim order, locked
+-- (SKIP LOCKED): one walk of jobs_model, run once per model (LATERAL).
+(SELECT id, run_next, priority, run_at FROM jobs
+ WHERE {{kind_candidates}}
+ ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+
+-- fragment: kind_probe [newest]
+-- Newest first (an overflow box), keeping run-next and priority first: a first probe finds
+-- the best (run_next, priority), a second the newest job of it, so both stay index walks.
+(SELECT id, run_next, priority, run_at FROM jobs
+ WHERE {{kind_candidates}}
+   AND (run_next, priority) = (
+       SELECT run_next, priority FROM jobs
+       WHERE {{kind_candidates}}
+       ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+ ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED)
+
+-- fragment: pick_order
+-- The order a routed claim puts its kinds' best jobs in: run-next, the kind's preference,
+-- priority, then due order (oldest first; newest first for an overflow box).
+ORDER BY c.run_next DESC, c.preference, c.priority, c.run_at, c.id
+
+-- fragment: pick_order [newest]
+ORDER BY c.run_next DESC, c.preference, c.priority, c.run_at DESC, c.id DESC
+
 -- fragment: promotion_candidates
 -- The delayed jobs of a claim's (project, queue) that have fallen due (the jobs_delayed index).
 state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
@@ -72,31 +127,23 @@ state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s
  WHERE {{claim_candidates}}
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 
--- fragment: claim_pick [routed]
+-- fragment: claim_pick [routed, newest]
 -- The id of the job a routed claim takes (NULL: none), by the rules and order rowfleet.claim
--- documents, oldest first, locked (SKIP LOCKED). Its gate (%(gate)s, a JSON object of
--- model -> preference, and %(plain_preference)s for plain jobs, NULL when the lane leaves
--- them out) gives one probe of jobs_model per model (LATERAL), and one for plain jobs, each
--- the best of its kind in claim order and fitting the free memory; the few found are then
--- put in order by run-next, their kind's preference, priority and due order. Each form is
--- its own statement, so that the planner plans only the probes it runs (planning dominated
--- a claim of all forms in one).
+-- documents (an overflow box's newest first: kind_probe, plain_kind, pick_order), locked
+-- (SKIP LOCKED). Its gate (routed_kinds, and %(plain_preference)s for plain jobs) gives one
+-- probe of jobs_model per model (LATERAL), and one for plain jobs, each the best of its kind
+-- in claim order and fitting the free memory; the few found are then put in order by
+-- run-next, their kind's preference, priority and due order. Each form is its own
+-- statement, so that the planner plans only the probes it runs (planning dominated a claim
+-- of all forms in one).
 (SELECT c.id FROM (
     SELECT probe.*, kind.preference
-    FROM (SELECT gate.model, gate.preference::integer AS preference
-          FROM jsonb_each_text(%(gate)s::jsonb) AS gate(model, preference)) AS kind
-    CROSS JOIN LATERAL (
-        SELECT id, run_next, priority, run_at FROM jobs
-        WHERE {{kind_candidates}}
-        ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS probe
+    FROM {{routed_kinds}}
+    CROSS JOIN LATERAL {{kind_probe}} AS probe
     UNION ALL
-    SELECT plain.*, %(plain_preference)s::integer FROM (
-        SELECT id, run_next, priority, run_at FROM jobs
-        WHERE {{claim_candidates}}
-          AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
-        ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS plain
+    {{plain_kind}}
  ) AS c
- ORDER BY c.run_next DESC, c.preference, c.priority, c.run_at, c.id
+ {{pick_order}}
  LIMIT 1)
 
 -- fragment: claim_pick [warm]
@@ -109,37 +156,6 @@ state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s
    AND required_model = %(warm_model)s::text AND {{memory_fit}}
    AND NOT EXISTS (SELECT 1 FROM jobs WHERE {{claim_candidates}} AND run_next >= 1)
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-
--- fragment: claim_pick [newest]
--- As the routed claim, newest first (an overflow box). That keeps run-next and priority
--- first: a first probe finds the best (run_next, priority), a second the newest job of it,
--- so both stay index walks.
-(SELECT c.id FROM (
-    SELECT probe.*, kind.preference
-    FROM (SELECT gate.model, gate.preference::integer AS preference
-          FROM jsonb_each_text(%(gate)s::jsonb) AS gate(model, preference)) AS kind
-    CROSS JOIN LATERAL (
-        SELECT id, run_next, priority, run_at FROM jobs
-        WHERE {{kind_candidates}}
-          AND (run_next, priority) = (
-              SELECT run_next, priority FROM jobs
-              WHERE {{kind_candidates}}
-              ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
-        ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS probe
-    UNION ALL
-    SELECT plain.*, %(plain_preference)s::integer FROM (
-        SELECT id, run_next, priority, run_at FROM jobs
-        WHERE {{claim_candidates}}
-          AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
-          AND (run_next, priority) = (
-              SELECT run_next, priority FROM jobs
-              WHERE {{claim_candidates}}
-                AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
-              ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
-        ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS plain
- ) AS c
- ORDER BY c.run_next DESC, c.preference, c.priority, c.run_at DESC, c.id DESC
- LIMIT 1)
 
 -- fragment: claim_due
 -- Whether claim_pick would find a job, as a condition: the same rules, asking only whether

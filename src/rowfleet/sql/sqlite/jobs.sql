@@ -54,6 +54,49 @@ state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND r
 -- the free memory: what each probe of jobs_model looks for.
 {{claim_candidates}} AND required_model IS kind.model AND {{memory_fit}}
 
+-- fragment: plain_kind
+-- Plain jobs (model NULL) as one more kind of a routed claim's, at :plain_preference, unless
+-- that is NULL (the lane leaves them out): the models' probe serves them too.
+SELECT NULL, :plain_preference WHERE :plain_preference IS NOT NULL
+
+-- fragment: plain_kind [newest]
+-- The same row: newest first is the probe's business (kind_probe), which serves plain jobs
+-- too. (PostgreSQL probes plain jobs on their own, so its plain_kind has a newest form.)
+SELECT NULL, :plain_preference WHERE :plain_preference IS NOT NULL
+
+-- fragment: routed_kinds
+-- The kinds of job a routed claim's gate lets in, each with its preference: the models of
+-- :gate (a JSON object of model -> preference), and plain jobs.
+(SELECT gate.key AS model, gate.value AS preference FROM json_each(:gate) AS gate
+ UNION ALL
+ {{plain_kind}}) AS kind
+
+-- fragment: kind_probe
+-- The id of one kind's best job (kind.model) that fits the free memory, in claim order:
+-- one walk of jobs_model.
+(SELECT id FROM jobs
+ WHERE {{kind_candidates}}
+ ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+
+-- fragment: kind_probe [newest]
+-- Newest first (an overflow box), keeping run-next and priority first: a first probe finds
+-- the best (run_next, priority), a second the newest job of it, so both stay index walks.
+(SELECT id FROM jobs
+ WHERE {{kind_candidates}}
+   AND (run_next, priority) = (
+       SELECT run_next, priority FROM jobs
+       WHERE {{kind_candidates}}
+       ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
+ ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1)
+
+-- fragment: pick_order
+-- The order a routed claim puts its kinds' best jobs in: run-next, the kind's preference,
+-- priority, then due order (oldest first; newest first for an overflow box).
+ORDER BY best.run_next DESC, kind.preference, best.priority, best.run_at, best.id
+
+-- fragment: pick_order [newest]
+ORDER BY best.run_next DESC, kind.preference, best.priority, best.run_at DESC, best.id DESC
+
 -- fragment: promotion_candidates
 -- The delayed jobs of a claim's (project, queue) that have fallen due (the jobs_delayed index).
 state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND run_at <= :now
@@ -65,22 +108,18 @@ state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND r
  WHERE {{claim_candidates}}
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
 
--- fragment: claim_pick [routed]
+-- fragment: claim_pick [routed, newest]
 -- The id of the job a routed claim takes (NULL: none), by the rules and order
--- rowfleet.claim documents, oldest first. Its gate (:gate, a JSON object of model ->
--- preference, and :plain_preference for plain jobs, NULL when the lane leaves them out)
--- gives one probe of jobs_model per kind of job, each the best of its kind in claim order
--- and fitting the free memory, joined to its row (CROSS JOIN keeps the few kinds the outer
--- loop) and put in order by run-next, the kind's preference, priority and due order.
+-- rowfleet.claim documents (an overflow box's newest first: kind_probe, pick_order). Its
+-- gate (routed_kinds) gives one probe of jobs_model per kind of job, each the best of its
+-- kind in claim order and fitting the free memory, joined to its row (CROSS JOIN keeps the
+-- few kinds the outer loop) and put in order by run-next, the kind's preference, priority
+-- and due order.
 (SELECT best.id
- FROM (SELECT gate.key AS model, gate.value AS preference FROM json_each(:gate) AS gate
-       UNION ALL
-       SELECT NULL, :plain_preference WHERE :plain_preference IS NOT NULL) AS kind
+ FROM {{routed_kinds}}
  CROSS JOIN jobs AS best
- WHERE best.id = (SELECT id FROM jobs
-                  WHERE {{kind_candidates}}
-                  ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
- ORDER BY best.run_next DESC, kind.preference, best.priority, best.run_at, best.id
+ WHERE best.id = {{kind_probe}}
+ {{pick_order}}
  LIMIT 1)
 
 -- fragment: claim_pick [warm]
@@ -93,25 +132,6 @@ state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND r
    AND required_model = :warm_model AND {{memory_fit}}
    AND NOT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_claim WHERE {{claim_candidates}} AND run_next >= 1)
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
-
--- fragment: claim_pick [newest]
--- As the routed claim, newest first (an overflow box). That keeps run-next and priority
--- first: a first probe finds the best (run_next, priority), a second the newest job of it,
--- so both stay index walks.
-(SELECT best.id
- FROM (SELECT gate.key AS model, gate.value AS preference FROM json_each(:gate) AS gate
-       UNION ALL
-       SELECT NULL, :plain_preference WHERE :plain_preference IS NOT NULL) AS kind
- CROSS JOIN jobs AS best
- WHERE best.id = (SELECT id FROM jobs
-                  WHERE {{kind_candidates}}
-                    AND (run_next, priority) = (
-                        SELECT run_next, priority FROM jobs
-                        WHERE {{kind_candidates}}
-                        ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
-                  ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1)
- ORDER BY best.run_next DESC, kind.preference, best.priority, best.run_at DESC, best.id DESC
- LIMIT 1)
 
 -- fragment: claim_due
 -- Whether claim_pick would find a job, as a condition: the same rules, asking only whether
