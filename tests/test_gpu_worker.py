@@ -2,7 +2,8 @@
 fake loaders (``gpuapp`` below) and the fake ``nvidia-smi`` of tests/fixtures/bin, which
 prints a state file the loaders rewrite (``FAKE_NVIDIA_SMI_FILE``), so the GPU's used memory
 moves as models load and unload. Also the store pieces the worker uses (``hand_back``,
-``model_backlog``, a worker's advert in the snapshot) on SQLite and PostgreSQL.
+``model_backlog``, a worker's advert in the snapshot, the other GPU workers' adverts through
+``gpu_adverts`` as the worker's fleet view) on SQLite and PostgreSQL.
 
 Evidence comes from files the handlers append to (one ``os.write`` per line) and from the
 database; every wait is a condition with a deadline.
@@ -18,6 +19,7 @@ import time
 import unittest
 import unittest.mock
 
+from rowfleet import liveness
 from rowfleet.claim import Claim
 from rowfleet.job import JobSpec
 from rowfleet.views import snapshot
@@ -302,6 +304,51 @@ class GpuStoreContract:
         self.assertEqual(workers["box:1:0"].to_dict()["gpu"]["lane"], "model")
         self.assertIsNone(snapshot.box_of(workers["box:2:0"]), "a worker without an advert is no box")
 
+
+    def test_the_workers_fleet_view_is_the_narrow_read_and_shows_what_the_snapshot_shows(self):
+        from rowfleet import control
+        from rowfleet.gpu import gpu_worker
+        from rowfleet.telemetry import gpu
+
+        heartbeat = self.store.config.heartbeat
+
+        def beat(worker_id: str, host: str, queue: str = "gpu", project: str = "", **advert) -> None:
+            pid = int(worker_id.rsplit(":", 1)[1])
+            advert.setdefault("models", ("a", "b"))
+            self.store.worker_beat(worker_id, project, host, queue, pid, advert.pop("job", None),
+                                   advert.pop("state", control.SERVING), gpu_index=0, vram_total_mb=24000,
+                                   **advert)
+
+        beat("silent:1", "s")
+        self.clock.advance(liveness.MISSED_BEATS * heartbeat + 1)  # it missed its beats: listed by no one
+        beat("me:2", HOST)
+        beat("warm:3", "a", warm_model="a", warm_since=self.clock() - 5, vram_free_mb=9000, job=7)
+        beat("drain:4", "b", state=control.DRAINING, host_priority=-1)
+        beat("parked:5", "c", state=control.PARKED, loading="b")
+        beat("multi:6", "d", queue="cpu", queues=("cpu", "gpu"))
+        beat("stopped:7", "f")
+        self.store.worker_stopped("stopped:7")  # beaten this instant: the snapshot lists it, not live
+        beat("off:8", "offbox")
+        self.store.set_switch("", "offbox", "gpu", control.OFF)
+        beat("other:9", "e", queue="other")
+        beat("elsewhere:10", "a", project="p2")
+        beat("plain:11", "a", models=None)
+        fleet = snapshot.snapshot(self.store, listed_for=0.0)  # what the worker read before
+        expected = tuple(box for worker in fleet.workers if worker.project == "" and worker.serves("gpu")
+                         and worker.worker_id != "me:2" and (box := snapshot.box_of(worker)) is not None)
+        box = gpu_worker.GpuBox(self.config(host=HOST),
+                                gpu_worker.GpuSettings(("a",)), worker_id="me:2", holder="me:2", queues="gpu",
+                                memory=gpu_worker.GpuMemory("nvidia-smi", 0, 1.0, sample=lambda **_: gpu.GpuSample()))
+        with unittest.mock.patch.object(self.store, "fleet_rows", side_effect=AssertionError("read the snapshot")):
+            view = box._read_fleet(self.store)
+        self.assertEqual(view.boxes, expected)
+        self.assertEqual([(b.worker_id, b.live, b.serving, b.busy) for b in view.boxes],
+                         [("warm:3", True, True, True), ("drain:4", True, False, False),
+                          ("parked:5", True, False, False), ("multi:6", True, True, False),
+                          ("stopped:7", False, False, False), ("off:8", True, False, False)])
+        self.assertEqual((view.boxes[0].warm_model, view.boxes[0].vram_free_mb, view.boxes[1].host_priority,
+                          view.boxes[2].loading), ("a", 9000, -1, "b"))
+        self.assertEqual([w.worker_id for w in self.store.gpu_adverts("p2")], ["elsewhere:10"])
 
 class SQLiteGpuStoreTest(GpuStoreContract, TempDirTestCase):
     pass

@@ -19,6 +19,8 @@ from rowfleet import control
 from rowfleet.claim import Claim
 from rowfleet.control import Switch
 from rowfleet.job import COMPLETED, FAILED, JobSpec, Outcome
+from rowfleet.gpu import advert, placement
+from rowfleet.store import fleet as fleet_store
 from rowfleet.views import snapshot
 from rowfleet.views.snapshot import Count, Progress, Services, Snapshot, count_of, worker_of
 from pg_harness import PostgresDatabaseCase
@@ -27,7 +29,11 @@ from test_lifecycle import Clock
 
 
 def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(snapshot))
+    # The decoders and rules the snapshot shares with the engine (a worker row's advert and
+    # queues, a box, a model's figures, an unplaceable reason's text) keep their examples
+    # where they live now.
+    for module in (snapshot, fleet_store, advert, placement):
+        tests.addTests(doctest.DocTestSuite(module))
     return tests
 
 

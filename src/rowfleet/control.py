@@ -154,6 +154,18 @@ def holding(per_queue: Mapping[str, Switch | None], job_queue: str | None = None
     return next((switch for switch in off if switch.policy != HARD), off[0])
 
 
+def holding_worker(switches: Iterable[Switch], project: str, host: str, queues: Iterable[str]) -> Switch | None:
+    """The switch that holds a worker of (project, host) serving ``queues`` (in its order),
+    as a listing judges it (no job in hand: ``holding``), or None: it serves.
+
+    >>> rows = [Switch("", "box", "a", OFF, HARD), Switch("", "box", "b", OFF, DRAIN)]
+    >>> holding_worker(rows, "", "box", ["a"]).policy, holding_worker(rows, "", "box", ["a", "c"])
+    ('hard', None)
+    """
+    switches = list(switches)
+    return holding({queue: in_force(switches, project, host, queue) for queue in queues})
+
+
 def next_step(switch: Switch | None, holding_job: bool, has_run_jobs: bool) -> str:
     """What a worker does under ``switch`` (the one ``in_force``), holding a job or not,
     having run jobs since it started or not.

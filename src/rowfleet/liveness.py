@@ -35,6 +35,31 @@ def silent(last_seen: float, heartbeat: float, now: float) -> bool:
     return now - last_seen > MISSED_BEATS * heartbeat
 
 
+# How a worker's row reads when it is no longer doing what it last beat.
+SILENT = "SILENT"    # flagged dead by the sweep, or past its own staleness
+STOPPED = "stopped"  # stopped cleanly; a process whose supervisor saw its exit reads as that exit
+
+
+def actual_state(row: Any, now: float) -> str:
+    """What a heartbeat row says a worker is doing: serving, draining, parked, ``SILENT``
+    (flagged dead, or past its own staleness even where no orchestrator sweeps), stopped,
+    or how it ended. A beat that is no number (plain SQL) shows nothing alive: silent.
+
+    >>> row = {"exit_code": None, "stopped_at": None, "flagged_dead_at": None, "last_seen": 100.0,
+    ...        "heartbeat": 10.0, "state": "parked"}
+    >>> actual_state(row, 120.0), actual_state(row, 131.0), actual_state({**row, "exit_code": -9}, 120.0)
+    ('parked', 'SILENT', 'killed by SIGKILL')
+    """
+    if row["exit_code"] is not None:
+        return exitcodes.describe(row["exit_code"])
+    if row["stopped_at"]:
+        return STOPPED
+    last_seen, heartbeat = names.seconds_of(row["last_seen"]), names.seconds_of(row["heartbeat"])
+    if row["flagged_dead_at"] or last_seen is None or heartbeat is None or silent(last_seen, heartbeat, now):
+        return SILENT
+    return row["state"]
+
+
 # The lease rule: a holder that has not renewed its job's lease stops the job before the
 # lease can lapse, so that no other worker starts it while it still runs. The margin covers
 # the holder's clock running slower than the database's (a monotonic clock's rate error is

@@ -362,6 +362,16 @@ def is_finite_number(value: Any) -> bool:
     return isinstance(value, float) and math.isfinite(value)
 
 
+def seconds_of(value: Any) -> float | None:
+    """A time or a duration read from a row as a number, or None when the row holds something
+    else (plain SQL's text, a bool).
+
+    >>> seconds_of(2.5), seconds_of(3), seconds_of("4"), seconds_of(True)
+    (2.5, 3, None, None)
+    """
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 # --- JSON ------------------------------------------------------------------------------
 
 

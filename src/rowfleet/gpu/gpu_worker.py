@@ -7,8 +7,9 @@ A worker started with ``--gpu`` and models to load (``GpuSettings``) holds a ``G
   reader asks ``nvidia-smi --query-gpu`` for the used memory of the worker's GPU, so a
   load's footprint is measured; a missing or failing nvidia-smi reads as unknown (None).
 * ``claim_fields(store)``: the claim's routing fields, ``routing.claim_inputs`` over a fleet
-  view read at most once per heartbeat interval: the other GPU workers of its project and
-  queues as their heartbeat rows show them (``snapshot``), what is queued per model
+  view read at most once per heartbeat interval: the other live GPU workers of its project
+  and queues as their heartbeat rows show them (``Store.gpu_adverts``, as boxes by
+  ``rowfleet.gpu.advert``), what is queued per model
   (``Store.model_backlog``) and each model's measured figures (``Store.model_stats``, with
   the registered size); and its own box from its own state (warm model and since when,
   the model loading, free GPU memory). Plus ``gpu_locked_to`` once the GPU was found
@@ -26,8 +27,9 @@ A worker started with ``--gpu`` and models to load (``GpuSettings``) holds a ``G
   the worker stops. ``advert()`` is what every heartbeat carries.
 
 Main-thread calls and the keeper's (``advert``, ``renew``) share the lease and the memory
-reading under locks; a renewal and a release of the lease never interleave. Writes no SQL: everything goes through the store. Must not import
-``rowfleet.worker.loop`` or ``rowfleet.worker.keeper``.
+reading under locks; a renewal and a release of the lease never interleave. Writes no SQL:
+everything goes through the store. Must not import ``rowfleet.worker.loop``,
+``rowfleet.worker.keeper`` or any view (``rowfleet.views``): the operator's read models.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ from rowfleet import control, models, names
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, ModelLoadFailed, RowfleetError
 from rowfleet.gpu import routing
+from rowfleet.gpu.advert import boxes_of, model_info_of
 from rowfleet.job import Job
 from rowfleet.telemetry import gpu
-from rowfleet.views import snapshot
 
 if TYPE_CHECKING:
     from rowfleet.store import Store
@@ -111,8 +113,8 @@ def vram_figures(reading: gpu.GpuReading | None, vram_mb: int | None) -> tuple[i
 def model_info(model_id: str, registered_mb: int | None, stats: Mapping[str, Any] | None,
                now: float) -> routing.ModelInfo:
     """What placement knows of a model: its registered size and its ``model_stats`` row, read
-    as the fleet's read model reads it (``snapshot.model_info_of``: which failed loads count
-    as recent).
+    as every reader reads it (``rowfleet.gpu.advert.model_info_of``: which failed loads
+    count as recent).
 
     >>> row = {"model": "llm", "load_seconds": 12.5, "footprint_mb": 9000, "failed_loads": 3,
     ...        "last_failed_at": 1000.0, "updated_at": 1000.0}
@@ -123,7 +125,7 @@ def model_info(model_id: str, registered_mb: int | None, stats: Mapping[str, Any
     """
     if stats is None:
         return routing.ModelInfo(model_id, registered_mb)
-    return dataclasses.replace(snapshot.model_info_of(stats, now), vram_mb=registered_mb)
+    return dataclasses.replace(model_info_of(stats, now), vram_mb=registered_mb)
 
 
 def gpu_lock(lease: "GpuLease | None", own: "GpuLease | None", now: float) -> str | None:
@@ -259,10 +261,7 @@ class GpuBox:
 
     def _read_fleet(self, store: "Store") -> FleetView:
         project = self.config.project
-        fleet = snapshot.snapshot(store, listed_for=0.0)  # the live workers only
-        boxes = tuple(box for worker in fleet.workers
-                      if worker.project == project and any(worker.serves(queue) for queue in self.queues)
-                      and worker.worker_id != self.worker_id and (box := snapshot.box_of(worker)) is not None)
+        boxes = boxes_of(store.gpu_adverts(project), self.queues, besides=self.worker_id)
         stats = {row["model"]: row for row in store.model_stats(project)}
         backlogs = self._backlogs(store, stats)
         controls = store.model_controls(self.config.host)
@@ -284,7 +283,7 @@ class GpuBox:
                 found[row["model"]] = (queued + row["queued"], max(waited, row["oldest_wait"] or 0.0))
         # The figure may come from a row written by plain SQL: a value that is no number is unknown.
         return {model: routing.Backlog(model, queued, waited,
-                                       snapshot.seconds_of(stats.get(model, {}).get("run_seconds")))
+                                       names.seconds_of(stats.get(model, {}).get("run_seconds")))
                 for model, (queued, waited) in found.items()}
 
     def _lock_now(self, store: "Store") -> str | None:

@@ -20,7 +20,7 @@ orchestrators may run at once. Each sweep also beats the orchestrator's own row,
 sweep and one drain; its ``Sweep`` says what they did.
 
 Each sweep also decides placement for the project's queued model jobs, a group at a time
-(one per queue, model and job size, as ``rowfleet.views.snapshot.models`` reads them, never a job
+(one per queue, model and job size, as ``rowfleet.gpu.placement`` reads them, never a job
 at a time): ``rowfleet.gpu.routing.unplaceable_reason`` against the GPU workers of the job's
 queue (their heartbeat rows, live or not) and the models' measured figures. A group whose
 reason changed is flagged (``unplaceable``, with one ``unplaceable`` event per job), and a
@@ -49,13 +49,12 @@ from rowfleet import liveness
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBroken, RowfleetError
 from rowfleet.gpu import routing
+from rowfleet.gpu.placement import Demand, Placement, placement, unplaceable_text
 from rowfleet.job import QUEUED
 from rowfleet.store import Store
 from rowfleet.store import waiting
 from rowfleet.store.jobs import PLACEMENT_BATCH
 from rowfleet.telemetry import memory
-from rowfleet.views import snapshot
-from rowfleet.views.snapshot import Demand, Models
 
 log = logging.getLogger("rowfleet.orchestrator")
 
@@ -126,7 +125,7 @@ class Placed:
     failed: int = 0
 
 
-def reason_now(group: Demand, fleet: Models) -> str | None:
+def reason_now(group: Demand, fleet: Placement) -> str | None:
     """Why the group's jobs can run on no GPU worker of their queue now (a
     ``routing.Unplaceable`` value), or None: some worker can take them, or they run."""
     if group.state != QUEUED:
@@ -263,7 +262,7 @@ class Orchestrator:
         """Flag, clear and fail this project's queued model jobs by where they could run
         now (the module docstring gives the rules); what it did."""
         project = self.config.project
-        fleet = snapshot.models(self.store, project, window=None)
+        fleet = placement(self.store, project)
         flagged = cleared = failed = 0
         budget = PLACEMENT_BATCHES
         for group in fleet.demand:
@@ -275,7 +274,7 @@ class Orchestrator:
                 else:
                     flagged += len(ids)
                     log.warning("%d job(s) of queue %r needing model %r: unplaceable: %s", len(ids), group.queue,
-                                group.model, snapshot.unplaceable_text(reason))
+                                group.model, unplaceable_text(reason))
             if overdue(group, reason, fleet.at, self.fail_unplaceable_after) and budget > 0:
                 failed += self._fail_overdue(group, reason, fleet.at - self.fail_unplaceable_after)
                 budget -= 1
@@ -300,7 +299,7 @@ class Orchestrator:
 
     def _fail_overdue(self, group: Demand, reason: str, before: float) -> int:
         error = (f"unplaceable for more than {self.fail_unplaceable_after:g}s: "
-                 f"{snapshot.unplaceable_text(reason)}; model {group.model!r}, queue {group.queue!r}")
+                 f"{unplaceable_text(reason)}; model {group.model!r}, queue {group.queue!r}")
         jobs = self.store.fail_unplaceable(self.config.project, group.queue, group.model, group.vram_mb, reason,
                                            before, error)
         for job in jobs:

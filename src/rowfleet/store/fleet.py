@@ -5,18 +5,23 @@ the fleet part of ``Store``; a silent or exited worker's jobs are handed back by
 part (``_recover_jobs_of``), in the same transaction that flags the worker.
 
 Also the fleet's rows in one consistent read (``fleet_rows``), from which
-``rowfleet.views.snapshot`` derives the read model every front end renders.
+``rowfleet.views.snapshot`` derives the read model every front end renders, and the one
+narrow read the engine asks of the fleet (``gpu_adverts``): a project's GPU workers as
+typed values (``GpuWorker``, with its ``GpuAdvert``), judged as every listing judges them.
+The decoding of a worker row's advert and queues (``gpu_advert_of``, ``queues_of``) lives
+here, at the seam, for both.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rowfleet import control, exitcodes, liveness, names
 from rowfleet.control import ModelControl, Switch
 from rowfleet.errors import ConfigError
-from rowfleet.job import QUEUED, RUNNING, by_name, decode_column, encode_json
+from rowfleet.job import QUEUED, RUNNING, by_name, decode_column, encode_json, iso
 from rowfleet.store.core import StoreCore, Tx
 
 REASON_MOST = 500  # characters of a switch's reason
@@ -79,6 +84,49 @@ class GpuLease:
 
 
 _GPU_LEASE_COLUMNS = frozenset(field.name for field in dataclasses.fields(GpuLease))
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuAdvert:
+    """What a GPU worker's heartbeat advertises (the GPU keywords of ``Store.worker_beat``):
+    the models it can load, its GPU and that GPU's memory (MiB), the model warm on it and
+    since when, the one it is loading, its lane and its host's priority."""
+
+    models: tuple[str, ...]
+    gpu_index: int | None = None
+    vram_total_mb: int | None = None
+    vram_free_mb: int | None = None
+    warm_model: str | None = None
+    warm_since: float | None = None
+    loading: str | None = None
+    lane: str | None = None
+    host_priority: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["models"], data["warm_since"] = list(self.models), iso(self.warm_since)
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuWorker:
+    """A GPU worker of a project as the engine reads it (``FleetStore.gpu_adverts``): its
+    advert (``gpu``), the queues it serves in order, the job it names, what it is doing
+    (``actual``, ``liveness.actual_state``) and what the switch in force wants (``desired``),
+    both judged at the moment of the read, as every listing judges them."""
+
+    worker_id: str
+    project: str
+    host: str
+    queues: tuple[str, ...]
+    current_job: int | None
+    actual: str
+    desired: str
+    gpu: GpuAdvert
+
+    def serves(self, queue: str) -> bool:
+        """Whether this worker serves ``queue`` (among others, maybe)."""
+        return queue in self.queues
 
 
 class FleetStore(StoreCore):
@@ -327,6 +375,20 @@ class FleetStore(StoreCore):
                 services=[dict(row) for row in tx.all("project_services", missed_beats=liveness.MISSED_BEATS)],
                 unplaceable=[dict(row) for row in tx.all("fleet_rows_unplaceable")])
 
+    def gpu_adverts(self, project: str, listed_for: float | None = 0.0) -> tuple[GpuWorker, ...]:
+        """The GPU workers of ``project`` (those whose heartbeat carries an advert), listed as
+        ``fleet_rows`` lists workers: the live ones, and any seen in the last ``listed_for``
+        seconds (0: the live ones only; None: every row), judged at one moment with the
+        switches then in force. The engine's one question about the fleet: a GPU worker reads
+        the others' adverts for placement, the orchestrator the boxes its sweep judges by."""
+        with self._one_read() as tx:
+            now = tx.one("fleet_rows")["now"]
+            since = 0.0 if listed_for is None else now - listed_for
+            rows = [dict(row) for row in tx.all("gpu_adverts", project=project, since=since,
+                                                missed_beats=liveness.MISSED_BEATS)]
+            switches = [Switch.from_row(row) for row in tx.all("switches")] if rows else []
+        return tuple(worker for row in rows if (worker := gpu_worker_of(row, switches, now)) is not None)
+
     def model_rows(self, project: str, window: float | None, listed_for: float | None, groups: int,
                    cap: int) -> ModelRows:
         """Everything ``rowfleet.views.snapshot.models`` shows of ``project``, in one read
@@ -373,3 +435,64 @@ def model_stats_row(row: Any) -> dict[str, Any]:
         values[name] = value
     values["unreadable"] = "; ".join(problems) or None
     return values
+
+
+def gpu_worker_of(row: Any, switches: Iterable[Switch], now: float) -> GpuWorker | None:
+    """A worker row as a ``GpuWorker`` judged at ``now`` under ``switches``, or None for a
+    worker without a GPU advert. Its switch is the one a listing shows (``control.holding_worker``)."""
+    advert = gpu_advert_of(row)
+    if advert is None:
+        return None
+    queues = queues_of(row)
+    held = control.holding_worker(switches, row["project"], row["host"], queues)
+    return GpuWorker(worker_id=row["worker_id"], project=row["project"], host=row["host"], queues=queues,
+                     current_job=row["current_job"], actual=liveness.actual_state(row, now),
+                     desired=control.ON if held is None else control.OFF, gpu=advert)
+
+
+def queues_of(row: Any) -> tuple[str, ...]:
+    """Every queue a worker row serves, in order: its ``queues`` array, or its one ``queue``
+    (a value that is no array of names, as plain SQL may write, reads as that one).
+
+    >>> queues_of({"queue": "gpu", "queues": '["gpu", "cpu"]'}), queues_of({"queue": "gpu", "queues": "7"})
+    (('gpu', 'cpu'), ('gpu',))
+    """
+    stored = row.get("queues")
+    try:
+        value = json.loads(stored) if isinstance(stored, str) else None
+    except ValueError:
+        value = None
+    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        return tuple(value)
+    return (row["queue"],)
+
+
+def gpu_advert_of(row: Any) -> GpuAdvert | None:
+    """A worker row's GPU advert, or None for a worker that advertises no models. Decoded
+    defensively (a row may come from plain SQL): a value of the wrong kind reads as None.
+
+    >>> gpu_advert_of({"models": '["llm"]', "gpu_index": 0, "vram_total_mb": 24000, "warm_model": "llm"}).models
+    ('llm',)
+    >>> gpu_advert_of({"models": None}) is None, gpu_advert_of({"models": "[1,"}).models
+    (True, ())
+    """
+    stored = row.get("models")
+    if stored is None:
+        return None
+    try:
+        models = json.loads(stored) if isinstance(stored, str) else None
+    except ValueError:
+        models = None
+    models = tuple(item for item in models if isinstance(item, str)) if isinstance(models, list) else ()
+
+    def number(name: str, kind: type) -> Any:
+        value = row.get(name)
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+    def text(name: str) -> str | None:
+        value = row.get(name)
+        return value if isinstance(value, str) else None
+
+    return GpuAdvert(models, number("gpu_index", int), number("vram_total_mb", int), number("vram_free_mb", int),
+                     text("warm_model"), number("warm_since", (int, float)), text("loading"), text("lane"),
+                     number("host_priority", int))

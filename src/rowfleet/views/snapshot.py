@@ -5,22 +5,25 @@ moment, as typed values that every front end renders (``rowfleet status``, ``wor
 ``snapshot(store)`` is the one store call: ``Store.fleet_rows`` reads every row in one read
 transaction, so the counts, workers and switches agree. Everything else here is pure: the
 functions from those rows to the typed values take ``now`` and the rows, and apply the
-rules where they live (``rowfleet.liveness`` judges silence by each worker's own cadence,
-``rowfleet.control`` picks the switch in force, ``rowfleet.exitcodes`` says how a process
-ended). A GPU worker's row carries its advert (``GpuAdvert``), which ``box_of`` turns into
-the ``rowfleet.gpu.routing.Box`` that placement reads.
+rules where they live (``rowfleet.liveness`` judges silence by each worker's own cadence
+and says what a row shows it doing, ``rowfleet.control`` picks the switch in force). A GPU
+worker's row carries its advert (``GpuAdvert``, decoded by the store's ``gpu_advert_of``),
+which ``rowfleet.gpu.advert.box_of`` turns into the ``routing.Box`` that placement reads:
+the engine reads the same boxes through its own narrow store call, never through here.
 
 ``models(store, project)`` is the models' read model (``rowfleet models``), one store read
 too (``Store.model_rows``): per model its queued, running and unplaceable jobs, the live
 workers warm on it, its measured load and the last hour's warm hits and reloads; and the
-groups of model jobs and GPU workers that the orchestrator's sweep decides placement on.
+groups of model jobs (``rowfleet.gpu.placement.Demand``) and GPU workers, as the
+orchestrator's sweep reads them (``rowfleet.gpu.placement``).
 
 Counts stay cheap however many jobs are kept: live states (queued, running) are counted
 exactly, finished ones only up to a cap (``COUNT_CAP``), past which a count reads
 ``10,000+`` (``Count.capped``).
 
-Imports the pure rules and ``rowfleet.job``; takes the store as an argument and never
-imports it at load time, nor anything of the command line or the panel.
+Imports the pure rules, ``rowfleet.job``, ``rowfleet.gpu``'s placement rules and the
+store's row types (``rowfleet.store.fleet``); takes the store as an argument, and imports
+nothing of the command line or the panel.
 """
 
 from __future__ import annotations
@@ -29,10 +32,15 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from rowfleet import control, exitcodes, liveness
+from rowfleet import control, liveness
 from rowfleet.control import Switch
 from rowfleet.gpu import routing
+from rowfleet.gpu.advert import LIVE_STATES, box_of, boxes_of, model_info_of
+from rowfleet.gpu.placement import MODEL_GROUPS, UNPLACEABLE_TEXT, Demand, demand_of, unplaceable_text
 from rowfleet.job import decode_column, iso
+from rowfleet.liveness import SILENT, STOPPED, actual_state
+from rowfleet.names import seconds_of
+from rowfleet.store.fleet import GpuAdvert, gpu_advert_of, queues_of
 
 if TYPE_CHECKING:
     from rowfleet.store import Store
@@ -42,9 +50,6 @@ if TYPE_CHECKING:
 # reads "10,000+", so a listing never walks a million completed rows.
 COUNT_CAP = 10_000
 
-# How a worker's row reads when it is no longer doing what it last beat.
-SILENT = "SILENT"    # flagged dead by the sweep, or past its own staleness
-STOPPED = "stopped"  # stopped cleanly; a process whose supervisor saw its exit reads as that exit
 UNPLACEABLE = "unplaceable"  # the state of a count of queued jobs placeable on no GPU worker
 
 
@@ -87,28 +92,6 @@ class Progress:
 
     def to_dict(self) -> dict[str, Any]:
         return {"fraction": self.fraction, "message": self.message, "at": iso(self.at)}
-
-
-@dataclasses.dataclass(frozen=True)
-class GpuAdvert:
-    """What a GPU worker's heartbeat advertises (the GPU keywords of ``Store.worker_beat``):
-    the models it can load, its GPU and that GPU's memory (MiB), the model warm on it and
-    since when, the one it is loading, its lane and its host's priority."""
-
-    models: tuple[str, ...]
-    gpu_index: int | None = None
-    vram_total_mb: int | None = None
-    vram_free_mb: int | None = None
-    warm_model: str | None = None
-    warm_since: float | None = None
-    loading: str | None = None
-    lane: str | None = None
-    host_priority: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["models"], data["warm_since"] = list(self.models), iso(self.warm_since)
-        return data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,8 +258,7 @@ def count_of(row: Any, cap: int) -> Count:
 def worker_of(row: Any, switches: Iterable[Switch], now: float) -> Worker:
     """A worker's row (with its job's ``job_progress*`` columns) as a ``Worker`` at ``now``;
     a worker of several queues is held as ``control.holding`` says."""
-    switches, queues = list(switches), queues_of(row)
-    held = control.holding({queue: control.in_force(switches, row["project"], row["host"], queue) for queue in queues})
+    held = control.holding_worker(switches, row["project"], row["host"], queues_of(row))
     last_seen = seconds_of(row["last_seen"])
     return Worker(
         worker_id=row["worker_id"], project=row["project"], host=row["host"], queue=row["queue"], pid=row["pid"],
@@ -286,23 +268,6 @@ def worker_of(row: Any, switches: Iterable[Switch], now: float) -> Worker:
         actual=actual_state(row, now), desired=control.ON if held is None else control.OFF, switch=held,
         age=None if last_seen is None else round(now - last_seen, 3), progress=progress_of(row),
         gpu=gpu_advert_of(row), sidecar=sidecar_of(row), queues=queues_of(row))
-
-
-def queues_of(row: Any) -> tuple[str, ...]:
-    """Every queue a worker row serves, in order: its ``queues`` array, or its one ``queue``
-    (a value that is no array of names, as plain SQL may write, reads as that one).
-
-    >>> queues_of({"queue": "gpu", "queues": '["gpu", "cpu"]'}), queues_of({"queue": "gpu", "queues": "7"})
-    (('gpu', 'cpu'), ('gpu',))
-    """
-    stored = row.get("queues")
-    try:
-        value = json.loads(stored) if isinstance(stored, str) else None
-    except ValueError:
-        value = None
-    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
-        return tuple(value)
-    return (row["queue"],)
 
 
 def sidecar_of(row: Any) -> dict[str, Any] | None:
@@ -318,73 +283,6 @@ def sidecar_of(row: Any) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def gpu_advert_of(row: Any) -> GpuAdvert | None:
-    """A worker row's GPU advert, or None for a worker that advertises no models. Decoded
-    defensively (a row may come from plain SQL): a value of the wrong kind reads as None.
-
-    >>> gpu_advert_of({"models": '["llm"]', "gpu_index": 0, "vram_total_mb": 24000, "warm_model": "llm"}).models
-    ('llm',)
-    >>> gpu_advert_of({"models": None}) is None, gpu_advert_of({"models": "[1,"}).models
-    (True, ())
-    """
-    stored = row.get("models")
-    if stored is None:
-        return None
-    try:
-        models = json.loads(stored) if isinstance(stored, str) else None
-    except ValueError:
-        models = None
-    models = tuple(item for item in models if isinstance(item, str)) if isinstance(models, list) else ()
-
-    def number(name: str, kind: type) -> Any:
-        value = row.get(name)
-        return value if isinstance(value, kind) and not isinstance(value, bool) else None
-
-    def text(name: str) -> str | None:
-        value = row.get(name)
-        return value if isinstance(value, str) else None
-
-    return GpuAdvert(models, number("gpu_index", int), number("vram_total_mb", int), number("vram_free_mb", int),
-                     text("warm_model"), number("warm_since", (int, float)), text("loading"), text("lane"),
-                     number("host_priority", int))
-
-
-def box_of(worker: Worker) -> routing.Box | None:
-    """The worker as placement sees it (``routing.Box``), or None for a worker without a GPU
-    advert: live while it beats (serving, draining or parked), serving only when it serves
-    and no switch holds it off, busy while it names a job."""
-    advert = worker.gpu
-    if advert is None:
-        return None
-    return routing.Box(
-        worker_id=worker.worker_id, host=worker.host, gpu_index=advert.gpu_index or 0,
-        live=worker.actual in (control.SERVING, control.DRAINING, control.PARKED),
-        serving=worker.actual == control.SERVING and worker.desired == control.ON, models=advert.models,
-        vram_total_mb=advert.vram_total_mb or 0, vram_free_mb=advert.vram_free_mb, warm_model=advert.warm_model,
-        warm_since=advert.warm_since, loading=advert.loading, host_priority=advert.host_priority or 0,
-        busy=worker.current_job is not None)
-
-
-def actual_state(row: Any, now: float) -> str:
-    """What a heartbeat row says a worker is doing: serving, draining, parked, ``SILENT``
-    (flagged dead, or past its own staleness even where no orchestrator sweeps), stopped,
-    or how it ended. A beat that is no number (plain SQL) shows nothing alive: silent.
-
-    >>> row = {"exit_code": None, "stopped_at": None, "flagged_dead_at": None, "last_seen": 100.0,
-    ...        "heartbeat": 10.0, "state": "parked"}
-    >>> actual_state(row, 120.0), actual_state(row, 131.0), actual_state({**row, "exit_code": -9}, 120.0)
-    ('parked', 'SILENT', 'killed by SIGKILL')
-    """
-    if row["exit_code"] is not None:
-        return exitcodes.describe(row["exit_code"])
-    if row["stopped_at"]:
-        return STOPPED
-    last_seen, heartbeat = seconds_of(row["last_seen"]), seconds_of(row["heartbeat"])
-    if row["flagged_dead_at"] or last_seen is None or heartbeat is None or liveness.silent(last_seen, heartbeat, now):
-        return SILENT
-    return row["state"]
 
 
 def progress_of(row: Any) -> Progress | None:
@@ -413,33 +311,10 @@ def services_of(row: Any, now: float) -> Services:
                     None if oldest is None else round(now - oldest, 3))
 
 
-def seconds_of(value: Any) -> float | None:
-    """A time or a duration as a number, or None when the row holds something else."""
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 # --- models: what each model's jobs wait for, and where it is warm ------------------------
 
 # Seconds back that ``models`` counts claims (warm hits, reloads) over.
 MODEL_WINDOW = 3600.0
-# Groups of model jobs (queue, model, job size, state, reason) one models read takes, at most.
-MODEL_GROUPS = 1000
-
-
-@dataclasses.dataclass(frozen=True)
-class Demand:
-    """One group of a project's model jobs in one state (``model_demand``): ``n`` jobs of
-    ``queue`` needing ``model`` with the same own ``vram_mb``, all flagged ``unplaceable``
-    (None: placeable), the oldest created at ``oldest``, unplaceable since ``unplaceable_since``."""
-
-    queue: str
-    model: str
-    vram_mb: int | None
-    state: str
-    unplaceable: str | None
-    n: int
-    oldest: float | None = None
-    unplaceable_since: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -524,7 +399,7 @@ class Models:
 
     def boxes(self, queue: str) -> tuple[routing.Box, ...]:
         """The GPU workers of ``queue`` as placement sees them, live or not."""
-        return tuple(box for box in (box_of(w) for w in self.workers if w.serves(queue)) if box is not None)
+        return boxes_of(self.workers, (queue,))
 
     def to_dict(self) -> dict[str, Any]:
         return {"at": iso(self.at), "window": self.window, "capped": self.capped,
@@ -535,21 +410,19 @@ def models(store: "Store", project: str, *, window: float | None = MODEL_WINDOW,
            cap: int = COUNT_CAP, listed_for: float | None = liveness.LISTED_FOR) -> Models:
     """``project``'s models now, from one store read: ``groups`` groups of model jobs at
     most, claims of the last ``window`` seconds (of ``cap`` finished jobs at most; None:
-    none read, as the orchestrator's sweep wants)."""
+    none read)."""
     return models_of(store.model_rows(project, window, listed_for, groups, cap), window, groups)
 
 
 def models_of(rows: Any, window: float | None, groups: int) -> Models:
     """The typed ``Models`` of what ``Store.model_rows`` read."""
     switches = tuple(rows.switches)
-    demand = tuple(Demand(**{field.name: row[field.name] for field in dataclasses.fields(Demand)})
-                   for row in rows.demand)
+    demand = tuple(demand_of(row) for row in rows.demand)
     workers = tuple(worker_of(row, switches, rows.now) for row in rows.workers)
     stats = {row["model"]: row for row in rows.stats}
     claims = {row["model"]: row for row in rows.claims}
     info = {model: model_info_of(row, rows.now) for model, row in stats.items()}
-    adverts = [w for w in workers if w.gpu is not None and w.actual in (control.SERVING, control.DRAINING,
-                                                                        control.PARKED)]
+    adverts = [w for w in workers if w.gpu is not None and w.actual in LIVE_STATES]
     names = {d.model for d in demand} | set(stats) | set(claims) | \
         {m for w in adverts for m in (w.gpu.warm_model, w.gpu.loading, *w.gpu.models) if m is not None}
     views = tuple(_model_view(name, demand, adverts, stats.get(name), claims.get(name)) for name in sorted(names))
@@ -575,45 +448,3 @@ def _model_view(model: str, demand: Iterable[Demand], live: Iterable[Worker], st
         loads=stats.get("loads") or 0,
         failed_loads=stats.get("failed_loads") or 0, claims=(claims or {}).get("claims") or 0,
         warm_claims=(claims or {}).get("warm") or 0, unreadable=stats.get("unreadable"))
-
-
-def model_info_of(row: Any, now: float) -> routing.ModelInfo:
-    """A ``model_stats`` row as ``routing.ModelInfo`` at ``now``. The figures keep no
-    history of single loads, so failed loads count as recent only while the model's last
-    load failed (``last_failed_at`` is its last update) within ``routing.FAILURE_WINDOW``;
-    a good load since, or a failure long ago, counts none.
-
-    >>> row = {"model": "llm", "load_seconds": 12.0, "footprint_mb": 9000, "failed_loads": 3,
-    ...        "last_failed_at": 1000.0, "updated_at": 1000.0}
-    >>> model_info_of(row, 1100.0).failed_loads, model_info_of(row, 1000.0 + 901).failed_loads
-    (3, 0)
-    >>> model_info_of({**row, "updated_at": 1050.0}, 1100.0).failed_loads
-    0
-    """
-    failed, last_failed, updated = row["failed_loads"], seconds_of(row["last_failed_at"]), seconds_of(row["updated_at"])
-    recent = last_failed is not None and updated is not None and last_failed >= updated \
-        and now - last_failed <= routing.FAILURE_WINDOW
-    footprint = row["footprint_mb"]
-    return routing.ModelInfo(
-        row["model"], footprint_mb=footprint if isinstance(footprint, int) and not isinstance(footprint, bool) else None,
-        load_seconds=seconds_of(row["load_seconds"]),
-        failed_loads=failed if recent and isinstance(failed, int) else 0)
-
-
-# What each reason of routing.Unplaceable tells an operator to look at.
-UNPLACEABLE_TEXT = {
-    routing.Unplaceable.MODEL_UNKNOWN.value: "no GPU worker of its queue lists its model",
-    routing.Unplaceable.NO_BOX_BIG_ENOUGH.value: "it needs more GPU memory than any worker listing its model has",
-    routing.Unplaceable.LOAD_FAILING.value: "loads of its model keep failing",
-    routing.Unplaceable.FITTING_BOXES_OFF.value: "every GPU worker that could run it is off, draining or dead",
-}
-
-
-def unplaceable_text(reason: str) -> str:
-    """A reason as the front ends show it: the reason, and what it means.
-
-    >>> unplaceable_text("load_failing"), unplaceable_text("odd")
-    ('load_failing (loads of its model keep failing)', 'odd')
-    """
-    meaning = UNPLACEABLE_TEXT.get(reason)
-    return reason if meaning is None else f"{reason} ({meaning})"

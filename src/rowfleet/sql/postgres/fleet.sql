@@ -285,3 +285,14 @@ LIMIT %(limit)s;
 
 -- name: prune_switch_log
 DELETE FROM worker_control_log WHERE changed_at < rowfleet_now(%(now)s) - %(retention)s;
+
+-- name: gpu_adverts
+-- The GPU workers of one project (a heartbeat with an advert), listed as fleet_rows_workers
+-- lists workers, with only the columns that judge them and their advert: the engine's narrow
+-- read of the fleet, inside the same read transaction as fleet_rows (its now) and switches.
+SELECT w.worker_id, w.project, w.host, w.queue, w.queues, w.pid, w.state, w.current_job, w.last_seen,
+       w.heartbeat, w.stopped_at, w.flagged_dead_at, w.exit_code, w.models, w.gpu_index, w.vram_total_mb,
+       w.vram_free_mb, w.warm_model, w.warm_since, w.loading, w.lane, w.host_priority
+FROM workers AS w
+WHERE w.project = %(project)s AND w.models IS NOT NULL AND {{worker_listed}}
+ORDER BY w.project, w.host, w.queue, w.pid;
