@@ -1,6 +1,7 @@
 """A box composed from Python with ``rowfleet.services.runner``, no command line.
 
-The plan's rules run as doctests and table cases; then real processes: a script builds a
+A stop a signal handler sets (``StopEvent``) takes no lock; the plan's rules run as
+doctests and table cases; then real processes: a script builds a
 ``Box`` of one worker and the host's sampler on a SQLite file and runs it; the job the test
 enqueues is completed by the worker child, the sampler child holds the host's sampling
 lease under the box's pid and writes samples, and SIGTERM stops the worker before the
@@ -16,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import unittest
 
 from rowfleet.config import Config
@@ -56,6 +58,31 @@ sys.exit(runner.run_box(box))
 def load_tests(loader, tests, pattern):
     tests.addTests(doctest.DocTestSuite(runner))
     return tests
+
+
+class StopEventTest(unittest.TestCase):
+    def test_set_takes_no_lock_the_interrupted_thread_may_hold(self):
+        stop = runner.StopEvent()
+
+        def handler_inside_wait() -> None:
+            with stop._cond:  # what the main thread holds inside Event.wait when a stop signal lands
+                stop.set()  # a threading.Event would wait here for ever
+
+        setter = threading.Thread(target=handler_inside_wait, name="stop-setter", daemon=True)
+        setter.start()
+        setter.join(DEADLINE)
+        self.assertFalse(setter.is_alive(), "set() waited for the event's lock")
+        self.assertTrue(stop.wait(DEADLINE))
+
+    def test_a_waiting_thread_wakes_when_set(self):
+        stop = runner.StopEvent()
+        woke = []
+        waiter = threading.Thread(target=lambda: woke.append(stop.wait()), name="stop-waiter")
+        waiter.start()
+        self.assertFalse(stop.wait(0.05))
+        stop.set()
+        waiter.join(DEADLINE)
+        self.assertEqual(woke, [True])
 
 
 class BoxTest(unittest.TestCase):

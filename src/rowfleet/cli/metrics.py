@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 from typing import Callable
 
 from rowfleet import config as configuration
 from rowfleet import exitcodes
 from rowfleet.cli.arguments import Parser, allow_host_flag, metrics_token_flag, port_number, with_allowed_hosts
-from rowfleet.services.runner import on_stop_signals
+from rowfleet.services.runner import stop_on_signals
 from rowfleet.store import open_store
 
 TOKEN_ENV = configuration.SETTING["metrics_token"].env
@@ -49,8 +48,7 @@ def cmd_metrics(args: argparse.Namespace, config: configuration.Config) -> int:
         return exitcodes.OK
     token = webserver.chosen_token(args.token, TOKEN_ENV, config.metrics_token)
     config = with_allowed_hosts(config, args)
-    stop = threading.Event()
-    on_stop_signals(lambda *_: stop.set())
+    stop = stop_on_signals()
     exporter.serve(config, args.bind, args.port, stop, token=token,
                    listening=lambda url: print(f"serving metrics on {url}", flush=True))
     return exitcodes.OK

@@ -12,14 +12,13 @@ and ``rowfleet up --panel`` take the same flag (``cli.arguments.allow_host_flag`
 from __future__ import annotations
 
 import argparse
-import threading
 from typing import Callable
 
 from rowfleet import config as configuration
 from rowfleet import exitcodes
 from rowfleet.cli.arguments import PANEL_BIND, PANEL_PORT, PANEL_TOKEN_ENV, Parser, allow_host_flag, metrics_token_flag
 from rowfleet.cli.arguments import port_number, with_allowed_hosts
-from rowfleet.services.runner import on_stop_signals
+from rowfleet.services.runner import stop_on_signals
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
@@ -50,8 +49,7 @@ def cmd_panel(args: argparse.Namespace, config: configuration.Config) -> int:
 
     token = webserver.chosen_token(args.token, PANEL_TOKEN_ENV, config.panel_token)
     config = with_allowed_hosts(config, args)
-    stop = threading.Event()
-    on_stop_signals(lambda *_: stop.set())
+    stop = stop_on_signals()
     server.serve(config, args.bind, args.port, stop, token=token, read_only=args.read_only,
                  listening=lambda url: print(f"panel at {url}" + (" (read-only)" if args.read_only else ""),
                                              flush=True))

@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 import json
 import os
-import threading
 from typing import Callable, Sequence
 
 from rowfleet import config as configuration
@@ -167,9 +166,7 @@ def _panel_child(config: configuration.Config, panel: PanelAsk, schedule_files: 
     made = server.make_server(config, panel.bind, panel.port, panel.token, read_only=panel.read_only)
 
     def serve() -> int:
-        stop = threading.Event()
-        runner.on_stop_signals(lambda *_: stop.set())
-        server.serve_made(made, stop, lambda url: print(f"panel at {url}", flush=True))
+        server.serve_made(made, runner.stop_on_signals(), lambda url: print(f"panel at {url}", flush=True))
         return exitcodes.OK
 
     return Child("panel", serve, runner.FATAL, reports_exits=False, stop_stage=runner.WATCHER_STAGE)

@@ -1,7 +1,8 @@
 """The process frame and a box's plan: how a long-running process runs until it is
 stopped, and which supervised children one box runs, stopped in which order.
 
-The frame: stop signals (``on_stop_signals``), waiting for the database before the work
+The frame: stop signals (``on_stop_signals``; ``stop_on_signals`` gives a ``StopEvent``
+they set), waiting for the database before the work
 starts (``migrated_store`` for the orchestrator, the only process that migrates;
 ``schema_store`` for the others), a fatal error as one line and exit 2 even in a forked
 child (``run_until_stopped``), and a supervisor that records its workers' exits in the
@@ -29,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import select
 import signal
 import threading
 from functools import partial
@@ -65,14 +67,58 @@ def on_stop_signals(handler: Callable[..., Any]) -> None:
         signal.signal(signal.SIGINT, handler)
 
 
+class StopEvent(threading.Event):
+    """A ``threading.Event`` that a signal handler may set. ``threading.Event.set`` takes
+    the event's lock, and the handler runs in the main thread, which may hold that very lock
+    (inside ``wait``): the process would hang on its own stop signal. Here ``set`` takes no
+    lock: it marks the flag and writes a byte to a pipe that every ``wait`` selects on.
+    For a process's lifetime: its pipe is closed only with the process.
+
+    >>> stop = StopEvent()
+    >>> stop.wait(0.01), stop.is_set()
+    (False, False)
+    >>> stop.set(); stop.set()
+    >>> stop.wait(), stop.is_set()
+    (True, True)
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stopped = False
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+
+    def set(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            os.write(self._write, b"!")  # the pipe stays readable: every waiter, now and later, wakes
+
+    def is_set(self) -> bool:
+        return self._stopped
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self._stopped:
+            select.select([self._read], [], [], timeout)  # a signal handled meanwhile: retried (PEP 475)
+        return self._stopped
+
+    def clear(self) -> None:
+        raise TypeError("a stop is not taken back: make a new StopEvent")
+
+
+def stop_on_signals() -> StopEvent:
+    """A ``StopEvent`` that the stop signals (see ``on_stop_signals``) set."""
+    stop = StopEvent()
+    on_stop_signals(lambda *_: stop.set())
+    return stop
+
+
 def run_until_stopped(ready_store: Callable[[threading.Event], Store | None],
                       body: Callable[[Store, threading.Event], None]) -> int:
     """A long-running process's frame: stop signals set ``stop``; ``ready_store(stop)``
     waits for the database (None: stopped first), then ``body`` runs on it until ``stop``.
     The exit code; a database no wait repairs is one line and exit 2, here too, since in a
     forked child no command line is there to catch it."""
-    stop = threading.Event()
-    on_stop_signals(lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         store = ready_store(stop)
         if store is None:

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator, Sequence
 from rowfleet import exitcodes
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBroken, RowfleetError
+from rowfleet.services.runner import StopEvent
 from rowfleet.store import Store, open_store, sqlite_path
 from rowfleet.store import waiting
 from rowfleet.store.telemetry import DETAIL, MINUTE
@@ -247,7 +248,7 @@ class StopSignal:
     sets the event: an exception raised there would escape every handler as a traceback."""
 
     def __init__(self) -> None:
-        self.event = threading.Event()
+        self.event = StopEvent()  # a threading.Event's set() could wait for a lock this handler interrupted
         self._armed = False
 
     def __call__(self, *_: Any) -> None:
