@@ -1,8 +1,8 @@
 """The process frame and a box's plan: how a long-running process runs until it is
 stopped, and which supervised children one box runs, stopped in which order.
 
-The frame: stop signals (``on_stop_signals``; ``stop_on_signals`` gives a ``StopEvent``
-they set), waiting for the database before the work
+The frame: stop signals (``on_stop_signals``; ``stop_on_signals`` gives a ``StopEvent``,
+which a signal handler may set without a hang), waiting for the database before the work
 starts (``migrated_store`` for the orchestrator, the only process that migrates;
 ``schema_store`` for the others), a fatal error as one line and exit 2 even in a forked
 child (``run_until_stopped``), and a supervisor that records its workers' exits in the
