@@ -2,7 +2,7 @@
 write, compared across backends event by event.
 
 A claim and a completion write no event rows: the job's row holds its current attempt
-(``Store.events`` gives its claim and completion from there), and each dialect's
+(``store.reads.events`` gives its claim and completion from there), and each dialect's
 ``jobs_attempt_history`` trigger writes an attempt's events once something writes over it.
 PostgreSQL finishes and claims in one statement (``job_finish_and_claim``), SQLite in one
 transaction. ``ClaimContract`` holds one expected list of events that both backends must
@@ -83,7 +83,7 @@ class ClaimContract:
         start = self.clock.now
         ids = self.turns()
         written = [(name, event.at - start, event.kind, event.detail)
-                   for name, job_id in ids.items() for event in self.store.events(job_id)]
+                   for name, job_id in ids.items() for event in self.store.reads.events(job_id)]
         self.assertEqual([(kind, sorted(detail)) for _, _, kind, detail in written],
                          [(kind, sorted(detail)) for _, _, kind, detail in self.EXPECTED])
         self.assertEqual(written, self.EXPECTED)
@@ -108,7 +108,7 @@ class ClaimContract:
         self.store.finish(last, Outcome(COMPLETED, result=None))
         self.assertEqual(self.rows(job.id), ["claimed", "retried", "claimed", "handed_back"])
         self.assertEqual(self.kinds(job.id), ["claimed", "retried", "claimed", "handed_back", "claimed", "completed"])
-        self.assertEqual([(e.detail["token"], e.detail["attempt"]) for e in self.store.events(job.id)
+        self.assertEqual([(e.detail["token"], e.detail["attempt"]) for e in self.store.reads.events(job.id)
                           if e.kind == "claimed"], [(1, 1), (2, 2), (3, 2)])
 
     def rows(self, job_id: int) -> list[str]:
@@ -116,7 +116,7 @@ class ClaimContract:
         return [row["kind"] for row in self.store.reader().all("events", job_id=job_id)]
 
     def kinds(self, job_id: int) -> list[str]:
-        return [event.kind for event in self.store.events(job_id)]
+        return [event.kind for event in self.store.reads.events(job_id)]
 
     def test_the_claimed_event_says_the_claimed_jobs_token_holder_and_attempt(self):
         # Made from the row while the attempt is on it, and by the database's trigger once a
@@ -131,7 +131,7 @@ class ClaimContract:
         self.assertEqual(third.id, second.id)
         for job in (first, second, third):
             with self.subTest(job=job.id, token=job.lease_token):
-                claimed = [event.detail for event in self.store.events(job.id) if event.kind == "claimed"
+                claimed = [event.detail for event in self.store.reads.events(job.id) if event.kind == "claimed"
                            and event.detail["token"] == job.lease_token]
                 self.assertEqual(claimed, [{"token": job.lease_token, "holder": job.claimed_by,
                                             "attempt": job.attempts}])
@@ -171,7 +171,7 @@ class SQLiteClaimTest(ClaimContract, TempDirTestCase):
                 (now, now + 1.0, now, now, now)).lastrowid
         self.clock.advance(2.0)
         self.assertEqual([item["action"] for item in self.store.reclaim_lapsed()], ["reclaimed"])
-        self.assertEqual([(e.kind, e.detail) for e in self.store.events(job_id)],
+        self.assertEqual([(e.kind, e.detail) for e in self.store.reads.events(job_id)],
                          [("claimed", {"token": 1, "holder": None, "attempt": 1}),
                           ("reclaimed", {"token": 1, "holder": "\x00", "attempt": 1})])
 

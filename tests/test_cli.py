@@ -47,8 +47,8 @@ class CliTestCase(TempDirTestCase):
         from rowfleet.store import open_store
 
         with open_store(self.config()) as store:
-            jobs = [(job, store.events(job.id)) for job in store.list_jobs("", limit=10_000)]
-            runs = [store.get_run(run.id, "") for run in store.list_runs("", limit=10_000)]
+            jobs = [(job, store.reads.events(job.id)) for job in store.reads.list_jobs("", limit=10_000)]
+            runs = [store.get_run(run.id, "") for run in store.reads.list_runs("", limit=10_000)]
         return jobs, runs
 
 

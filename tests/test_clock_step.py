@@ -299,9 +299,9 @@ class ClockStepProcessTest(TempDirTestCase):
     def enqueue(self, task: str, count: int = 1, *, queue: str = "default", args=None, delay: float = 0.0):
         """Enqueue ``count`` jobs from this test's process (before any step: its clock is the
         children's); their ids."""
-        known = {job.id for job in self.store.list_jobs("", limit=1_000_000)}
+        known = {job.id for job in self.store.reads.list_jobs("", limit=1_000_000)}
         self.store.enqueue_many(JobSpec(task=task, queue=queue, delay=delay), [args] * count)
-        ids = sorted(job.id for job in self.store.list_jobs("", limit=1_000_000) if job.id not in known)
+        ids = sorted(job.id for job in self.store.reads.list_jobs("", limit=1_000_000) if job.id not in known)
         self.assertEqual(len(ids), count)
         return ids
 
@@ -384,10 +384,10 @@ class ClockStepProcessTest(TempDirTestCase):
         for job in self.jobs([long_id, fresh_id]):
             with self.subTest(job=job.id):
                 self.assertEqual((job.attempts, job.result), (1, "done"), "a live worker's lease lapsed")
-                self.assertEqual([e.kind for e in self.store.events(job.id)], ["claimed", "completed"])
+                self.assertEqual([e.kind for e in self.store.reads.events(job.id)], ["claimed", "completed"])
         self.assertEqual(self.store.get_job(doomed_id, "").result, "recovered")
         self.assertEqual(self.ran()[long_id], 1)
-        live = {w["pid"]: w for w in self.store.workers(since=0)}
+        live = {w["pid"]: w for w in self.store.reads.workers(since=0)}
         for process in (keeper, fresh, rescuer):
             self.assertIsNone(live[process.pid]["flagged_dead_at"], f"{process.args[4:]} flagged dead")
         print(f"\n  a worker killed at a -{STEP}s step: its job recovered {recovered:.1f}s after it",
@@ -400,7 +400,7 @@ class ClockStepProcessTest(TempDirTestCase):
         with open(path, "w") as handle:
             json.dump([{"name": "tick", "task": "tick", "every": 1, "queue": "ticks"}], handle)
         first = self.launch("scheduler-1", "scheduler", "--schedule", path)
-        slots = lambda: sorted(row["slot"] for row in self.store.fired_slots("", "tick", limit=10_000))  # noqa: E731
+        slots = lambda: sorted(row["slot"] for row in self.store.reads.fired_slots("", "tick", limit=10_000))  # noqa: E731
         wait_until(lambda: len(slots()) >= 3, message="three slots before the step")
         self.step(-STEP)
         before = len(slots())
@@ -418,7 +418,7 @@ class ClockStepProcessTest(TempDirTestCase):
         self.stop_all(first, second)
         fired = slots()
         self.assertEqual(fired, [fired[0] + n for n in range(len(fired))], "a slot skipped or fired twice")
-        jobs = [job for job in self.store.list_jobs("", limit=10_000) if job.task == "tick"]
+        jobs = [job for job in self.store.reads.list_jobs("", limit=10_000) if job.task == "tick"]
         self.assertEqual(len(jobs), len(fired), "one job per slot")
         self.assertLess(max(gaps), 2 / held.SLOW_RATE + 3, f"cron fell silent after the step: {gaps}")
         print(f"\n  cron at a -{STEP}s step: the next slots fired after {', '.join(f'{g:.1f}' for g in gaps)}s",
@@ -437,21 +437,21 @@ class ClockStepProcessTest(TempDirTestCase):
         before = self.enqueue("quick", 10)
         later = self.enqueue("quick", 3, queue="later", delay=STEP / 2)  # due once the step is taken
         self.all_completed(before, DEADLINE, "the jobs enqueued before the step")  # none in hand at the step
-        wait_until(lambda: self.store.fired_slots("", "tick"), message="a slot before the step")
+        wait_until(lambda: self.store.reads.fired_slots("", "tick"), message="a slot before the step")
 
         self.step(STEP)
         later_worker = self.worker("later", *LEASE)
         after = [self.enqueue_stepped("quick", "default", None) for _ in range(3)]
         self.all_completed([*later, *after], DEADLINE, "the jobs due after the step")
-        wait_until(lambda: max(row["slot"] for row in self.store.fired_slots("", "tick")) > time.time() + STEP - 60,
+        wait_until(lambda: max(row["slot"] for row in self.store.reads.fired_slots("", "tick")) > time.time() + STEP - 60,
                    message="a slot after the step")
         self.stop_all(worker, later_worker, scheduler, orchestrator)
         every = [*before, *later, *after]
         self.assertEqual(self.ran(), collections.Counter({job_id: 1 for job_id in every}))
         self.assertEqual({job.attempts for job in self.jobs(every)}, {1})
-        fired = [row["slot"] for row in self.store.fired_slots("", "tick", limit=10_000)]
+        fired = [row["slot"] for row in self.store.reads.fired_slots("", "tick", limit=10_000)]
         self.assertEqual(len(fired), len(set(fired)))
-        self.assertEqual(len([job for job in self.store.list_jobs("", limit=10_000) if job.task == "tick"]),
+        self.assertEqual(len([job for job in self.store.reads.list_jobs("", limit=10_000) if job.task == "tick"]),
                          len(fired), "one job per slot")
         self.assert_no_traceback()
 
@@ -467,7 +467,7 @@ class ClockStepProcessTest(TempDirTestCase):
         self.step(STEP)
         self.all_completed([long_id], DEADLINE, "the long job to complete")
         self.stop_all(worker, orchestrator)
-        self.assertEqual([e.kind for e in self.store.events(long_id)], ["claimed", "completed"])
+        self.assertEqual([e.kind for e in self.store.reads.events(long_id)], ["claimed", "completed"])
 
 
 if __name__ == "__main__":

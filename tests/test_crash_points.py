@@ -365,7 +365,7 @@ class CrashPointContract:
         self.assertEqual((after["reclaimed"], after["failed"]), (0, 0), "a sweep after recovery found work")
 
     def running(self) -> list[int]:
-        return [job.id for job in self.store.list_jobs("", state="running")]
+        return [job.id for job in self.store.reads.list_jobs("", state="running")]
 
     def assert_recovered(self, ids: list[int], effects: list[int], attempts: list[int],
                          reclaims: list[int]) -> None:
@@ -374,7 +374,7 @@ class CrashPointContract:
         self.assertEqual(self.effects(ids), effects, "side effects per job")
         for job_id, tries, reclaimed in zip(ids, attempts, reclaims):
             job = self.store.get_job(job_id, "")
-            kinds = collections.Counter(event.kind for event in self.store.events(job_id))
+            kinds = collections.Counter(event.kind for event in self.store.reads.events(job_id))
             with self.subTest(job=job_id):
                 self.assertEqual(kinds["completed"] + kinds["failed"], 1, "terminal state written once")
                 self.assertEqual(kinds["completed"], 1)
@@ -391,7 +391,7 @@ class CrashPointContract:
         self.assertEqual(self.states(ids), step.crashed, "states right after the crash")
         self.assertEqual(self.effects(ids), step.crashed_effects, "side effects right after the crash")
         for job_id, state in zip(ids, step.crashed):
-            kinds = [event.kind for event in self.store.events(job_id)]
+            kinds = [event.kind for event in self.store.reads.events(job_id)]
             self.assertEqual(kinds.count("completed"), int(state == "completed"),
                              f"job {job_id}: a completion survived the crash, or one was lost")
         self.recover()
@@ -427,7 +427,7 @@ class CrashPointContract:
         self.crash_at("in_reclaim_commit")
         job = self.store.get_job(orphan.id, "")
         self.assertEqual((job.state, job.lease_token), ("running", 1), "the reclaim was not rolled back")
-        self.assertNotIn("reclaimed", [event.kind for event in self.store.events(orphan.id)])
+        self.assertNotIn("reclaimed", [event.kind for event in self.store.reads.events(orphan.id)])
         self.recover()
         self.assert_recovered(ids, effects=[1, 1, 1], attempts=[2, 1, 1], reclaims=[1, 0, 0])
 
@@ -436,11 +436,11 @@ class CrashPointContract:
     def test_enqueue_in_the_callers_transaction_is_all_or_nothing(self):
         self.crash_at("enqueue_crash")
         self.assertEqual(self.orders(), 0, "the order survived a crash before COMMIT")
-        self.assertEqual(self.store.list_jobs(""), [], "a job survived a crash before COMMIT")
+        self.assertEqual(self.store.reads.list_jobs(""), [], "a job survived a crash before COMMIT")
 
         self.crash_at("enqueue_commit", expect=0)
         self.assertEqual(self.orders(), 1)
-        ids = sorted(job.id for job in self.store.list_jobs(""))
+        ids = sorted(job.id for job in self.store.reads.list_jobs(""))
         self.assertEqual(len(ids), 3)
         self.assertEqual(self.states(ids), ["queued"] * 3)
         self.recover()
@@ -559,7 +559,7 @@ class PostgresCrashPointTest(PostgresServerCase, CrashPointContract, TempDirTest
                               reclaims=[int(landed), 0, 0])
 
     def kinds(self, job_id: int) -> list[str]:
-        return [event.kind for event in self.store.events(job_id)]
+        return [event.kind for event in self.store.reads.events(job_id)]
 
 
 def _reap(process: subprocess.Popen) -> None:

@@ -80,7 +80,7 @@ class DelayedJobsContract:
         self.assertFalse(self.job(self.enqueue(run_at=self.clock.now - 5.0)).delayed)
         self.store.enqueue_many(JobSpec(task="delayed.noop", delay=3.0), [1, 2])
         self.store.enqueue_many(JobSpec(task="delayed.noop"), [3])
-        flags = {job.args: job.delayed for job in self.store.list_jobs("") if job.args is not None}
+        flags = {job.args: job.delayed for job in self.store.reads.list_jobs("") if job.args is not None}
         self.assertEqual(flags, {1: True, 2: True, 3: False})
 
     def test_a_delayed_better_priority_job_is_taken_before_worse_due_work_once_promoted(self):
@@ -140,8 +140,8 @@ class DelayedJobsContract:
 
     def test_a_delayed_job_is_queued_to_every_reader(self):
         job_id = self.enqueue(delay=60.0)
-        self.assertEqual([job.id for job in self.store.list_jobs("", state=QUEUED)], [job_id])
-        self.assertEqual([(c["state"], c["n"]) for c in self.store.counts()], [(QUEUED, 1)])
+        self.assertEqual([job.id for job in self.store.reads.list_jobs("", state=QUEUED)], [job_id])
+        self.assertEqual([(c["state"], c["n"]) for c in self.store.reads.counts()], [(QUEUED, 1)])
         self.assertTrue(self.store.prioritize(job_id, "").run_next)
         self.assertIsNone(self.store.claim(TURN), "run-next does not make a delayed job due")
         self.assertEqual(self.store.cancel(job_id, "").state, CANCELLED)
@@ -160,7 +160,7 @@ class DelayedJobsContract:
                       "('default', 'due', 1000, 0, 0, 'queued'), "
                       f"('default', 'held', {YEAR_2100}, 0, 0, 'running');")
         self.assertEqual(store.migrate(), queries.latest_version(dialect))
-        flags = {job.task: job.delayed for job in store.list_jobs("")}
+        flags = {job.task: job.delayed for job in store.reads.list_jobs("")}
         self.assertEqual(flags, {"later": True, "due": False, "held": False})
 
 

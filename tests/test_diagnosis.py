@@ -1,5 +1,5 @@
 """Why a job is not running: the pure diagnosis table-driven (each reason, their order,
-hostile strings kept as plain text), and ``gather`` with ``Store.jobs_ahead`` on SQLite
+hostile strings kept as plain text), and ``gather`` with ``store.reads.jobs_ahead`` on SQLite
 and PostgreSQL against real worker rows and switches written through the store. Also runs
 the doctests of ``rowfleet.views.diagnosis``.
 """
@@ -232,7 +232,7 @@ class ReasonTest(unittest.TestCase):
 
 
 class DiagnosisContract:
-    """``gather`` and ``Store.jobs_ahead`` on a real database: every backend passes these."""
+    """``gather`` and ``store.reads.jobs_ahead`` on a real database: every backend passes these."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -257,13 +257,13 @@ class DiagnosisContract:
         self.enqueue(priority=-5, delay=5)  # ahead once due, while it is still delayed
         self.enqueue(queue="other")  # not of its queue
         self.enqueue(project="beta")  # nor of its project
-        self.assertEqual(self.store.jobs_ahead(target), (4, False))
-        self.assertEqual(self.store.jobs_ahead(first), (2, False))
-        self.assertEqual(self.store.jobs_ahead(second), (3, False))
+        self.assertEqual(self.store.reads.jobs_ahead(target), (4, False))
+        self.assertEqual(self.store.reads.jobs_ahead(first), (2, False))
+        self.assertEqual(self.store.reads.jobs_ahead(second), (3, False))
         self.clock.advance(10)
-        self.assertEqual(self.store.jobs_ahead(target), (5, False), "a delayed job fallen due counts")
-        self.assertEqual(self.store.jobs_ahead(target, cap=3), (3, True))
-        self.assertEqual(self.store.jobs_ahead(target, cap=5), (5, False))
+        self.assertEqual(self.store.reads.jobs_ahead(target), (5, False), "a delayed job fallen due counts")
+        self.assertEqual(self.store.reads.jobs_ahead(target, cap=3), (3, True))
+        self.assertEqual(self.store.reads.jobs_ahead(target, cap=5), (5, False))
 
     def test_no_worker_then_one_serving_then_switched_off(self):
         from rowfleet.store import open_store

@@ -172,9 +172,9 @@ class FailoverCase(TempDirTestCase):
 
     def enqueue(self, task: str, count: int = 1, **options) -> list[int]:
         """``count`` jobs in one transaction; their ids."""
-        known = {job.id for job in self.store.list_jobs("", limit=1_000_000)}
+        known = {job.id for job in self.store.reads.list_jobs("", limit=1_000_000)}
         self.store.enqueue_many(JobSpec(task=task, **options), [None] * count)
-        return sorted(job.id for job in self.store.list_jobs("", limit=1_000_000) if job.id not in known)
+        return sorted(job.id for job in self.store.reads.list_jobs("", limit=1_000_000) if job.id not in known)
 
     def runs(self) -> dict[int, list[tuple[int, int, int]]]:
         """Each job's handler runs, in order, as (attempt, token, pid)."""
@@ -386,14 +386,14 @@ class FleetFailover(FailoverCase):
         reclaims a lapsed lease; every process stops cleanly."""
         self.touch(f"release-{self.held_id}")
         every = [self.held_id, *self.note_ids]
-        wait_until(lambda: sum(job.state == "completed" for job in self.store.list_jobs("", limit=10_000)
+        wait_until(lambda: sum(job.state == "completed" for job in self.store.reads.list_jobs("", limit=10_000)
                                if job.id in set(every)) == len(every),
                    timeout=2 * DEADLINE, message=f"all {len(every)} jobs completed on the promoted server")
-        jobs = {job.id: job for job in self.store.list_jobs("", state="completed", limit=10_000)}
+        jobs = {job.id: job for job in self.store.reads.list_jobs("", state="completed", limit=10_000)}
         self.assertLessEqual(acknowledged, set(jobs), "a completion acknowledged by the primary was lost")
         runs = self.runs()
         for job_id in every:
-            job, events = jobs[job_id], self.store.events(job_id)
+            job, events = jobs[job_id], self.store.reads.events(job_id)
             kinds = collections.Counter(event.kind for event in events)
             with self.subTest(job=job_id):
                 self.assertEqual(kinds["completed"], 1, "completed twice, or never")
@@ -420,7 +420,7 @@ class FleetFailover(FailoverCase):
 
         orphan_id = self.enqueue("note", queue="nobody")[0]
         self.assertEqual(self.store.claim(Claim("", "nobody", "ghost:1", 0.2)).id, orphan_id)
-        wait_until(lambda: "reclaimed" in [e.kind for e in self.store.events(orphan_id)],
+        wait_until(lambda: "reclaimed" in [e.kind for e in self.store.reads.events(orphan_id)],
                    message="the orchestrator to reclaim a lease that lapsed on the promoted server")
         self.stop(*fleet.values())
 
@@ -479,7 +479,7 @@ class AsynchronousFailover(FailoverCase):
         self.pair.promote()
         self.store = self.open_store()  # the multi-host URL: the promoted standby now
         # Enqueued and acknowledged on the old primary, never received by the standby: gone.
-        self.assertEqual([job.id for job in self.store.list_jobs("", limit=1000) if job.id in unreplicated], [])
+        self.assertEqual([job.id for job in self.store.reads.list_jobs("", limit=1000) if job.id in unreplicated], [])
         # Their claims and completions lost, the replicated jobs were queued again on the new
         # primary, with the tokens they had before the lag window: each ran a second time,
         # and its second claim handed out the token number of the first, lost, one.

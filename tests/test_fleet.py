@@ -31,7 +31,7 @@ class SwitchContract:
         self.assertEqual((held.desired, held.policy, held.changed_by), ("off", "hard", "ops"))
         self.store.set_switch("", "box", "q", control.ON, changed_by="ops")
         self.assertIsNone(self.store.switch_in_force("", "box", "q"))
-        self.assertEqual([(s.queue, s.desired) for s in self.store.switches()], [("q", "on")])
+        self.assertEqual([(s.queue, s.desired) for s in self.store.reads.switches()], [("q", "on")])
 
     def test_wildcards_and_off_wins_and_hard_beats_drain(self):
         self.store.set_switch("", "box", "q", control.ON)
@@ -49,14 +49,14 @@ class SwitchContract:
         self.store.set_switch("", "box", control.ANY, control.ON, changed_by="ops")
         self.store.set_switch("", "other", "q", control.OFF, changed_by="ci")
         self.assertEqual(self.store.switch_in_force("", "box", "q").reason, "fan <noisy>")
-        log = self.store.switch_log()
+        log = self.store.reads.switch_log()
         self.assertEqual([(s.host, s.queue, s.desired, s.reason) for s in log],
                          [("other", "q", "off", ""), ("box", "*", "on", ""), ("box", "q", "off", "fan <noisy>")])
-        self.assertEqual([s.host for s in self.store.switch_log(host="box")], ["box", "box"])
-        self.assertEqual(len(self.store.switch_log(limit=1)), 1)
+        self.assertEqual([s.host for s in self.store.reads.switch_log(host="box")], ["box", "box"])
+        self.assertEqual(len(self.store.reads.switch_log(limit=1)), 1)
         with self.assertRaises(ConfigError):
             self.store.set_switch("", "box", "q", control.OFF, reason="x" * 501)
-        self.assertEqual(len(self.store.switch_log()), 3, "a refused switch logs nothing")
+        self.assertEqual(len(self.store.reads.switch_log()), 3, "a refused switch logs nothing")
 
     def test_projects_keep_separate_switches(self):
         self.store.set_switch("alpha", "box", "q", control.OFF)
@@ -68,7 +68,7 @@ class SwitchContract:
                      ("", "box", "", "off"), (None, "box", "q", "off")):
             with self.subTest(args=args), self.assertRaises(ConfigError):
                 self.store.set_switch(*args)
-        self.assertEqual(self.store.switches(), [])
+        self.assertEqual(self.store.reads.switches(), [])
 
     def test_workers_lists_old_rows_only_with_all(self):
         from rowfleet.store import open_store
@@ -148,7 +148,7 @@ class SQLiteSwitchTest(SwitchContract, TempDirTestCase):
                 self.assertEqual(result.returncode, 2, result.stderr)
                 self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
                 self.assertNotIn("Traceback", result.stderr)
-        self.assertEqual(self.store.switches(), [])
+        self.assertEqual(self.store.reads.switches(), [])
 
 
 class SQLiteSharedBrokerTest(SharedBrokerContract, TempDirTestCase):

@@ -109,11 +109,11 @@ class FleetContract:
         return self.store.get_job(job_id, project)
 
     def workers(self, host: str = HOST, project: str | None = None) -> list[dict[str, Any]]:
-        return [w for w in self.store.workers(since=0) if w["host"] == host
+        return [w for w in self.store.reads.workers(since=0) if w["host"] == host
                 and (project is None or w["project"] == project)]
 
     def row_of(self, pid: int) -> dict[str, Any] | None:
-        rows = [w for w in self.store.workers(since=0) if w["pid"] == pid]
+        rows = [w for w in self.store.reads.workers(since=0) if w["pid"] == pid]
         return max(rows, key=lambda w: w["started_at"]) if rows else None
 
     def started(self, job_id: int, attempt: int = 1) -> int:
@@ -170,7 +170,7 @@ class FleetContract:
         job = self.job(held)
         self.assertEqual((job.state, job.attempts, job.watchdog_retries), ("queued", 0, 0),
                          "an operator stop hands the job back without spending an attempt or a retry")
-        events = self.store.events(held)
+        events = self.store.reads.events(held)
         kinds = [event.kind for event in events]
         self.assertEqual(kinds[-1], "operator_stop", kinds)
         self.assertNotIn("watchdog_trip", kinds, "an operator's stop is not a watchdog fault")
@@ -251,7 +251,7 @@ class FleetContract:
         self.wait_state(pid, "parked")
         self.wait_beats(pid)
         self.assertEqual(self.job(waiting).state, "queued")
-        self.assertEqual([e.kind for e in self.store.events(waiting)], [], "a worker started while off claimed")
+        self.assertEqual([e.kind for e in self.store.reads.events(waiting)], [], "a worker started while off claimed")
         self.assertEqual(self.row_of(pid)["exit_code"], None, "a fresh worker parks instead of exiting 79")
         self.control("--queue", QUEUE, "--on")
         self.assertEqual(self.wait_completed(waiting).result, pid)
@@ -330,7 +330,7 @@ class FleetContract:
         os.kill(first, signal.SIGKILL)
         second = self.started(held, attempt=2)
         self.assertNotEqual(first, second)
-        lost = [event for event in self.store.events(held) if event.kind == "worker_exited"]
+        lost = [event for event in self.store.reads.events(held) if event.kind == "worker_exited"]
         self.assertEqual(lost[0].detail["holder"], f"{HOST}:{first}", lost)
         self.assertIn("killed by SIGKILL", self.job(held).error or "")
         listed = {w["pid"]: w for w in self.cli_json("workers")["workers"]}

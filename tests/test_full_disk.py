@@ -206,7 +206,7 @@ class DispatchOnAFullDiskTest(FullDiskCase):
                 store.drain("")
             except StoreUnavailable as exc:
                 met.append(exc)
-        [event] = store.dispatch_events(run_id)
+        [event] = store.reads.dispatch_events(run_id)
         self.assertEqual((event["attempts"], event["poisoned_at"]), (0, None),
                          f"a full disk counted against the event: {event['last_error']}")
         self.assertNotIn(store.get_run(run_id, "").state, dag.RUN_TERMINAL)

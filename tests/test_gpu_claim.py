@@ -200,9 +200,9 @@ class GpuClaimContract:
                     self.clear()
 
     def clear(self) -> None:
-        for job in self.store.list_jobs("", state="queued", queue="gpu", limit=1000):
+        for job in self.store.reads.list_jobs("", state="queued", queue="gpu", limit=1000):
             self.store.cancel(job.id, "")
-        for job in self.store.list_jobs("", state="running", queue="gpu", limit=1000):
+        for job in self.store.reads.list_jobs("", state="running", queue="gpu", limit=1000):
             self.store.finish(job, Outcome(COMPLETED, result=None, event="completed"))
 
     def test_a_delayed_job_counts_for_has_due_only_if_the_claim_may_take_it(self):
@@ -266,13 +266,13 @@ class GpuClaimContract:
         self.store.worker_beat("box:2:0", "", "box", "gpu", 2, None, models=("m1", "m2"), gpu_index=0,
                                vram_total_mb=81920, vram_free_mb=4096, warm_model="m1", warm_since=5.0,
                                loading=None, lane="model", host_priority=3)
-        rows = {row["pid"]: row for row in self.store.workers(since=0.0)}
+        rows = {row["pid"]: row for row in self.store.reads.workers(since=0.0)}
         self.assertEqual([rows[1][key] for key in ("models", "gpu_index", "warm_model", "lane")], [None] * 4)
         self.assertEqual([rows[2][key] for key in ("models", "gpu_index", "vram_free_mb", "warm_model", "lane",
                                                    "host_priority")],
                          ['["m1","m2"]', 0, 4096, "m1", "model", 3])
         self.store.worker_beat("box:2:0", "", "box", "gpu", 2, None)
-        self.assertIsNone({row["pid"]: row for row in self.store.workers(since=0.0)}[2]["models"])
+        self.assertIsNone({row["pid"]: row for row in self.store.reads.workers(since=0.0)}[2]["models"])
 
 
 class SQLiteGpuClaimTest(GpuClaimContract, TempDirTestCase):

@@ -129,7 +129,7 @@ class GpuWorkerProcessTest(TempDirTestCase):
                           message=f"job {job_id} {state}")
 
     def beat(self, condition) -> dict:
-        return wait_until(lambda: next((row for row in self.store.workers(0.0) if row["stopped_at"] is None
+        return wait_until(lambda: next((row for row in self.store.reads.workers(0.0) if row["stopped_at"] is None
                                         and condition(row)), None), message="a heartbeat row")
 
     def request(self, model: str, action: str):
@@ -173,7 +173,7 @@ class GpuWorkerProcessTest(TempDirTestCase):
         worker = self.worker("--idle-unload", "0.5")
         job = self.state(job_id, "completed")
         self.assertEqual(job.attempts, 2, "the failed load spent its attempt; the retry loaded and ran")
-        [retried] = [event for event in self.store.events(job_id) if event.kind == "retried"]
+        [retried] = [event for event in self.store.reads.events(job_id) if event.kind == "retried"]
         self.assertIn("weights are corrupt", retried.detail["error"])
         [stats] = self.store.model_stats("")
         self.assertEqual((stats["loads"], stats["failed_loads"]), (1, 1))
@@ -192,7 +192,7 @@ class GpuWorkerProcessTest(TempDirTestCase):
         wait_until(lambda: (lease := self.store.gpu_lease(HOST, 0)) and lease.model == "a", message="a's lease")
         refused = self.enqueue("b1", "b")
         other = self.worker("--models", "b")
-        wait_until(lambda: "handed_back" in [event.kind for event in self.store.events(refused)],
+        wait_until(lambda: "handed_back" in [event.kind for event in self.store.reads.events(refused)],
                    message="the job of the other model handed back")
         job = self.store.get_job(refused, "")
         self.assertEqual((job.state, job.attempts), ("queued", 0), "handed back without spending an attempt")
@@ -251,7 +251,7 @@ class GpuWorkerProcessTest(TempDirTestCase):
         done = self.cli("worker", "--app", "gpuapp", "--lane", "model", check=False, env=self.env())
         self.assertEqual((done.returncode, done.stderr.strip()),
                          (2, "rowfleet: error: --lane needs --gpu: they route a GPU worker's claims"))
-        self.assertEqual(self.store.workers(0.0), [], "a refused command starts no worker")
+        self.assertEqual(self.store.reads.workers(0.0), [], "a refused command starts no worker")
 
 
 class GpuStoreContract:
@@ -275,8 +275,8 @@ class GpuStoreContract:
         again = self.store.get_job(job.id, "")
         self.assertEqual((again.state, again.attempts, again.claimed_by, again.run_at),
                          ("queued", 0, None, first.run_at))
-        self.assertEqual(self.store.events(job.id)[-1].kind, "handed_back")
-        self.assertEqual(self.store.events(job.id)[-1].detail["reason"], "GPU leased to b")
+        self.assertEqual(self.store.reads.events(job.id)[-1].kind, "handed_back")
+        self.assertEqual(self.store.reads.events(job.id)[-1].detail["reason"], "GPU leased to b")
         self.assertFalse(self.store.hand_back(job, "twice"), "a stale token hands nothing back")
         retaken = self.claim()
         self.assertEqual((retaken.id, retaken.attempts, retaken.lease_token), (first.id, 1, 2))
@@ -308,6 +308,7 @@ class GpuStoreContract:
     def test_the_workers_fleet_view_is_the_narrow_read_and_shows_what_the_snapshot_shows(self):
         from rowfleet import control
         from rowfleet.gpu import gpu_worker
+        from rowfleet.store.reads import OperatorReads
         from rowfleet.telemetry import gpu
 
         heartbeat = self.store.config.heartbeat
@@ -339,7 +340,7 @@ class GpuStoreContract:
         box = gpu_worker.GpuBox(self.config(host=HOST),
                                 gpu_worker.GpuSettings(("a",)), worker_id="me:2", holder="me:2", queues="gpu",
                                 memory=gpu_worker.GpuMemory("nvidia-smi", 0, 1.0, sample=lambda **_: gpu.GpuSample()))
-        with unittest.mock.patch.object(self.store, "fleet_rows", side_effect=AssertionError("read the snapshot")):
+        with unittest.mock.patch.object(OperatorReads, "fleet_rows", side_effect=AssertionError("read the snapshot")):
             view = box._read_fleet(self.store)
         self.assertEqual(view.boxes, expected)
         self.assertEqual([(b.worker_id, b.live, b.serving, b.busy) for b in view.boxes],

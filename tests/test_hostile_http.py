@@ -280,10 +280,10 @@ class PanelTest(HostileHttp):
         self.values = {"csrf": self.panel.csrf, "job": self.job, "run": self.run_id}
 
     def assert_nothing_written(self) -> None:
-        self.assertEqual(self.store.switches(), [])
-        self.assertEqual(self.store.switch_log(), [])
-        self.assertEqual(self.store.find_job(self.job).state, QUEUED)
-        self.assertEqual(self.store.find_run(self.run_id).node("ask").state, dag.AWAITING_INPUT)
+        self.assertEqual(self.store.reads.switches(), [])
+        self.assertEqual(self.store.reads.switch_log(), [])
+        self.assertEqual(self.store.reads.find_job(self.job).state, QUEUED)
+        self.assertEqual(self.store.reads.find_run(self.run_id).node("ask").state, dag.AWAITING_INPUT)
 
     def test_refused_requests_get_one_line_and_change_nothing(self):
         self.assert_rows(self.port, PANEL_REFUSED, **self.values)
@@ -455,14 +455,14 @@ class SwitchRows:
                                                    csrf=csrf))
                 self.assertEqual(status, 400, body[:300])
                 self.assertIn(fragment, the_line(body))
-        self.assertEqual((self.store.switches(), self.store.switch_log()), ([], []))
+        self.assertEqual((self.store.reads.switches(), self.store.reads.switch_log()), ([], []))
         status, body = exchange(port, fill(post("/workers/switch", SWITCH_ALL_OFF, REBIND), port=port, csrf=csrf))
         self.assertEqual(status, 421, body[:300])
-        self.assertEqual((self.store.switches(), self.store.switch_log()), ([], []))
+        self.assertEqual((self.store.reads.switches(), self.store.reads.switch_log()), ([], []))
         # The same form from the panel's own address is written: the refusals above were the values'.
         status, body = exchange(port, fill(post("/workers/switch", SWITCH_ALL_OFF), port=port, csrf=csrf))
         self.assertEqual(status, 303, body[:300])
-        self.assertEqual([(s.project, s.host, s.queue, s.desired, s.policy) for s in self.store.switches()],
+        self.assertEqual([(s.project, s.host, s.queue, s.desired, s.policy) for s in self.store.reads.switches()],
                          [("*", "*", "*", "off", "hard")])
 
     def test_the_store_refuses_what_the_form_refuses(self):
@@ -472,7 +472,7 @@ class SwitchRows:
             with self.subTest(project=str(project)[:20], host=host, queue=queue[:20]), \
                     self.assertRaises(ConfigError):
                 self.store.set_switch(project, host, queue, "off", "hard")
-        self.assertEqual(self.store.switches(), [])
+        self.assertEqual(self.store.reads.switches(), [])
         self.assertEqual(self.store.set_switch("*", "*", "*", "off", "drain").queue, "*")
 
 

@@ -674,7 +674,7 @@ class ApiTest(TempDirTestCase):
                 call()
             self.assertIn(says, str(caught.exception))
             self.assertNotIn("\n", str(caught.exception))
-        self.assertEqual(self.rowfleet.api.default_store().list_jobs(""), [])
+        self.assertEqual(self.rowfleet.api.default_store().reads.list_jobs(""), [])
 
 
 def _close_api_store() -> None:

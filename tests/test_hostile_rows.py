@@ -195,7 +195,7 @@ class HostileRowsContract:
             self.assertEqual(job.attempts, planted if case.swept else planted + 1,
                              "a row that cannot be decoded is not retried")
             self.assertIn(f"column {case.names}", job.error)
-            kinds = [event.kind for event in self.store.events(bad)]
+            kinds = [event.kind for event in self.store.reads.events(bad)]
             self.assertEqual(kinds[-1:] if case.swept else kinds[-2:], ["failed"] if case.swept else ["claimed", "failed"])
         self.check_listings(bad, case)
         self.check_changes(bad, case)
@@ -300,7 +300,7 @@ class HostileRowsContract:
         self.assertEqual(job.state, case.becomes, job.error)
         self.assertIn(case.says, job.error)
         self.assertNotIn("None", job.error)
-        kinds = [event.kind for event in self.store.events(bad)]
+        kinds = [event.kind for event in self.store.reads.events(bad)]
         self.assertEqual(kinds[-1], "reclaimed" if case.becomes == QUEUED else "failed")
         again = json.loads(self.run_cli("orchestrator", "--once").stdout)
         self.assertEqual((again["reclaimed"], again["failed"]), (0, 0), "healed once, for good")
@@ -321,7 +321,7 @@ class HostileRowsContract:
         self.assertEqual(said.stdout, f"job {bad} cancelled\n")
         job = self.store.get_job(bad, "")
         self.assertEqual(job.state, CANCELLED)
-        self.assertEqual([event.kind for event in self.store.events(bad)][-1], "cancelled")
+        self.assertEqual([event.kind for event in self.store.reads.events(bad)][-1], "cancelled")
         swept = json.loads(self.run_cli("orchestrator", "--once").stdout)
         self.assertEqual((swept["reclaimed"], swept["failed"]), (0, 0))
 
@@ -399,7 +399,7 @@ class HostileRowsContract:
         return self.store.start_run(flow, None, "")
 
     def node_job(self, run_id: int, node_id: str):
-        return next(job for job in self.store.list_jobs("", limit=100)
+        return next(job for job in self.store.reads.list_jobs("", limit=100)
                     if job.run_id == run_id and job.node_id == node_id)
 
     def test_a_node_job_whose_args_are_not_json_fails_its_run(self):

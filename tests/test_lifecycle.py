@@ -95,7 +95,7 @@ class LifecycleContract:
         return self.store.claim(Claim(project, queue, HOLDER, lease))
 
     def kinds(self, job_id: int) -> list[str]:
-        return [event.kind for event in self.store.events(job_id)]
+        return [event.kind for event in self.store.reads.events(job_id)]
 
     # --- enqueue -----------------------------------------------------------------------
 
@@ -111,14 +111,14 @@ class LifecycleContract:
         second = self.enqueue(args={"a": 5, "b": 5}, key="order-7")
         self.assertEqual(first.id, second.id)
         self.assertEqual(second.args, {"a": 1, "b": 2})
-        self.assertEqual(len(self.store.list_jobs("")), 1)
+        self.assertEqual(len(self.store.reads.list_jobs("")), 1)
         other_project = self.enqueue(key="order-7", project="beta")
         self.assertNotEqual(other_project.id, first.id)
 
     def test_enqueue_many(self):
         spec = JobSpec(task="lifecycle.add", queue="bulk", priority=3)
         self.assertEqual(self.store.enqueue_many(spec, ({"a": i, "b": 0} for i in range(250))), 250)
-        listed = self.store.list_jobs("", limit=1000)
+        listed = self.store.reads.list_jobs("", limit=1000)
         self.assertEqual(len(listed), 250)
         self.assertEqual({(job.queue, job.priority) for job in listed}, {("bulk", 3)})
         self.assertEqual(sorted(job.args["a"] for job in listed), list(range(250)))
@@ -126,7 +126,7 @@ class LifecycleContract:
             self.store.enqueue_many(spec, [{"a": 1, "b": 1}, {"a": {1, 2}}])
         with self.assertRaises(ConfigError):
             self.store.enqueue_many(JobSpec(task="lifecycle.add", key="k"), [{}])
-        self.assertEqual(len(self.store.list_jobs("", limit=1000)), 250)
+        self.assertEqual(len(self.store.reads.list_jobs("", limit=1000)), 250)
 
     # --- a prefetching worker's batch ------------------------------------------------------
 
@@ -380,7 +380,7 @@ class LifecycleContract:
         self.assertEqual(self.store.prune(retention=50), 1)
         with self.assertRaises(NotFound):
             self.store.get_job(done.id, "")
-        self.assertEqual(self.store.events(done.id), [])
+        self.assertEqual(self.store.reads.events(done.id), [])
         self.assertEqual(self.store.get_job(waiting.id, "").state, QUEUED)
 
     def test_stale_workers_are_flagged_and_a_beat_clears_it(self):
@@ -389,7 +389,7 @@ class LifecycleContract:
         self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers(known_dead=lambda worker: True)], ["w1"])
         self.assertEqual(self.store.flag_stale_workers(known_dead=lambda worker: True), [])
         self.store.worker_beat("w1", "", "host", "default", 1, None)
-        self.assertIsNone(self.store.workers(since=0)[0]["flagged_dead_at"])
+        self.assertIsNone(self.store.reads.workers(since=0)[0]["flagged_dead_at"])
 
     def test_staleness_is_judged_by_the_workers_own_heartbeat_not_the_sweepers(self):
         from rowfleet.store import open_store
@@ -402,7 +402,7 @@ class LifecycleContract:
         self.clock.advance(31)  # past 3 beats of the sweeper's 10 s, inside 3 of the worker's 40 s
         self.assertEqual(self.store.flag_stale_workers(known_dead=lambda worker: True), [])
         self.assertEqual(self.store.get_job(job.id, "").state, RUNNING)
-        row = self.store.workers(since=0)[0]
+        row = self.store.reads.workers(since=0)[0]
         self.assertEqual((row["heartbeat"], row["lease"]), (40.0, 30.0))
         self.clock.advance(90)  # 121 s: past 3 of its own beats
         self.assertEqual([w["worker_id"] for w in self.store.flag_stale_workers(known_dead=lambda worker: True)], ["w40"])
@@ -415,13 +415,13 @@ class LifecycleContract:
         conn.execute("INSERT INTO dispatch_events (project, run_id, kind, created_at) VALUES ('', 1, 'x', 100)")
         conn.commit()
         self.clock.advance(14)
-        (served,) = self.store.project_services()
+        (served,) = self.store.reads.project_services()
         self.assertEqual((served["orchestrators"], served["outbox_waiting"], served["outbox_oldest"]), (1, 1, 100))
         self.clock.advance(2)  # past three of its sweeps: no longer live
-        self.assertEqual(self.store.project_services()[0]["orchestrators"], 0)
+        self.assertEqual(self.store.reads.project_services()[0]["orchestrators"], 0)
         self.store.orchestrator_beat("o1", "", "box", 1)
         self.store.orchestrator_stopped("o1")
-        self.assertEqual(self.store.project_services()[0]["orchestrators"], 0)
+        self.assertEqual(self.store.reads.project_services()[0]["orchestrators"], 0)
 
     def test_a_stopped_worker_leaves_the_listing_after_a_while_and_a_live_slow_one_stays(self):
         from rowfleet.liveness import LISTED_FOR
@@ -433,9 +433,9 @@ class LifecycleContract:
         self.store.worker_stopped("gone")
         slow.worker_beat("slow", "", "box", "default", 2, None)
         self.clock.advance(LISTED_FOR + 1)
-        listed = lambda: [w["worker_id"] for w in self.store.workers(since=self.clock.now - LISTED_FOR)]
+        listed = lambda: [w["worker_id"] for w in self.store.reads.workers(since=self.clock.now - LISTED_FOR)]
         self.assertEqual(listed(), ["slow"])
-        self.assertEqual(sorted(w["worker_id"] for w in self.store.workers(since=0)), ["gone", "slow"])
+        self.assertEqual(sorted(w["worker_id"] for w in self.store.reads.workers(since=0)), ["gone", "slow"])
 
     def test_finishing_a_job_twice_differently_says_it_is_already_finished(self):
         self.enqueue()
@@ -453,9 +453,9 @@ class LifecycleContract:
         back = self.store.get_job(job.id, "")
         self.assertEqual((back.state, back.claimed_by), (QUEUED, None))
         self.assertIn("killed by SIGKILL", back.error)
-        lost = [event for event in self.store.events(job.id) if event.kind == "worker_exited"]
+        lost = [event for event in self.store.reads.events(job.id) if event.kind == "worker_exited"]
         self.assertEqual(lost[0].detail["holder"], "box:4242")  # the holder stays in the events
-        row = self.store.workers(since=0)[0]
+        row = self.store.reads.workers(since=0)[0]
         self.assertEqual((row["exit_code"], row["current_job"]), (-9, None))
         self.assertEqual(self.store.worker_exited("box", 4242, -9), [])  # nothing left to hand back
         self.assertEqual((back.attempts, back.watchdog_retries), (1, 0), "a kill may be the job's doing")
@@ -478,10 +478,10 @@ class LifecycleContract:
         self.store.enqueue(JobSpec(task="lifecycle.add", args={"a": 1, "b": 1}), conn=conn)
         conn.rollback()
         self.assertEqual(conn.execute("SELECT count(*) FROM orders").fetchone()[0], 0)
-        self.assertEqual(self.store.list_jobs(""), [])
+        self.assertEqual(self.store.reads.list_jobs(""), [])
         conn.execute("INSERT INTO orders (id, item) VALUES (2, 'kept')")
         job = self.store.enqueue(JobSpec(task="lifecycle.add", args={"a": 1, "b": 1}), conn=conn)
-        self.assertEqual(self.store.list_jobs(""), [], "not visible before the caller commits")
+        self.assertEqual(self.store.reads.list_jobs(""), [], "not visible before the caller commits")
         conn.commit()
         self.assertEqual(conn.execute("SELECT count(*) FROM orders").fetchone()[0], 1)
         self.assertEqual(self.store.get_job(job.id, "").state, QUEUED)
@@ -550,7 +550,7 @@ class SQLiteLifecycleTest(LifecycleContract, TempDirTestCase):
         for _ in range(3):
             job = self.store.finish(job, Outcome(COMPLETED), claim_next=claim)
         self.assertEqual(pragmas, [], "no busy_timeout statement in a busy worker's turns")
-        self.store.counts()  # a read
+        self.store.reads.counts()  # a read
         self.assertEqual(pragmas, [f"PRAGMA busy_timeout = {int(self.store.config.busy_timeout * 1000)}"])
         self.assertEqual(self.store.conn.execute("PRAGMA busy_timeout").fetchone()[0],
                          int(self.store.config.busy_timeout * 1000), "reads wait as configured")

@@ -420,10 +420,10 @@ class MetricsStoreContract:
         self.assertEqual((seen[0], self.finished(FAILED)), (3, 1), "counted before any fold")
         self.assertEqual(self.store.fold_tallies(), 4)
         seen.append(self.finished())
-        newest = max(job.finished_at for job in self.store.list_jobs("", state=COMPLETED))
+        newest = max(job.finished_at for job in self.store.reads.list_jobs("", state=COMPLETED))
         wait_until(lambda: self.store.clock() > newest, message="the store's clock to pass the last finish")
         self.assertEqual(self.store.prune(retention=0), 4)
-        self.assertEqual(self.store.list_jobs("", state=COMPLETED), [], "the finished jobs are gone")
+        self.assertEqual(self.store.reads.list_jobs("", state=COMPLETED), [], "the finished jobs are gone")
         seen.append(self.finished())
         self.run_jobs(2)
         seen.append(self.finished())
@@ -465,7 +465,7 @@ class PostgresMetricsStoreTest(MetricsStoreContract, PostgresDatabaseCase, TempD
 
 
 class FailingStore:
-    """A real store whose ``fails`` call raises ``error``."""
+    """A real store whose ``fails`` call (its own, or one of ``store.reads``) raises ``error``."""
 
     def __init__(self, store: Any, fails: str, error: BaseException) -> None:
         self._store, self._fails, self._error = store, fails, error
@@ -475,6 +475,8 @@ class FailingStore:
             def fail(*args: Any, **kwargs: Any) -> Any:
                 raise self._error
             return fail
+        if name == "reads":  # the operator's reads (store.reads) fail by name as well
+            return FailingStore(self._store.reads, self._fails, self._error)
         return getattr(self._store, name)
 
 

@@ -85,7 +85,7 @@ class OperatorJobsContract:
         return self.store.claim(Claim("", "default", holder, lease))
 
     def kinds(self, job_id: int, store=None) -> list[str]:
-        return [event.kind for event in (store or self.store).events(job_id)]
+        return [event.kind for event in (store or self.store).reads.events(job_id)]
 
     def node_job_of_cancelled_run(self, holder: str = HOLDER, lease: float = 60.0):
         """A run's first node's job, running, and then the run cancelled; (run id, job)."""
@@ -253,7 +253,7 @@ class OperatorJobsContract:
         ended = store.get_job(job_id, "")
         self.assertEqual(ended.state, CANCELLED)
         self.assertIn("its handler did not stop within 0.5s", ended.error)
-        events = store.events(job_id)
+        events = store.reads.events(job_id)
         self.assertEqual([event.kind for event in events][-3:], ["cancel_requested", "watchdog_trip", "cancelled"])
         self.assertEqual(events[-2].detail["code"], exitcodes.CANCELLED)
 

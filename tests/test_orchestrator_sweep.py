@@ -100,7 +100,7 @@ class SilentMomentsContract:
         return self.sweeps.run_once()
 
     def flagged(self) -> set[int]:
-        return {w["pid"] for w in self.store.workers(since=0) if w["flagged_dead_at"] is not None}
+        return {w["pid"] for w in self.store.reads.workers(since=0) if w["flagged_dead_at"] is not None}
 
     def held(self) -> set[int]:
         """The pids whose job still runs under its first claim's token."""

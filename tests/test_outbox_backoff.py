@@ -82,7 +82,7 @@ class OutboxBackoffContract:
         return run_id
 
     def event(self, run_id: int) -> dict:
-        [event] = self.store.dispatch_events(run_id)
+        [event] = self.store.reads.dispatch_events(run_id)
         return event
 
     def test_failed_drains_wait_a_growing_backoff_then_the_event_is_set_aside(self):

@@ -25,7 +25,7 @@ from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, FAILED, JobSpec, Outcome
 from rowfleet.panel import server
 from rowfleet.store import open_store
-from rowfleet.store.browse import JobFilter
+from rowfleet.store.reads import JobFilter
 from browser import Browser, colour_share, distinct_colours, require_chromium
 from support import serve_in_background
 
@@ -64,7 +64,7 @@ class PanelInBrowserTest(unittest.TestCase):
         for n in range(6):
             store.enqueue(JobSpec(f"tasks:render{HOSTILE_WORD}" if n % 2 else "tasks:render", queue="gpu",
                                   args={"note": HOSTILE, "rtl": RTL, "long": "y" * 10_000, "token": "t0p", "n": n}))
-        cls.queued = store.search_jobs(JobFilter(state="queued")).jobs[0].id  # the newest: not claimed below
+        cls.queued = store.reads.search_jobs(JobFilter(state="queued")).jobs[0].id  # the newest: not claimed below
         for n in range(4):
             job = store.claim(Claim("", "gpu", f"{HOSTS[n % 2]}:{n}", 60.0))
             store.finish(job, Outcome(COMPLETED if n % 3 else FAILED, result={"html": HOSTILE}, error=HOSTILE))

@@ -128,11 +128,11 @@ class PanelContract:
         status, headers, _ = self.client.post(f"/jobs/{self.failed}/retry", {})
         self.assertEqual(status, 303)
         self.assertTrue(headers["location"].startswith(f"/jobs/{self.failed}?note="))
-        self.assertEqual(self.store.find_job(self.failed).state, QUEUED)
+        self.assertEqual(self.store.reads.find_job(self.failed).state, QUEUED)
         self.client.post(f"/jobs/{self.other}/run-next", {})
-        self.assertTrue(self.store.find_job(self.other).run_next)
+        self.assertTrue(self.store.reads.find_job(self.other).run_next)
         self.client.post(f"/jobs/{self.queued}/cancel", {})
-        self.assertEqual(self.store.find_job(self.queued).state, CANCELLED)
+        self.assertEqual(self.store.reads.find_job(self.queued).state, CANCELLED)
         status, _, body = self.client.post(f"/jobs/{self.queued}/run-next", {})
         self.assertEqual(status, 409, "an action the state no longer allows is a conflict")
         self.assertEqual(self.client.post(f"/jobs/{self.queued}/explode", {})[0], 404)
@@ -143,18 +143,18 @@ class PanelContract:
         self.assertEqual(self.client.get("/jobs/bulk?action=cancel&state=failed")[0], 400, "cancel takes queued jobs")
         status, _, _ = self.client.post("/jobs/bulk", {"action": "cancel", "state": "queued", "queue": "gpu"})
         self.assertEqual(status, 303)
-        self.assertEqual({self.store.find_job(i).state for i in (self.queued, self.other)}, {CANCELLED})
-        self.assertEqual(self.store.find_job(self.failed).state, FAILED, "a job outside the filter is untouched")
+        self.assertEqual({self.store.reads.find_job(i).state for i in (self.queued, self.other)}, {CANCELLED})
+        self.assertEqual(self.store.reads.find_job(self.failed).state, FAILED, "a job outside the filter is untouched")
 
     def test_run_actions_and_an_input_answer(self):
         status, _, body = self.client.post(f"/runs/{self.run_id}/answer", {"node": "ask", "value": '{"go": true}'})
         self.assertEqual(status, 303, body[:300])
-        self.assertEqual(self.store.find_run(self.run_id).node("ask").state, COMPLETED)
+        self.assertEqual(self.store.reads.find_run(self.run_id).node("ask").state, COMPLETED)
         self.assertEqual(self.client.post(f"/runs/{self.run_id}/answer", {"node": "ask", "value": "{bad"})[0], 400)
         self.client.post(f"/runs/{self.run_id}/cancel", {})
-        self.assertEqual(self.store.find_run(self.run_id).state, CANCELLED)
+        self.assertEqual(self.store.reads.find_run(self.run_id).state, CANCELLED)
         self.client.post(f"/runs/{self.run_id}/restart", {})
-        self.assertEqual(self.store.find_run(self.run_id).state, dag.RUNNING)
+        self.assertEqual(self.store.reads.find_run(self.run_id).state, dag.RUNNING)
 
     def test_a_switch_from_the_panel_is_the_row_the_command_line_writes(self):
         status, headers, _ = self.client.post("/workers/switch", {"project": "", "host": "box", "queue": "gpu",
@@ -163,14 +163,14 @@ class PanelContract:
         held = self.store.switch_in_force("", "box", "gpu")
         self.assertEqual((held.desired, held.policy, held.reason, held.changed_by), ("off", "hard", "fan <loud>", "panel"))
         self.client.post("/workers/switch", {"project": "", "host": "box", "queue": "*", "set": "on"})
-        self.assertEqual([(s.queue, s.desired) for s in self.store.switch_log()], [("*", "on"), ("gpu", "off")])
+        self.assertEqual([(s.queue, s.desired) for s in self.store.reads.switch_log()], [("*", "on"), ("gpu", "off")])
         _, _, body = self.client.get("/workers")
         self.assertIn("fan &lt;loud&gt;", body)
         for bad in ({"host": "box", "queue": "gpu", "set": "sideways"}, {"host": "", "queue": "gpu", "set": "on"},
                     {"host": "box", "queue": "", "set": "on"}):
             with self.subTest(bad=bad):
                 self.assertEqual(self.client.post("/workers/switch", bad)[0], 400)
-        self.assertEqual(len(self.store.switch_log()), 2, "a refused switch writes nothing")
+        self.assertEqual(len(self.store.reads.switch_log()), 2, "a refused switch writes nothing")
 
 
 class SQLitePanelTest(PanelContract, TempDirTestCase):
@@ -227,7 +227,7 @@ class PanelSecurityTest(TempDirTestCase):
             with self.subTest(headers=headers, csrf=with_csrf):
                 status, _, body = client.post(f"/jobs/{self.job}/cancel", {}, headers=headers, csrf=with_csrf)
                 self.assertEqual(status, 403, body[:300])
-        self.assertEqual(self.store.find_job(self.job).state, QUEUED)
+        self.assertEqual(self.store.reads.find_job(self.job).state, QUEUED)
         host = f"127.0.0.1:{client.port}"
         status, _, _ = client.post(f"/jobs/{self.job}/cancel", {}, headers={"Origin": f"http://{host}", "Host": host})
         self.assertEqual(status, 303, "an old browser's Origin naming this host is same-origin")
@@ -254,10 +254,10 @@ class PanelSecurityTest(TempDirTestCase):
         self.assertEqual(client.get("/", Cookie=session)[0], 200)
         # A mutation needs the session too, besides same-origin and the form token.
         self.assertEqual(client.post(f"/jobs/{self.job}/cancel", {})[0], 403)
-        self.assertEqual(self.store.find_job(self.job).state, QUEUED)
+        self.assertEqual(self.store.reads.find_job(self.job).state, QUEUED)
         status, _, _ = client.post(f"/jobs/{self.job}/cancel", {}, headers={**SAME_ORIGIN, "Cookie": session})
         self.assertEqual(status, 303)
-        self.assertEqual(self.store.find_job(self.job).state, CANCELLED)
+        self.assertEqual(self.store.reads.find_job(self.job).state, CANCELLED)
         status, headers, _ = client.post("/logout", {}, headers={**SAME_ORIGIN, "Cookie": session}, csrf=False)
         self.assertEqual((status, headers["location"]), (303, "/login"))
         self.assertIn("Max-Age=0", headers["set-cookie"], "signing out clears the cookie")
@@ -294,8 +294,8 @@ class PanelSecurityTest(TempDirTestCase):
         self.assertNotIn('method="post"', body)
         self.assertEqual(client.post(f"/jobs/{self.job}/cancel", {})[0], 403)
         self.assertEqual(client.post("/workers/switch", {"host": "box", "queue": "q", "set": "off-hard"})[0], 403)
-        self.assertEqual(self.store.find_job(self.job).state, QUEUED)
-        self.assertEqual(self.store.switches(), [])
+        self.assertEqual(self.store.reads.find_job(self.job).state, QUEUED)
+        self.assertEqual(self.store.reads.switches(), [])
 
     def test_a_flood_of_bad_requests_gets_4xx_pages_and_the_server_keeps_serving(self):
         _, client = self.serve()
@@ -332,8 +332,8 @@ class PanelSecurityTest(TempDirTestCase):
                          % client.port)
             self.assertIn(b" 411 ", sock.recv(65536))
         self.assertEqual(client.get("/")[0], 200, "still serving")
-        self.assertEqual(self.store.find_job(self.job).state, QUEUED)
-        self.assertEqual(self.store.switches(), [])
+        self.assertEqual(self.store.reads.find_job(self.job).state, QUEUED)
+        self.assertEqual(self.store.reads.switches(), [])
 
     def test_random_requests_never_get_a_5xx_nor_change_anything(self):
         _, client = self.serve()
@@ -356,8 +356,8 @@ class PanelSecurityTest(TempDirTestCase):
                 status, _, text = client.request(method, quote(path, safe="/?&=%'*:<>\"\\-_"), body, headers)
                 self.assertLess(status, 500, text[:300])
                 self.assertNotIn("Traceback", text)
-        self.assertEqual(self.store.find_job(self.job).state, QUEUED, "no random request carried the form token")
-        self.assertEqual(self.store.switches(), [])
+        self.assertEqual(self.store.reads.find_job(self.job).state, QUEUED, "no random request carried the form token")
+        self.assertEqual(self.store.reads.switches(), [])
 
 
 class FinishedPerMinuteTest(unittest.TestCase):
@@ -368,6 +368,10 @@ class FinishedPerMinuteTest(unittest.TestCase):
         def __init__(self) -> None:
             self.finished: list[tuple[float, str]] = []  # (finished_at, state)
             self.asked: list[float] = []
+
+        @property
+        def reads(self) -> "FinishedPerMinuteTest.Store":  # its operator's reads (store.reads) are itself
+            return self
 
         def finished_per_minute(self, since: float) -> list[dict]:
             self.asked.append(since)
@@ -389,4 +393,4 @@ class FinishedPerMinuteTest(unittest.TestCase):
                 self.assertGreaterEqual(store.asked[-1], now - 120, "a later read starts at the minute not yet over")
             fresh = self.Store()
             fresh.finished = store.finished
-            self.assertEqual(got, overview.minute_counts(fresh.finished_per_minute(now - overview.HOUR)), step)
+            self.assertEqual(got, overview.minute_counts(fresh.reads.finished_per_minute(now - overview.HOUR)), step)

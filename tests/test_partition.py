@@ -308,7 +308,7 @@ class PartitionTest(TempDirTestCase):
                                               f"(monotonic, cut at {cut_at:.3f}, heal at {heal_at:.3f}):\n{timeline}")
         for job_id in every:
             job = self.store.get_job(job_id, "")
-            kinds = collections.Counter(event.kind for event in self.store.events(job_id))
+            kinds = collections.Counter(event.kind for event in self.store.reads.events(job_id))
             with self.subTest(job=job_id):
                 self.assertEqual(job.state, "completed")
                 self.assertEqual(kinds["completed"], 1, "one completion written")

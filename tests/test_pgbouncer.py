@@ -152,7 +152,7 @@ class PooledCase(TempDirTestCase):
 
     def assert_ran_exactly_once(self, ids: set[int], processes: list[subprocess.Popen]) -> None:
         store = self.store()
-        jobs = {job.id: job for job in store.list_jobs("", limit=10_000)}
+        jobs = {job.id: job for job in store.reads.list_jobs("", limit=10_000)}
         self.assertEqual(set(jobs), ids, "a rolled-back enqueue left a job, or a committed one is missing")
         runs = self.runs()
         for job_id in sorted(ids):

@@ -55,7 +55,7 @@ class PlacementContract:
     def flags(self, job_id: int) -> tuple[str | None, list[tuple[str, dict]]]:
         """The job's flag and its placement events."""
         job = self.store.get_job(job_id, "")
-        return job.unplaceable, [(e.kind, e.detail) for e in self.store.events(job_id)
+        return job.unplaceable, [(e.kind, e.detail) for e in self.store.reads.events(job_id)
                                  if e.kind in ("unplaceable", "placeable")]
 
     def test_each_reason_is_flagged_once_and_cleared_when_a_fitting_worker_appears(self):
@@ -128,11 +128,11 @@ class PlacementContract:
         self.store.enqueue_many(JobSpec("gpu.task", queue="gpu", model=LLM, vram_mb=90_000), [None] * 3)
         self.store.enqueue_many(JobSpec("gpu.task", queue="gpu"), [None] * 5)  # no model: not placement's
         self.box(vram_total_mb=80_000)
-        groups = self.store.model_demand("")
+        groups = self.store.reads.model_demand("")
         self.assertEqual([(g["vram_mb"], g["state"], g["n"]) for g in groups], [(None, QUEUED, 40), (90_000, QUEUED, 3)]
                          if groups[0]["vram_mb"] is None else [(90_000, QUEUED, 3), (None, QUEUED, 40)])
         self.assertEqual(self.sweeper().run_once().unplaceable, 3)
-        flagged = [j.unplaceable for j in self.store.list_jobs("", limit=100)]
+        flagged = [j.unplaceable for j in self.store.reads.list_jobs("", limit=100)]
         self.assertEqual((flagged.count("no_box_big_enough"), flagged.count(None)), (3, 45))
 
     def test_fail_unplaceable_after_fails_it_naming_the_reason(self):
@@ -151,7 +151,7 @@ class PlacementContract:
         self.assertEqual(failed.state, FAILED)
         self.assertIn("model_unknown", failed.error)
         self.assertIn("more than 60s", failed.error)
-        self.assertEqual([(e.kind, e.detail.get("reason")) for e in self.store.events(job)][-1],
+        self.assertEqual([(e.kind, e.detail.get("reason")) for e in self.store.reads.events(job)][-1],
                          (FAILED, "model_unknown"))
         self.assertEqual(self.store.get_job(never, "").state, QUEUED)
 
@@ -190,7 +190,7 @@ class PlacementContract:
         self.clock.advance(3601)
         self.assertEqual(snapshot.models(self.store, "").models[0].claims, 0, "claims of the last hour only")
         self.assertEqual([(c.queue, c.n) for c in snapshot.snapshot(self.store).unplaceable], [("gpu", 1)])
-        self.assertEqual({warm, cold} & {j.id for j in self.store.list_jobs("", state=QUEUED)}, set())
+        self.assertEqual({warm, cold} & {j.id for j in self.store.reads.list_jobs("", state=QUEUED)}, set())
 
 
 class SQLitePlacementTest(PlacementContract, TempDirTestCase):

@@ -150,9 +150,9 @@ class PostgresFleetTest(TempDirTestCase):
 
     def enqueue(self, task: str, count: int = 1, **options) -> list[int]:
         """Enqueue ``count`` jobs in one transaction; their ids."""
-        known = {job.id for job in self.store.list_jobs("", limit=1_000_000)}
+        known = {job.id for job in self.store.reads.list_jobs("", limit=1_000_000)}
         self.store.enqueue_many(JobSpec(task=task, **options), [None] * count)
-        ids = sorted(job.id for job in self.store.list_jobs("", limit=1_000_000) if job.id not in known)
+        ids = sorted(job.id for job in self.store.reads.list_jobs("", limit=1_000_000) if job.id not in known)
         self.assertEqual(len(ids), count)
         return ids
 
@@ -160,7 +160,7 @@ class PostgresFleetTest(TempDirTestCase):
         return self.store.get_job(job_id, "")
 
     def count(self, state: str) -> int:
-        return sum(c["n"] for c in self.store.counts() if c["state"] == state)
+        return sum(c["n"] for c in self.store.reads.counts() if c["state"] == state)
 
     def wait_for_state(self, job_id: int, state: str, timeout: float = DEADLINE):
         return wait_until(lambda: (job := self.job(job_id)).state == state and job, timeout=timeout,
@@ -200,7 +200,7 @@ class PostgresFleetTest(TempDirTestCase):
         runs, twice = self.runs(), {}
         for job_id in ids:
             job = self.job(job_id)
-            events = self.store.events(job_id)
+            events = self.store.reads.events(job_id)
             kinds = collections.Counter(event.kind for event in events)
             ran = runs.get(job_id, [])
             with self.subTest(job=job_id):
@@ -247,12 +247,12 @@ class PostgresFleetTest(TempDirTestCase):
                          "jobs whose handler ran more than once")
         self.assertEqual(self.count("completed"), len(ids))
         host_of = {process.pid: name for name, process in workers.items()}
-        for job in self.store.list_jobs("", limit=10_000):
+        for job in self.store.reads.list_jobs("", limit=10_000):
             [(attempt, pid)] = runs[job.id]
             self.assertEqual((job.attempts, job.lease_token, attempt), (1, 1, 1), f"job {job.id}")
             self.assertEqual(job.claimed_by, f"{host_of[pid]}:{pid}", f"job {job.id}: holder is not its runner")
             self.assertEqual(job.result, pid)
-        labels = {job.claimed_by.split(":")[0] for job in self.store.list_jobs("", limit=10_000)}
+        labels = {job.claimed_by.split(":")[0] for job in self.store.reads.list_jobs("", limit=10_000)}
         self.assertEqual(labels, set(hosts))
 
     # --- the database goes away ----------------------------------------------------------
@@ -313,7 +313,7 @@ class PostgresFleetTest(TempDirTestCase):
         # The orchestrator sweeps again: a lease lapsing now is reclaimed.
         orphan_id = self.enqueue("note", queue="nobody")[0]
         self.assertEqual(self.store.claim(Claim("", "nobody", "ghost:1", 0.2)).id, orphan_id)
-        wait_until(lambda: "reclaimed" in [e.kind for e in self.store.events(orphan_id)],
+        wait_until(lambda: "reclaimed" in [e.kind for e in self.store.reads.events(orphan_id)],
                    message="the orchestrator to reclaim a lease that lapsed after the restart")
 
         # The idle worker listens again, on a connection made after the restart.
@@ -345,7 +345,7 @@ class PostgresFleetTest(TempDirTestCase):
         rescuer = self.worker("rescuer", *lease)
         self.assertEqual(int(wait_until(lambda: self.marker(f"started-{job_id}-2"),
                                         message="another worker to take the job over")), rescuer.pid)
-        events = self.store.events(job_id)
+        events = self.store.reads.events(job_id)
         self.assertEqual([e.kind for e in events], ["claimed", "reclaimed", "claimed"])
         self.assertGreater(events[1].at, last_lease, "reclaimed before the lease lapsed")
         self.assertEqual(events[1].detail["token"], 1)

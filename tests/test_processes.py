@@ -163,7 +163,7 @@ class ProcessContract:
         return self.store().get_job(job_id, "")
 
     def kinds(self, job_id: int) -> list[str]:
-        return [event.kind for event in self.store().events(job_id)]
+        return [event.kind for event in self.store().reads.events(job_id)]
 
     def wait_for_state(self, job_id: int, state: str, timeout: float = DEADLINE):
         return wait_until(lambda: (job := self.job(job_id)).state == state and job, timeout=timeout,
@@ -172,9 +172,9 @@ class ProcessContract:
     def enqueue(self, task: str, count: int = 1) -> list[int]:
         """Enqueue ``count`` jobs of ``task`` in one transaction; their ids."""
         store = self.store()
-        known = {job.id for job in store.list_jobs("", limit=1_000_000)}
+        known = {job.id for job in store.reads.list_jobs("", limit=1_000_000)}
         store.enqueue_many(JobSpec(task=task), [None] * count)
-        ids = sorted(job.id for job in store.list_jobs("", limit=1_000_000) if job.id not in known)
+        ids = sorted(job.id for job in store.reads.list_jobs("", limit=1_000_000) if job.id not in known)
         self.assertEqual(len(ids), count)
         return ids
 
@@ -201,9 +201,9 @@ class ProcessContract:
         twice = sorted(job_id for job_id, n in ran.items() if n > 1)
         self.assertEqual(twice, [], "jobs whose handler ran more than once")
         self.assertEqual(sorted(ran), sorted(ids), "the handlers that ran are not exactly the jobs enqueued")
-        counts = {(c["state"]): c["n"] for c in self.store().counts()}
+        counts = {(c["state"]): c["n"] for c in self.store().reads.counts()}
         self.assertEqual(counts, {"completed": len(ids)})
-        for job in self.store().list_jobs("", limit=1_000_000):
+        for job in self.store().reads.list_jobs("", limit=1_000_000):
             self.assertEqual((job.attempts, job.lease_token), (1, 1), f"job {job.id}")
 
     def drain_exactly_once(self, start_workers, jobs: int = 2000, processes: int = 4, batch: int = 1) -> None:
@@ -218,7 +218,7 @@ class ProcessContract:
         started = start_workers()
         wait_until(lambda: _count(self.store(), "running") == processes * batch,
                    message=f"{processes} workers holding {batch} job(s) each")
-        holders = {job.claimed_by for job in self.store().list_jobs("", state="running")}
+        holders = {job.claimed_by for job in self.store().reads.list_jobs("", state="running")}
         self.assertEqual(len(holders), processes)
         open(os.path.join(self.dir, "go"), "w").close()
         for process in started:
@@ -255,7 +255,7 @@ class ProcessContract:
         done = self.wait_for_state(job_id, "completed")
         self.assertEqual((done.lease_token, done.result), (2, "recovered"))
         self.assertTrue(done.claimed_by.endswith(f":{second.pid}"), done.claimed_by)
-        events = self.store().events(job_id)
+        events = self.store().reads.events(job_id)
         # Its 2 s lease lapses before three 10 s heartbeats are missed: reclaimed by the
         # lapse, which gives the attempt back.
         self.assertEqual([e.kind for e in events], ["claimed", "reclaimed", "claimed", "completed"])
@@ -264,7 +264,7 @@ class ProcessContract:
         self.assertEqual(reclaimed.detail["token"], 1)
         self.assertGreater(reclaimed.at, last_lease, "reclaimed before the lease lapsed")
 
-        before, events_before = self.job(job_id), self.store().events(job_id)
+        before, events_before = self.job(job_id), self.store().reads.events(job_id)
         for outcome in (Outcome("completed", result="zombie", event="completed"),
                         Outcome("failed", error="zombie", event="failed"),
                         Outcome("queued", error="zombie", delay=0.0, event="retried")):
@@ -274,7 +274,7 @@ class ProcessContract:
         with self.assertRaises(LeaseLost):
             self.store().renew(held, 60.0)
         self.assertEqual(self.job(job_id), before)
-        self.assertEqual(self.store().events(job_id), events_before)
+        self.assertEqual(self.store().reads.events(job_id), events_before)
         self.stop(second)
         self.stop(orchestrator)
 
@@ -291,7 +291,7 @@ class ProcessContract:
         self.assertEqual((left.state, left.attempts), ("queued", 0))
         self.assertEqual(self.kinds(waiting_id), [])
         self.assertEqual(self.ran(), collections.Counter())
-        stopped = [w for w in self.store().workers(since=0) if w["pid"] == worker.pid]
+        stopped = [w for w in self.store().reads.workers(since=0) if w["pid"] == worker.pid]
         self.assertEqual(len(stopped), 1)
         self.assertIsNotNone(stopped[0]["stopped_at"], "the worker did not record its stop")
 
@@ -350,7 +350,7 @@ class ProcessContract:
         for job_id in waiting:
             left = self.job(job_id)
             self.assertEqual((left.state, left.attempts, left.claimed_by), ("queued", 0, None), f"job {job_id}")
-            [back] = [event for event in self.store().events(job_id) if event.kind == "handed_back"]
+            [back] = [event for event in self.store().reads.events(job_id) if event.kind == "handed_back"]
             self.assertIn("stopping", back.detail["reason"])
             self.assertEqual(back.at, done.finished_at, "handed back in another transaction than the finish")
         self.assertEqual(self.ran(), collections.Counter())
@@ -362,12 +362,12 @@ class ProcessContract:
         wait_until(lambda: self.marker(f"started-{running}"), message="the job to start")
         self.cli("control", "--queue", "default", "--off", "--policy", "hard")
         self.assert_exits(worker, 79)
-        [stop] = [event for event in self.store().events(running) if event.kind == "operator_stop"]
+        [stop] = [event for event in self.store().reads.events(running) if event.kind == "operator_stop"]
         self.assertEqual((self.job(running).state, self.job(running).attempts), ("queued", 0))
         for job_id in waiting:
             left = self.job(job_id)
             self.assertEqual((left.state, left.attempts), ("queued", 0), f"job {job_id}")
-            [back] = [event for event in self.store().events(job_id) if event.kind == "handed_back"]
+            [back] = [event for event in self.store().reads.events(job_id) if event.kind == "handed_back"]
             self.assertEqual(back.at, stop.at, "not handed back in the transaction of the stop")
         self.assertEqual(self.ran(), collections.Counter())
 
@@ -396,7 +396,7 @@ class ProcessContract:
         self.stop(parent)
         for pid in replacement:
             self.assertFalse(process_alive(pid), f"child {pid} outlived its parent")
-        rows = {w["pid"]: w for w in self.store().workers(since=0)}
+        rows = {w["pid"]: w for w in self.store().reads.workers(since=0)}
         for pid in replacement:
             self.assertIsNotNone(rows[pid]["stopped_at"], f"child {pid} did not stop gracefully")
 
@@ -426,7 +426,7 @@ class ProcessContract:
         specs = [JobSpec(task="note", queue=f"q{n}") for n in range(150)]  # > one sweep's 100
         for spec in specs:
             self.store().enqueue(spec)
-        ids = sorted(job.id for job in self.store().list_jobs("", limit=1000))
+        ids = sorted(job.id for job in self.store().reads.list_jobs("", limit=1000))
         orchestrators = [self.launch("orchestrator", "--interval", "0.2", "--log-level", "INFO")
                          for _ in range(2)]
         for process in orchestrators:
@@ -447,7 +447,7 @@ class ProcessContract:
         for process in orchestrators:
             self.stop(process)
         for job_id in ids:
-            events = self.store().events(job_id)
+            events = self.store().reads.events(job_id)
             self.assertEqual([e.kind for e in events], ["claimed", "reclaimed"], f"job {job_id}")
             self.assertEqual(events[1].detail["token"], 1)
             job = self.job(job_id)
@@ -506,7 +506,7 @@ class ProcessContract:
             time.sleep(0.02)
         done = self.wait_for_state(job_id, "completed")
         self.assertGreaterEqual(done.started_at, run_at)
-        claimed = [e for e in self.store().events(job_id) if e.kind == "claimed"]
+        claimed = [e for e in self.store().reads.events(job_id) if e.kind == "claimed"]
         self.assertEqual(len(claimed), 1)
         self.assertGreaterEqual(claimed[0].at, run_at)
         self.stop(worker)
@@ -591,7 +591,7 @@ class PostgresProcessTest(ProcessContract, TempDirTestCase):
 
 
 def _count(store, state: str) -> int:
-    return sum(c["n"] for c in store.counts() if c["state"] == state)
+    return sum(c["n"] for c in store.reads.counts() if c["state"] == state)
 
 
 def _children(parent: int) -> set[int]:

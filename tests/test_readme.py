@@ -99,7 +99,7 @@ class ReadmeOperationsContract:
         self.assertEqual((held.desired, held.policy, held.changed_by), ("off", "hard", "billing-app"))
         self.assertGreater(held.changed_at, 1.7e9, "changed_at defaults to now")
         self.execute(operations_block(self.dialect))  # again: the upsert rewrites the row in place
-        self.assertEqual(len(self.store.switches()), 1)
+        self.assertEqual(len(self.store.reads.switches()), 1)
         self.execute(operations_block("on"))
         self.assertIsNone(self.store.switch_in_force("", "gpu-box-1", "gpu"))
 
@@ -112,7 +112,7 @@ class ReadmeOperationsContract:
             if statement.strip():
                 self.execute(statement)
         self.assertEqual(self.store.get_job(queued.id, "billing").state, "queued")
-        self.assertEqual(self.store.list_jobs(""), [])
+        self.assertEqual(self.store.reads.list_jobs(""), [])
         self.assertIsNotNone(self.store.switch_in_force("billing", "gpu-box-1", "gpu"))
 
 
@@ -129,14 +129,14 @@ class SQLiteReadmeOperationsTest(ReadmeOperationsContract, TempDirTestCase):
         result = run_commands(operations_block("cli"), self.dir, ROWFLEET_DB=self.db)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("switch: project", result.stdout, "workers lists the switch rows")
-        self.assertEqual([(s.host, s.queue, s.desired) for s in self.store.switches()],
+        self.assertEqual([(s.host, s.queue, s.desired) for s in self.store.reads.switches()],
                          [("gpu-box-1", "*", "on"), ("gpu-box-1", "gpu", "on")])
 
     def test_the_readme_commands(self):
         result = run_commands(quickstart_block("cli-summary", "operations"), self.dir, ROWFLEET_DB=self.db)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("switch: project", result.stdout, "workers lists the switch rows")
-        self.assertEqual([(s.host, s.queue, s.desired) for s in self.store.switches()], [("gpu-box-1", "gpu", "on")])
+        self.assertEqual([(s.host, s.queue, s.desired) for s in self.store.reads.switches()], [("gpu-box-1", "gpu", "on")])
 
     def test_the_broker_view(self):
         self.cli("init")
@@ -153,7 +153,7 @@ class SQLiteReadmeOperationsTest(ReadmeOperationsContract, TempDirTestCase):
                 result = run_commands(operations_block("periodic-cli"), self.dir, ROWFLEET_DB=self.db)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 self.assertIn("nightly-refresh", result.stdout)
-        nightly = [job for job in self.store.list_jobs("") if job.args == {"full": True}]
+        nightly = [job for job in self.store.reads.list_jobs("") if job.args == {"full": True}]
         self.assertEqual(len(nightly), 1, "at_boot fired the slot once, however many ticks ran")
         self.assertEqual((nightly[0].task, nightly[0].queue), ("app:refresh", "maintenance"), "the task's own queue")
 

@@ -220,7 +220,7 @@ class SamplerContract:
         lost = first.run_once()
         self.assertTrue(lost.standby, "the first no longer holds the host: it writes nothing")
         self.assertEqual(len(self.store.host_samples("box")), 2)
-        self.assertEqual(self.store.sampler_of("box")["holder"], "box:2")
+        self.assertEqual(self.store.reads.sampler_of("box")["holder"], "box:2")
 
     def test_a_lapsed_lease_is_taken_over_and_other_hosts_are_not_affected(self):
         self.assertTrue(self.store.acquire_sampler("box", "box:dead", 0.3))
@@ -280,11 +280,11 @@ class SamplerContract:
         self.assertEqual(self.store.fold_tallies(), 0, "each finish is counted once")
         counted = {t.key.state: t.jobs for t in tally.totals(self.store.metrics_rows().tallies, [])}
         self.assertEqual(counted, {"completed": 2, "failed": 1})
-        failed = self.store.list_jobs("", state=FAILED)[0]
+        failed = self.store.reads.list_jobs("", state=FAILED)[0]
         self.store.retry(failed.id, "")
         self.store.finish(self.store.claim(claim), Outcome(COMPLETED, event=COMPLETED))
         self.store.prune(retention=1e-6)
-        self.assertEqual(self.store.list_jobs("", limit=10), [], "every finished job pruned")
+        self.assertEqual(self.store.reads.list_jobs("", limit=10), [], "every finished job pruned")
         rows = self.store.metrics_rows()
         counted = {t.key.state: t.jobs for t in tally.totals(rows.tallies, rows.untallied)}
         self.assertEqual(counted, {"completed": 3, "failed": 1}, "the retried job's second finish counts too")
@@ -343,7 +343,7 @@ class SamplerProcessContract:
         parent = self.supervise()
         wait_until(lambda: self.rows() >= 2, message="the supervised sampler's rows")
         child = wait_until(lambda: self.sampler_child(parent.pid), message="the sampler child")
-        self.assertEqual(self.store.sampler_of("box")["holder"], f"box:{parent.pid}")
+        self.assertEqual(self.store.reads.sampler_of("box")["holder"], f"box:{parent.pid}")
         os.kill(child, signal.SIGKILL)
         wait_until(lambda: (self.sampler_child(parent.pid) or child) != child, message="a new sampler child")
         written = self.rows()
@@ -360,10 +360,10 @@ class SamplerProcessContract:
         wait_until(lambda: self.rows() >= 1, message="the first sampler")
         second = self.supervise()
         wait_until(lambda: "standing by" in self.output(second), message="the second sampler to stand by")
-        self.assertEqual(self.store.sampler_of("box")["holder"], f"box:{first.pid}")
+        self.assertEqual(self.store.reads.sampler_of("box")["holder"], f"box:{first.pid}")
         first.send_signal(signal.SIGTERM)
         first.wait(DEADLINE)
-        wait_until(lambda: (self.store.sampler_of("box") or {}).get("holder") == f"box:{second.pid}",
+        wait_until(lambda: (self.store.reads.sampler_of("box") or {}).get("holder") == f"box:{second.pid}",
                    message="the second sampler to take over once the first let go")
         times = [row.at for row in self.store.host_samples("box", DETAIL)]
         self.assertEqual(times, sorted(set(times)))

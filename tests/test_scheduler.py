@@ -280,15 +280,15 @@ class SchedulerContract:
         return [fired[id(s)] for s in schedulers]
 
     def slots(self, name):
-        return sorted(row["slot"] for row in self.store.fired_slots("", name, limit=10_000))
+        return sorted(row["slot"] for row in self.store.reads.fired_slots("", name, limit=10_000))
 
     def assert_exactly_once(self, fired_lists, expected):
         """Each expected slot fired once, by one scheduler, as one job; nothing else fired."""
         fired = [item for items in fired_lists for item in items]
-        rows = self.store.fired_slots("", limit=10_000)
+        rows = self.store.reads.fired_slots("", limit=10_000)
         self.assertEqual({name: self.slots(name) for name in expected}, expected)
         self.assertEqual(sorted((r["name"], r["slot"], r["job_id"]) for r in rows), sorted(fired))
-        jobs = self.store.list_jobs("", limit=10_000)
+        jobs = self.store.reads.list_jobs("", limit=10_000)
         self.assertEqual(len(jobs), sum(len(slots) for slots in expected.values()))
         self.assertEqual(sorted(job.id for job in jobs), sorted(item.job_id for item in fired))
 
@@ -306,9 +306,9 @@ class SchedulerContract:
         by_id = {item.job_id: item.name for item in fired_a + fired_b}
         expected_args = {"minutely": None, "every-20": {"kind": "cadence"}}[by_id[job.id]]
         self.assertEqual((job.task, job.queue, job.args), ("scheduled.note", "notes", expected_args))
-        fired_by = {row["fired_by"] for row in self.store.fired_slots("", limit=10_000)}
+        fired_by = {row["fired_by"] for row in self.store.reads.fired_slots("", limit=10_000)}
         self.assertEqual(fired_by, {"a", "b"})
-        self.assertEqual(self.store.last_slots(""), {"every-20": at(13, 0), "minutely": at(13, 0)})
+        self.assertEqual(self.store.reads.last_slots(""), {"every-20": at(13, 0), "minutely": at(13, 0)})
 
     def test_two_schedulers_racing_from_two_threads(self):
         schedules = [MINUTELY, EVERY_20]
@@ -347,7 +347,7 @@ class SchedulerContract:
         self.assertEqual([f.slot for f in a.run_once(at(12, 32)) + b.run_once(at(12, 32, 1))], [at(12, 30)])
         self.drive([b, a], at(12, 32, 7), at(12, 45, 30))
         self.assertEqual(self.slots("five-catch-up"), [at(12, m) for m in (0, 5, 30, 35, 40, 45)])
-        self.assertEqual(len(self.store.list_jobs("", limit=100)), 6)
+        self.assertEqual(len(self.store.reads.list_jobs("", limit=100)), 6)
 
     def test_skip_fires_nothing_for_the_gap(self):
         a, b = self.scheduler([FIVE], "a"), self.scheduler([FIVE], "b")
@@ -373,13 +373,13 @@ class SchedulerContract:
         self.assertIsNone(self.store.fire_slot("", "five", at(12, 10), spec, "slow-clock"))
         self.assertIsNone(self.store.fire_slot("", "five", at(12, 5), spec, "slow-clock"))
         self.assertEqual(self.slots("five"), [at(12, 10)])
-        self.assertEqual(len(self.store.list_jobs("", limit=10)), 1)
+        self.assertEqual(len(self.store.reads.list_jobs("", limit=10)), 1)
 
     def test_projects_are_apart(self):
         spec = FIVE.spec("alpha")
         self.assertIsNotNone(self.store.fire_slot("alpha", "five", at(12, 10), spec, "a"))
         self.assertIsNotNone(self.store.fire_slot("", "five", at(12, 10), FIVE.spec(""), "a"))
-        self.assertEqual(self.store.last_slots("alpha"), {"five": at(12, 10)})
+        self.assertEqual(self.store.reads.last_slots("alpha"), {"five": at(12, 10)})
         with self.assertRaises(ValueError):
             self.store.fire_slot("beta", "five", at(12, 15), spec, "a")
 
@@ -395,7 +395,7 @@ class SchedulerContract:
         with store.transaction() as tx:  # as Store.prune would run it: half an hour of retention
             self.assertEqual(tx.run("prune_schedule_slots", retention=1800.0, limit=1000), 1)
         self.assertEqual(self.slots("five"), [at(13, 0)])
-        self.assertEqual(store.last_slots(""), {"five": at(13, 0)})
+        self.assertEqual(store.reads.last_slots(""), {"five": at(13, 0)})
 
     def test_the_loop_wakes_at_each_slot_and_backs_off_when_the_store_fails(self):
         schedule = Schedule("fast", "scheduled.note", every=0.02)
@@ -421,7 +421,7 @@ class SchedulerContract:
         self.assertFalse(thread.is_alive())
         self.assertEqual(failures, [])
         slots = self.slots("fast")
-        self.assertEqual(len(self.store.list_jobs("", limit=10_000)), len(slots))
+        self.assertEqual(len(self.store.reads.list_jobs("", limit=10_000)), len(slots))
 
     def test_refuses_no_schedules_and_clashing_names(self):
         with self.assertRaisesRegex(ConfigError, "no schedules"):

@@ -193,20 +193,20 @@ class SchedulerCrashContract:
         return self.cli_json("scheduler", "--schedule", self.yearly, "--once")
 
     def assert_nothing_fired(self) -> None:
-        self.assertEqual(self.store.fired_slots("", limit=100), [], "a slot's record survived the crash")
-        self.assertEqual(self.store.list_jobs("", limit=100), [], "a job survived the crash")
-        self.assertIsNone(self.store.last_slots("").get(YEARLY["name"]), "last_slot moved without its slot")
+        self.assertEqual(self.store.reads.fired_slots("", limit=100), [], "a slot's record survived the crash")
+        self.assertEqual(self.store.reads.list_jobs("", limit=100), [], "a job survived the crash")
+        self.assertIsNone(self.store.reads.last_slots("").get(YEARLY["name"]), "last_slot moved without its slot")
 
     def assert_fired_once(self) -> int:
         """The slot has one record naming the one job, and ``last_slot`` is the slot; the job's id."""
-        records = self.store.fired_slots("", limit=100)
-        jobs = self.store.list_jobs("", limit=100)
+        records = self.store.reads.fired_slots("", limit=100)
+        jobs = self.store.reads.list_jobs("", limit=100)
         self.assertEqual([(record["name"], record["slot"]) for record in records], [(YEARLY["name"], self.slot)],
                          "not exactly one record of the slot")
         self.assertEqual(len(jobs), 1, f"not exactly one job: {jobs}")
         self.assertEqual(records[0]["job_id"], jobs[0].id, "the slot's record does not name its job")
         self.assertEqual((jobs[0].task, jobs[0].args, jobs[0].state), (YEARLY["task"], YEARLY["args"], "queued"))
-        self.assertEqual(self.store.last_slots(""), {YEARLY["name"]: self.slot})
+        self.assertEqual(self.store.reads.last_slots(""), {YEARLY["name"]: self.slot})
         return jobs[0].id
 
     def crash_inside(self, step: str) -> None:
@@ -247,7 +247,7 @@ class SchedulerCrashContract:
             return self.launch_logged(f"scheduler-{n}", "scheduler", "--schedule", path, env=env)
 
         def newest() -> float:
-            return self.store.last_slots("").get(TICK["name"]) or 0.0
+            return self.store.reads.last_slots("").get(TICK["name"]) or 0.0
 
         def running(process: subprocess.Popen) -> bool:
             self.assertIsNone(process.poll(), f"a scheduler exited:\n{self.output(process)}")
@@ -270,8 +270,8 @@ class SchedulerCrashContract:
                    message="both schedulers up and a new slot fired after the last kill")
         self.stop_all(*schedulers)
 
-        records = self.store.fired_slots("", TICK["name"], limit=100_000)
-        jobs = self.store.list_jobs("", limit=100_000)
+        records = self.store.reads.fired_slots("", TICK["name"], limit=100_000)
+        jobs = self.store.reads.list_jobs("", limit=100_000)
         slots = sorted(record["slot"] for record in records)
         self.assertGreaterEqual(len(slots), KILLS + 1)
         self.assertEqual(len(slots), len(set(slots)), "a slot fired twice")
@@ -279,7 +279,7 @@ class SchedulerCrashContract:
         self.assertEqual(sorted(record["job_id"] for record in records), sorted(job.id for job in jobs),
                          "not one job per slot and one slot per job")
         self.assertEqual({job.task for job in jobs}, {TICK["task"]})
-        self.assertEqual(self.store.last_slots(""), {TICK["name"]: slots[-1]})
+        self.assertEqual(self.store.reads.last_slots(""), {TICK["name"]: slots[-1]})
         gaps = [later - earlier for earlier, later in zip(slots, slots[1:])]
         self.assertLessEqual(max(gaps), LONGEST_GAP, f"slots went unfired while a scheduler ran: {slots}")
         for process in launched:

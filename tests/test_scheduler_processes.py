@@ -55,12 +55,12 @@ class SchedulerProcessContract:
         def fired():
             for process in schedulers:
                 self.assertIsNone(process.poll(), f"a scheduler exited early:\n{self.output(process)}")
-            return len(self.store.fired_slots("", "tick", limit=1000)) >= SLOTS
+            return len(self.store.reads.fired_slots("", "tick", limit=1000)) >= SLOTS
 
         wait_until(fired, message=f"{SLOTS} slots of a one-second cadence")
         self.stop_all(*schedulers)
-        rows = self.store.fired_slots("", "tick", limit=1000)
-        jobs = self.store.list_jobs("", limit=1000)
+        rows = self.store.reads.fired_slots("", "tick", limit=1000)
+        jobs = self.store.reads.list_jobs("", limit=1000)
         slots = [row["slot"] for row in rows]
         self.assertEqual(len(slots), len(set(slots)))
         self.assertTrue(all(slot == int(slot) for slot in slots), slots)  # whole seconds, as both computed them
@@ -68,7 +68,7 @@ class SchedulerProcessContract:
         self.assertEqual(sorted(job.id for job in jobs), sorted(row["job_id"] for row in rows))
         self.assertEqual([(job.task, job.queue, job.args) for job in jobs],
                          [("app:tick", "ticks", {"from": "file"})] * len(jobs))
-        self.assertEqual(self.store.last_slots(""), {"tick": max(slots)})
+        self.assertEqual(self.store.reads.last_slots(""), {"tick": max(slots)})
         for process in schedulers:
             self.assertNotIn("Traceback", self.output(process))
 
@@ -93,8 +93,8 @@ class SchedulerProcessContract:
                          [f"rowfleet: error: schedule file {path}: entry 1 ('tick'): every: must be a positive "
                           f"number of seconds, at most 100 years, got '1s'"])
         self.assertEqual(result.stdout, "")
-        self.assertEqual(self.store.last_slots(""), {})
-        self.assertEqual(self.store.list_jobs("", limit=10), [])
+        self.assertEqual(self.store.reads.last_slots(""), {})
+        self.assertEqual(self.store.reads.list_jobs("", limit=10), [])
 
 
 class SQLiteSchedulerProcessTest(SchedulerProcessContract, TempDirTestCase):

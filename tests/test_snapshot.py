@@ -263,7 +263,7 @@ class SnapshotContract:
         fleet = snapshot.snapshot(self.store)
         self.assertEqual([(s.project, s.orchestrators) for s in fleet.services],
                          [("alpha", 0), ("beta", 1), ("gamma", 0)])
-        self.assertEqual([s["project"] for s in self.store.project_services()], ["alpha", "beta", "gamma"])
+        self.assertEqual([s["project"] for s in self.store.reads.project_services()], ["alpha", "beta", "gamma"])
         self.assertEqual([p.name for p in fleet.projects()], ["alpha", "beta", "gamma"])
 
     def test_a_snapshot_is_one_read_of_one_moment(self):

@@ -116,8 +116,8 @@ class StampContract:
     def test_enqueue_many_stamps_every_job(self):
         self.assertEqual(rowfleet.enqueue_many(slow, [{"n": 1}, {"n": 2}]), 2)
         self.assertEqual(rowfleet.enqueue_many(infer, [{"n": 1}, {"n": 2}]), 2)
-        self.assertEqual([job.timeout for job in self.store.list_jobs("", queue="stamps-io")], [TIMEOUT, TIMEOUT])
-        self.assertEqual([self.needs(job.id) for job in self.store.list_jobs("", queue="stamps-gpu")],
+        self.assertEqual([job.timeout for job in self.store.reads.list_jobs("", queue="stamps-io")], [TIMEOUT, TIMEOUT])
+        self.assertEqual([self.needs(job.id) for job in self.store.reads.list_jobs("", queue="stamps-gpu")],
                          [(LLM, VRAM), (LLM, VRAM)])
 
     def test_workflow_nodes_take_their_tasks_timeout_and_queue_unless_they_set_their_own(self):
@@ -170,7 +170,7 @@ class StampContract:
                         {"vram_mb": "big"}):
             with self.subTest(options=options), self.assertRaises(ConfigError):
                 rowfleet.enqueue("nowhere:task", **options)
-        self.assertEqual(self.store.list_jobs(""), [])
+        self.assertEqual(self.store.reads.list_jobs(""), [])
 
     def test_a_schedules_fired_job_carries_its_tasks_model_and_vram(self):
         schedule = Schedule("stamps.gpu-every", "stamps.infer", every=60)

@@ -270,7 +270,7 @@ class WatchdogContract:
         return self.store.get_job(job_id, "")
 
     def events(self, job_id: int) -> list:
-        return self.store.events(job_id)
+        return self.store.reads.events(job_id)
 
     def kinds(self, job_id: int) -> list[str]:
         return [event.kind for event in self.events(job_id)]
@@ -321,7 +321,7 @@ class WatchdogContract:
                                and row["last_seen"] >= started and row, f"a heartbeat of {pid} naming job {job_id}")
 
     def worker_row(self, pid: int) -> dict[str, Any] | None:
-        rows = [w for w in self.store.workers(since=0) if w["pid"] == pid]
+        rows = [w for w in self.store.reads.workers(since=0) if w["pid"] == pid]
         return max(rows, key=lambda w: w["started_at"]) if rows else None
 
     def assert_trip(self, job_id: int, code: int, watchdog: str, attempt: int = 1, retries: int = 1) -> Any:
@@ -381,10 +381,10 @@ class WatchdogContract:
         run_id = int(self.cli("run", path, "--app", APP).stdout)
         worker = self.worker("--watchdog-retries", "0")
         self.assert_exits(worker, 75)
-        [slow] = [job for job in self.store.list_jobs("", limit=100) if job.run_id == run_id]
+        [slow] = [job for job in self.store.reads.list_jobs("", limit=100) if job.run_id == run_id]
         self.assertEqual((slow.node_id, slow.state, slow.timeout), ("slow", "failed", 1.0))
         self.assertEqual(self.store.get_run(run_id, "").state, "running", "failed before any drain")
-        [event] = self.store.dispatch_events(run_id)
+        [event] = self.store.reads.dispatch_events(run_id)
         self.assertEqual((event["kind"], event["job_id"], event["processed_at"]), ("job_finished", slow.id, None))
 
         orchestrator = self.launch("orchestrator", "--interval", "0.2")
@@ -395,7 +395,7 @@ class WatchdogContract:
         self.assertEqual(run.node("slow").state, "failed")
         self.assertIn("watchdog budget", run.node("slow").error)
         self.assertNotEqual(run.node("after").state, "completed")
-        self.assertEqual([job.node_id for job in self.store.list_jobs("", limit=100) if job.run_id == run_id],
+        self.assertEqual([job.node_id for job in self.store.reads.list_jobs("", limit=100) if job.run_id == run_id],
                          ["slow"], "a node after the failed one got a job")
 
     # --- 76: a confirmed stall -----------------------------------------------------------

@@ -316,7 +316,7 @@ class WorkflowProcessContract:
 
     def jobs_of(self, run_id: int) -> list:
         """Every job of the run, of every node generation."""
-        return sorted((job for job in self.store.list_jobs("", limit=1_000_000) if job.run_id == run_id),
+        return sorted((job for job in self.store.reads.list_jobs("", limit=1_000_000) if job.run_id == run_id),
                       key=lambda job: job.id)
 
     def assert_ran_once(self, run_id: int, shown: dict[str, Any], attempts: dict[str, int] | None = None) -> None:
@@ -344,7 +344,7 @@ class WorkflowProcessContract:
         self.assert_events_processed(run_id, jobs)
 
     def assert_events_processed(self, run_id: int, jobs: list) -> list[dict[str, Any]]:
-        events = self.store.dispatch_events(run_id)
+        events = self.store.reads.dispatch_events(run_id)
         finished = collections.Counter(e["job_id"] for e in events if e["kind"] == "job_finished")
         self.assertEqual(dict(finished), {job.id: 1 for job in jobs}, "job_finished events per job")
         self.assertEqual([e for e in events if e["kind"] != "job_finished"], [], "events other than job_finished")
@@ -370,7 +370,7 @@ class WorkflowProcessContract:
         self.assertEqual((jobs["a"].state, jobs["a"].result), ("completed", "A"))
         self.assertEqual(self.marker("crash-holding"), str(jobs["b"].id), "the job claimed with the finish")
         self.assertEqual((jobs["b"].state, jobs["b"].attempts), ("running", 1))
-        events = self.store.dispatch_events(run_id)
+        events = self.store.reads.dispatch_events(run_id)
         self.assertEqual([(e["kind"], e["node_id"], e["job_id"], e["processed_at"]) for e in events],
                          [("job_finished", "a", jobs["a"].id, None)], "the outbox after the crash")
         self.assertEqual(self.effects(), collections.Counter({(run_id, "a"): 1}))
@@ -382,7 +382,7 @@ class WorkflowProcessContract:
         # b was claimed by the dead worker and never ran there: reclaimed once its lease
         # lapsed (the attempt given back), then run once.
         self.assert_ran_once(run_id, shown, attempts={"b": 1})
-        kinds = [event.kind for event in self.store.events(jobs["b"].id)]
+        kinds = [event.kind for event in self.store.reads.events(jobs["b"].id)]
         self.assertEqual(kinds, ["claimed", "reclaimed", "claimed", "completed"])
         self.assertEqual(self.store.get_job(jobs["b"].id, "").lease_token, 2)
         self.assertEqual(self.effect_attempts(run_id, "b"), [1], "b ran in the worker that died")
@@ -392,14 +392,14 @@ class WorkflowProcessContract:
     def test_orchestrator_killed_before_the_commit_of_a_drain_that_enqueued(self):
         run_id = self.start_run([task("a"), task("b", "a"), task("c", "a"), task("d", "b", "c")])
         self.cli("worker", "--app", APP, "--burst", *WORKER)
-        [event] = self.store.dispatch_events(run_id)
+        [event] = self.store.reads.dispatch_events(run_id)
         self.assertEqual((event["node_id"], event["processed_at"]), ("a", None))
 
         self.drive("drain_commit")
         # The drain that enqueued b and c was rolled back whole: no jobs, the event pending,
         # and not counted as a failed drain.
         self.assertEqual([job.node_id for job in self.jobs_of(run_id)], ["a"], "a rolled-back enqueue landed")
-        [after] = self.store.dispatch_events(run_id)
+        [after] = self.store.reads.dispatch_events(run_id)
         self.assertEqual(after, event, "the event changed, though its drain never committed")
         shown = self.show(run_id)
         self.assertEqual({n["id"]: n["state"] for n in shown["nodes"]}["b"], "pending")
@@ -414,7 +414,7 @@ class WorkflowProcessContract:
             self.cli("worker", "--app", APP, "--burst", *WORKER)
         shown = self.wait_for_run(run_id)
         self.assert_ran_once(run_id, shown, attempts={})
-        events = self.store.dispatch_events(run_id)
+        events = self.store.reads.dispatch_events(run_id)
         self.assertEqual(applied, len(events), "dispatch events applied, summed over every sweep")
         self.assertEqual(len(events), 4)
 
@@ -460,12 +460,12 @@ class WorkflowProcessContract:
         second = [self.launch("orchestrator", *ORCHESTRATOR)]
         # Parked past the grace after which a run with nothing live is walked again: a run
         # waiting for input is not stranded, so no sweep gives it an event.
-        events = self.store.dispatch_events(run_id)
+        events = self.store.reads.dispatch_events(run_id)
         parked = self.store.get_run(run_id, "").updated_at
         wait_until(lambda: self.store.clock() > parked + RECONCILE_GRACE + 0.1, message="the grace to pass")
         swept = json.loads(self.cli("orchestrator", "--once", *ORCHESTRATOR).stdout)
         self.assertEqual(swept["reconciled_runs"], 0, swept)
-        self.assertEqual(self.store.dispatch_events(run_id), events, "a parked run was given an event")
+        self.assertEqual(self.store.reads.dispatch_events(run_id), events, "a parked run was given an event")
         self.assertEqual(self.state(run_id), "awaiting_input")
         answered = self.cli("submit", str(run_id), "approve", "--value", '{"ok": true}')
         self.assertEqual(answered.stdout.strip(), f"run {run_id}: approve answered; the run is running")
@@ -480,14 +480,14 @@ class WorkflowProcessContract:
 
     def assert_refused_answer(self, run_id: int, why: str) -> None:
         """``submit`` again: exit 1, one line on stderr, and nothing changed."""
-        before = self.show(run_id), self.jobs_of(run_id), self.store.dispatch_events(run_id)
+        before = self.show(run_id), self.jobs_of(run_id), self.store.reads.dispatch_events(run_id)
         again = self.cli("submit", str(run_id), "approve", "--value", '{"ok": false}', check=False)
         self.assertEqual(again.returncode, 1, again)
         self.assertEqual(again.stdout, "")
         self.assertEqual(len(again.stderr.strip().splitlines()), 1, again.stderr)
         self.assertRegex(again.stderr, r"^rowfleet: ")
         self.assertIn(why, again.stderr)
-        after = self.show(run_id), self.jobs_of(run_id), self.store.dispatch_events(run_id)
+        after = self.show(run_id), self.jobs_of(run_id), self.store.reads.dispatch_events(run_id)
         self.assertEqual(after, before, "a refused answer changed something")
 
     # --- 5. kill -9 mid-node -----------------------------------------------------------------
@@ -513,7 +513,7 @@ class WorkflowProcessContract:
         [slow] = [job for job in self.jobs_of(run_id) if job.node_id == "slow"]
         self.assertEqual(nodes["slow"]["jobs"], [slow.id])
         self.assertTrue(slow.claimed_by.endswith(f":{rescuer.pid}"), slow.claimed_by)
-        self.assertEqual([e.kind for e in self.store.events(slow.id)], ["claimed", "reclaimed", "claimed", "completed"])
+        self.assertEqual([e.kind for e in self.store.reads.events(slow.id)], ["claimed", "reclaimed", "claimed", "completed"])
         self.assertEqual((self.effect_attempts(run_id, "slow"), slow.lease_token), ([1, 1], 2))
         self.assertEqual(self.effects(), collections.Counter({(run_id, "a"): 1, (run_id, "slow"): 2, (run_id, "c"): 1}))
         jobs = self.jobs_of(run_id)

@@ -109,7 +109,7 @@ class WorkflowContract:
         self.fail(f"run {run_id} did not settle")
 
     def live_jobs(self, run_id):
-        return [job for job in self.store.list_jobs("", limit=1000)
+        return [job for job in self.store.reads.list_jobs("", limit=1000)
                 if job.run_id == run_id and job.state in ("queued", "running")]
 
     def node_states(self, run):
@@ -269,7 +269,7 @@ class WorkflowContract:
     def test_each_terminal_node_job_writes_one_dispatch_event_and_each_is_applied_once(self):
         run_id = self.start([node("a"), node("b"), node("c", "workflow.emit", "a", "b")])
         Worker(self.config(), "default", burst=True).run()
-        events = self.store.dispatch_events(run_id)
+        events = self.store.reads.dispatch_events(run_id)
         self.assertEqual([(e["kind"], e["node_id"]) for e in events], [("job_finished", "a"), ("job_finished", "b")])
         self.assertEqual(self.store.drain(""), {"applied": 2, "failed": 0})
         self.assertEqual(self.store.drain(""), {"applied": 0, "failed": 0})
@@ -297,9 +297,9 @@ class WorkflowContract:
             thread.join(DEADLINE)
         self.assertEqual(errors, [])
         self.assertEqual(sum(r["applied"] for r in results), 12)
-        join_jobs = [job for job in self.store.list_jobs("", limit=100) if job.node_id == "join"]
+        join_jobs = [job for job in self.store.reads.list_jobs("", limit=100) if job.node_id == "join"]
         self.assertEqual(len(join_jobs), 1, "the fan-in node was enqueued twice")
-        self.assertTrue(all(e["processed_at"] for e in self.store.dispatch_events(run_id)))
+        self.assertTrue(all(e["processed_at"] for e in self.store.reads.dispatch_events(run_id)))
 
     def test_a_stranded_run_is_found_and_walked_again(self):
         run_id = self.start([node("a"), node("b", "workflow.emit", "a")])
@@ -328,8 +328,8 @@ class WorkflowContract:
         self.addCleanup(conn.close)
         self.store.start_run(flow, None, "", conn=conn)
         conn.rollback()
-        self.assertEqual(self.store.list_runs(""), [])
-        self.assertEqual(self.store.list_jobs(""), [])
+        self.assertEqual(self.store.reads.list_runs(""), [])
+        self.assertEqual(self.store.reads.list_jobs(""), [])
         run_id = self.store.start_run(flow, None, "", conn=conn)
         conn.commit()
         self.assertEqual(self.settle(run_id).state, dag.COMPLETED)

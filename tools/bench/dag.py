@@ -16,7 +16,7 @@ starts. Then:
   no-op nodes -> one fan-in node" (N + 2 nodes of one job each; the fan-in takes no
   arguments). The clock stops at the run's ``finished_at``, written by the orchestrator in
   the drain that completes the run; this process finds it by reading the run's row
-  (``Store.list_runs``) every 10 ms;
+  (``store.reads.list_runs``) every 10 ms;
 * ``map``: the same with a ``map`` node: the root returns ``list(range(N))``, the map node
   runs one no-op job per item, the fan-in depends on the map node (N + 2 jobs);
 * baseline: ``Store.enqueue_many`` of N + 2 plain no-op jobs in one transaction, drained by
@@ -336,7 +336,7 @@ class Watch:
 
     def ready(self, orchestrator: tuple[Any, Any] | None) -> None:
         """Both workers' first heartbeats, and the orchestrator's "ready"."""
-        self._until(lambda: True if len(self.store.workers(0.0)) >= WORKERS else None, READY_TIMEOUT, 0.01,
+        self._until(lambda: True if len(self.store.reads.workers(0.0)) >= WORKERS else None, READY_TIMEOUT, 0.01,
                     lambda: "the dag worker processes' first heartbeats")
         if orchestrator is not None:
             pipe, _ = orchestrator
@@ -347,7 +347,7 @@ class Watch:
         """The run's finished_at once it completed; a failed or cancelled run raises."""
 
         def done() -> float | None:
-            run = next(run for run in self.store.list_runs(PROJECT, limit=1) if run.id == run_id)
+            run = next(run for run in self.store.reads.list_runs(PROJECT, limit=1) if run.id == run_id)
             if run.state == dag.COMPLETED:
                 return run.finished_at
             if run.state in dag.RUN_TERMINAL:
@@ -361,7 +361,7 @@ class Watch:
         """The run's dispatch events, once every one of them has been drained."""
 
         def done() -> list[dict[str, Any]] | None:
-            events = self.store.dispatch_events(run_id)
+            events = self.store.reads.dispatch_events(run_id)
             if any(event["poisoned_at"] is not None for event in events):
                 raise RuntimeError(f"a dispatch event of run {run_id} was set aside")
             return events if all(event["processed_at"] is not None for event in events) else None
@@ -374,10 +374,10 @@ class Watch:
         def done() -> float | None:
             if self._job_counts().get("completed", 0) < jobs:
                 return None
-            return max(job.finished_at for job in self.store.list_jobs(PROJECT, state="completed", limit=jobs))
+            return max(job.finished_at for job in self.store.reads.list_jobs(PROJECT, state="completed", limit=jobs))
 
         return self._until(done, seconds, POLL_EVERY, lambda: f"{jobs:,} jobs (by state: {self._job_counts()})")
 
     def _job_counts(self) -> dict[str, int]:
-        return {row["state"]: row["n"] for row in self.store.counts()
+        return {row["state"]: row["n"] for row in self.store.reads.counts()
                 if row["project"] == PROJECT and row["queue"] == QUEUE}

@@ -361,7 +361,7 @@ def through_store(config: Config, fixture: Fixture) -> dict[str, int]:
     now = time.time()
     flow = workflow()
     with open_store(config) as store:
-        bulk_runs = store.search_runs(None, limit=1)[0].id
+        bulk_runs = store.reads.search_runs(None, limit=1)[0].id
         if bulk_runs != fixture.runs - fixture.started_runs:
             raise RuntimeError(f"the panel fixture's {fixture.runs - fixture.started_runs:,} runs written by SQL end "
                                f"at id {bulk_runs}: the database was not fresh")

@@ -71,7 +71,7 @@ def cmd_control(args: argparse.Namespace, config: configuration.Config) -> int:
         switch = store.set_switch(project, host, queue, args.desired, args.policy, args.by or _user(),
                                   reason=args.reason)
         # Off wins: turning one row on does not free workers that a wider off row holds.
-        still_held = [held for held in store.switches() if held.desired == control.OFF and held != switch
+        still_held = [held for held in store.reads.switches() if held.desired == control.OFF and held != switch
                       and held.applies_to(switch.project, switch.host, switch.queue)] \
             if args.desired == control.ON else []
     if args.json:

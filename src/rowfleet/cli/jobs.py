@@ -79,7 +79,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
 def _job_dict(store: Store, job: Any, with_events: bool = False) -> dict[str, Any]:
     data = job.to_dict()
     if with_events:
-        data["events"] = [event.to_dict() for event in store.events(job.id)]
+        data["events"] = [event.to_dict() for event in store.reads.events(job.id)]
     return data
 
 
@@ -157,7 +157,7 @@ def _progress_text(progress: Progress | None) -> str:
 
 def cmd_jobs(args: argparse.Namespace, config: configuration.Config) -> int:
     with open_store(config) as store:
-        found = store.list_jobs(config.project, state=args.state, queue=args.queue, limit=args.limit)
+        found = store.reads.list_jobs(config.project, state=args.state, queue=args.queue, limit=args.limit)
     if args.json:
         print_json([job.to_dict() for job in found])
         return exitcodes.OK

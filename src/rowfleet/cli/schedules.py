@@ -62,7 +62,7 @@ def cmd_schedules(args: argparse.Namespace, config: configuration.Config) -> int
     with open_store(config) as store:
         store.require_schema()
         shown = [{"name": row.name, "last_slot": iso(row.last_slot), "unreadable": row.unreadable,
-                  "recent": [_slot_dict(slot) for slot in store.fired_slots(config.project, row.name, args.limit)]}
+                  "recent": [_slot_dict(slot) for slot in store.reads.fired_slots(config.project, row.name, args.limit)]}
                  for row in store.schedule_rows(config.project)]
     if args.json:
         print_json(shown)

@@ -91,7 +91,7 @@ def cmd_runs(args: argparse.Namespace, config: configuration.Config) -> int:
     with open_store(config) as store:
         if args.id is not None:
             return _show_run(store.get_run(args.id, config.project), args.json)
-        found = store.list_runs(config.project, state=args.state, limit=args.limit)
+        found = store.reads.list_runs(config.project, state=args.state, limit=args.limit)
     if args.json:
         print_json([run.to_dict() for run in found])
         return exitcodes.OK

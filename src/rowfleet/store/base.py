@@ -4,30 +4,40 @@ Each part is written once for every dialect against named queries: ``JobStore``
 (``store/jobs.py``), ``RunStore`` (workflow runs and the outbox, ``store/runs.py``),
 ``ScheduleStore`` (``store/schedules.py``), ``FleetStore`` (workers, switches,
 orchestrators, ``store/fleet.py``) and ``TelemetryStore`` (host samples and job tallies,
-``store/telemetry.py``) and ``BrowseStore`` (the panel's bounded reads, ``store/browse.py``), each over ``StoreCore`` (``store/core.py``: the
-transaction interface a dialect implements, the schema, and the steps one part asks of
-another). A dialect (``store/sqlite.py``, ``store/postgres.py``) subclasses ``Store``.
-Only what spans every part lives here: pruning the rows of all of them in one sweep.
+``store/telemetry.py``), each over ``StoreCore`` (``store/core.py``: the transaction
+interface a dialect implements, the schema, and the steps one part asks of another). A
+dialect (``store/sqlite.py``, ``store/postgres.py``) subclasses ``Store``. Only what spans
+every part lives here: pruning the rows of all of them in one sweep.
+
+The store has two faces. Its own methods are what the engine runs (and the API's writes and
+reads by id): claim, finish, beat, sweep, fire, sample. What people are shown (the command
+line's lists, the panel's pages, the read models of ``rowfleet.views``) is read through
+``store.reads`` (``OperatorReads``, ``store/reads.py``), so neither face hides in the other.
 """
 
 from __future__ import annotations
 
 import abc
 
-from rowfleet.store.browse import BrowseStore
 from rowfleet.store.core import StoreCore, Tx
 from rowfleet.store.fleet import FleetStore
 from rowfleet.store.jobs import JobStore
+from rowfleet.store.reads import OperatorReads
 from rowfleet.store.runs import RunStore
 from rowfleet.store.schedules import ScheduleStore
 from rowfleet.store.telemetry import TelemetryStore
 
-__all__ = ["Store", "StoreCore", "Tx"]
+__all__ = ["OperatorReads", "Store", "StoreCore", "Tx"]
 
 
-class Store(JobStore, RunStore, ScheduleStore, FleetStore, TelemetryStore, BrowseStore, abc.ABC):
+class Store(JobStore, RunStore, ScheduleStore, FleetStore, TelemetryStore, abc.ABC):
     """One database connection and everything rowfleet does with it. Not thread-safe:
     each thread opens its own."""
+
+    @property
+    def reads(self) -> OperatorReads:
+        """The operator's reads of this store (lists, pages, counts, the fleet's snapshot rows)."""
+        return OperatorReads(self)
 
     def prune(self, retention: float, batch: int = 1000) -> int:
         """Delete finished jobs (and their events), ended runs, old slots and stopped

@@ -4,12 +4,12 @@ GPU), each model's measured load figures, and the orchestrators' rows. Written o
 the fleet part of ``Store``; a silent or exited worker's jobs are handed back by the jobs
 part (``_recover_jobs_of``), in the same transaction that flags the worker.
 
-Also the fleet's rows in one consistent read (``fleet_rows``), from which
-``rowfleet.views.snapshot`` derives the read model every front end renders, and the one
-narrow read the engine asks of the fleet (``gpu_adverts``): a project's GPU workers as
-typed values (``GpuWorker``, with its ``GpuAdvert``), judged as every listing judges them.
-The decoding of a worker row's advert and queues (``gpu_advert_of``, ``queues_of``) lives
-here, at the seam, for both.
+Also the one narrow read the engine asks of the fleet (``gpu_adverts``): a project's GPU
+workers as typed values (``GpuWorker``, with its ``GpuAdvert``), judged as every listing
+judges them; and a project's models in one consistent read (``model_rows``). The fleet's
+rows for the operator's snapshot (``FleetRows``) are read by ``OperatorReads.fleet_rows``
+(``store/reads.py``). The decoding of a worker row's advert and queues (``gpu_advert_of``,
+``queues_of``) lives here, at the seam, for both.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from rowfleet import control, exitcodes, liveness, names
 from rowfleet.control import ModelControl, Switch
 from rowfleet.errors import ConfigError
-from rowfleet.job import QUEUED, RUNNING, by_name, decode_column, encode_json, iso
+from rowfleet.job import by_name, decode_column, encode_json, iso
 from rowfleet.store.core import StoreCore, Tx
 
 REASON_MOST = 500  # characters of a switch's reason
@@ -51,7 +51,8 @@ class FleetRows:
 @dataclasses.dataclass(frozen=True)
 class ModelRows:
     """One project's models as stored at one moment (``now``): its queued and running model
-    jobs in groups (``model_demand``), its listed workers' rows as ``fleet_rows`` reads them
+    jobs in groups (``model_demand``), its listed workers' rows as the operator's snapshot
+    reads them (``OperatorReads.fleet_rows``)
     (a GPU worker's advert with them) and every switch, each model's measured figures
     (``model_stats``), and per model the claims since ``since`` with how many were warm
     (``model_claims``; none read when ``since`` is None)."""
@@ -210,11 +211,6 @@ class FleetStore(StoreCore):
         """Pids of this host's workers that the dead-worker sweep flagged and that have not stopped."""
         return {row["pid"] for row in self.reader().all("flagged_workers", host=host)}
 
-    def workers(self, since: float) -> list[dict[str, Any]]:
-        """Live workers, and every worker row seen since ``since`` (stopped, dead or silent)."""
-        return [dict(row) for row in self.reader().all("workers", since=since,
-                                                       missed_beats=liveness.MISSED_BEATS)]
-
     # --- operators' switches -----------------------------------------------------------
 
     def set_switch(self, project: str, host: str, queue: str, desired: str, policy: str = control.DRAIN,
@@ -234,12 +230,6 @@ class FleetStore(StoreCore):
             tx.run("log_switch", **dataclasses.asdict(switch))
             return switch
 
-    def switch_log(self, host: str | None = None, limit: int = 50) -> list[Switch]:
-        """The newest switches written through rowfleet, newest first: of ``host`` (and
-        every-host rows) or of all hosts."""
-        return [Switch.from_row(row, "worker_control_log")
-                for row in self.reader().all("switch_log", host=host, limit=limit)]
-
     def switch_in_force(self, project: str, host: str, queue: str) -> Switch | None:
         """The off switch holding the workers of (project, host, queue), or None: they serve."""
         return self.switches_in_force(project, host, (queue,))[queue]
@@ -249,10 +239,6 @@ class FleetStore(StoreCore):
         host, queue), or None: one read for all of them."""
         switches = [Switch.from_row(row) for row in self.reader().all("switches_in_force", project=project, host=host)]
         return {queue: control.in_force(switches, project, host, queue) for queue in queues}
-
-    def switches(self) -> list[Switch]:
-        """Every switch row, of every project."""
-        return [Switch.from_row(row) for row in self.reader().all("switches")]
 
     # --- GPU leases: one model per GPU --------------------------------------------------
 
@@ -346,41 +332,14 @@ class FleetStore(StoreCore):
         with self.transaction() as tx:
             tx.run("orchestrator_stopped", orchestrator_id=orchestrator_id)
 
-    def project_services(self) -> list[dict[str, Any]]:
-        """Per project: how many live orchestrators serve it, how many outbox events wait to
-        be drained, and when the oldest of them was written (None when none waits)."""
-        return [dict(row) for row in self.reader().all("project_services", missed_beats=liveness.MISSED_BEATS)]
-
-    # --- the fleet at one moment -------------------------------------------------------
-
-    def fleet_rows(self, cap: int, listed_for: float | None, workers_only: bool = False) -> FleetRows:
-        """Everything ``rowfleet.views.snapshot`` shows, read in one read transaction so that the
-        counts, workers, switches and services agree: workers seen in the last
-        ``listed_for`` seconds (every row with None) and live ones; finished jobs counted
-        up to ``cap`` (``cap + 1`` when there are more), live ones exactly. With
-        ``workers_only``, the workers and switches alone (no count, service or unplaceable
-        row), for a reader that shows what runs where."""
-        with self._one_read() as tx:
-            now = tx.one("fleet_rows")["now"]
-            since = 0.0 if listed_for is None else now - listed_for
-            workers = [dict(row) for row in tx.all("fleet_rows_workers", since=since,
-                                                   missed_beats=liveness.MISSED_BEATS)]
-            switches = [Switch.from_row(row) for row in tx.all("switches")]
-            if workers_only:
-                return FleetRows(now=now, counts=[], workers=workers, switches=switches, services=[], unplaceable=[])
-            return FleetRows(
-                now=now,
-                counts=[dict(row) for row in tx.all("fleet_rows_counts", cap=cap, queued=QUEUED, running=RUNNING)],
-                workers=workers, switches=switches,
-                services=[dict(row) for row in tx.all("project_services", missed_beats=liveness.MISSED_BEATS)],
-                unplaceable=[dict(row) for row in tx.all("fleet_rows_unplaceable")])
+    # --- the GPU fleet and the models, each in one read ------------------------------------
 
     def gpu_adverts(self, project: str, listed_for: float | None = 0.0) -> tuple[GpuWorker, ...]:
         """The GPU workers of ``project`` (those whose heartbeat carries an advert), listed as
-        ``fleet_rows`` lists workers: the live ones, and any seen in the last ``listed_for``
-        seconds (0: the live ones only; None: every row), judged at one moment with the
-        switches then in force. The engine's one question about the fleet: a GPU worker reads
-        the others' adverts for placement, the orchestrator the boxes its sweep judges by."""
+        the operator's snapshot lists workers (``OperatorReads.fleet_rows``): the live ones,
+        and any seen in the last ``listed_for`` seconds (0: the live ones only; None: every
+        row), judged at one moment with the switches then in force. The engine's one question
+        about the fleet: a GPU worker reads the others' adverts for placement."""
         with self._one_read() as tx:
             now = tx.one("fleet_rows")["now"]
             since = 0.0 if listed_for is None else now - listed_for

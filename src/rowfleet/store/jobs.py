@@ -25,7 +25,7 @@ from rowfleet import liveness
 from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, Conflict, LeaseLost, NotFound
-from rowfleet.job import Event, Job, JobSpec, Outcome
+from rowfleet.job import Job, JobSpec, Outcome
 from rowfleet.liveness import not_retried
 from rowfleet.store.core import StoreCore, Tx
 
@@ -473,13 +473,6 @@ class JobStore(StoreCore):
 
     # --- placement: queued model jobs no GPU worker can hold ----------------------------
 
-    def model_demand(self, project: str, limit: int = DEMAND_GROUPS) -> list[dict[str, Any]]:
-        """The project's queued and running model jobs in groups, one per (``queue``,
-        ``model``, the jobs' own ``vram_mb``, ``state``, ``unplaceable`` reason), each with
-        its count ``n``, its oldest ``created_at`` (``oldest``) and its earliest
-        ``unplaceable_since``: ``limit`` groups at most, never a row per job."""
-        return [dict(row) for row in self.reader().all("model_demand", project=project, limit=limit)]
-
     def flag_unplaceable(self, project: str, queue: str, model: str, vram_mb: int | None, was: str | None,
                          reason: str, limit: int = PLACEMENT_BATCH) -> list[int]:
         """Flag one batch of a group's queued jobs whose reason is still ``was`` (None:
@@ -530,36 +523,10 @@ class JobStore(StoreCore):
             raise NotFound(f"no job {job_id}{where}")
         return Job.from_row(row)
 
-    def list_jobs(self, project: str, state: str | None = None, queue: str | None = None,
-                  limit: int = 50) -> list[Job]:
-        rows = self.reader().all("list_jobs", project=project, state=state, queue=queue, limit=limit)
-        return [Job.from_row(row) for row in rows]
-
-    def events(self, job_id: int) -> list[Event]:
-        """The job's history, in time order: its event rows, and the claim and completion of
-        the attempt its row holds (which are no rows: ``jobs.attempt_events``)."""
-        tx = self.reader()
-        stored = [Event.from_row(row) for row in tx.all("events", job_id=job_id)]
-        attempt = tx.one("job_holder", id=job_id)
-        return jobs.attempt_events(job_id, stored, dict(attempt)) if attempt is not None else stored
-
-    def counts(self) -> list[dict[str, Any]]:
-        return [dict(row) for row in self.reader().all("counts")]
-
     def model_backlog(self, project: str, queue: str) -> list[dict[str, Any]]:
         """Per model with due queued jobs in (project, queue): ``model``, ``queued`` (how
         many) and ``oldest_wait`` (seconds the oldest has waited, by the database's clock)."""
         return [dict(row) for row in self.reader().all("model_backlog", project=project, queue=queue)]
-
-    def jobs_ahead(self, job: Job, cap: int = 10_000) -> tuple[int, bool]:
-        """How many due queued jobs of ``job``'s (project, queue) a claim takes before it, in
-        claim order (run-next, priority, due order, id), counted up to ``cap``: ``(n, capped)``,
-        where capped means more than ``n``. Read with the job's sort values as given (one that
-        plain SQL left undecoded is bound as stored: it compares, it never raises)."""
-        run_next = int(job.run_next) if isinstance(job.run_next, bool) else job.run_next
-        row = self.reader().one("jobs_ahead", project=job.project, queue=job.queue, run_next=run_next,
-                                priority=job.priority, run_at=job.run_at, id=job.id, cap=cap)
-        return min(row["n"], cap), row["n"] > cap
 
 
 def _enqueue_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -170,14 +170,6 @@ class RunStore(StoreCore):
             raise NotFound(f"no run {run_id}" + (f" in project {project!r}" if project else ""))
         return self._view(tx, row)
 
-    def list_runs(self, project: str, state: str | None = None, limit: int = 50) -> list[Run]:
-        """Runs, newest first, without their nodes."""
-        rows = self.reader().all("list_runs", project=project, state=state, limit=limit)
-        return [Run.from_row(row) for row in rows]
-
-    def dispatch_events(self, run_id: int) -> list[dict[str, Any]]:
-        return [dict(row) for row in self.reader().all("dispatch_events", run_id=run_id)]
-
     def _view(self, tx: Tx, row: Any) -> Run:
         """The run with its nodes, as an operator sees it: whatever of its rows (and its
         jobs' rows) cannot be read is shown as stored and named in ``unreadable``."""

@@ -79,16 +79,3 @@ class ScheduleStore(StoreCore):
         and what of its row cannot be read."""
         return [ScheduleRow.from_row(row) for row in self.reader().all("last_slots", project=project)]
 
-    def last_slots(self, project: str) -> dict[str, float | str | None]:
-        """Each schedule of ``project`` the database knows: the newest slot fired (None
-        while a scheduler has held its row but not yet fired any; as stored, as text, when
-        it cannot be read: ``schedule_rows`` says why)."""
-        return {row.name: row.last_slot for row in self.schedule_rows(project)}
-
-    def fired_slots(self, project: str, name: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        """The slots fired, newest first (of every schedule, or of ``name``): each with its
-        schedule's name, the slot, the job enqueued, when and by whom, and what of its row
-        cannot be read (``unreadable``: None for a sound one; such a value is kept as text)."""
-        rows = self.reader().all("fired_slots", project=project, name=name, limit=limit)
-        return [{**values, "unreadable": problem} for values, problem in
-                (decode_row(row, "schedule_slots", _SLOT_KINDS) for row in rows)]

@@ -110,10 +110,6 @@ class TelemetryStore(StoreCore):
         with self.transaction(durable=False) as tx:
             tx.run("release_sampler", host=host, holder=holder)
 
-    def sampler_of(self, host: str) -> dict[str, Any] | None:
-        row = self.reader().one("host_sampler", host=host)
-        return dict(row) if row is not None else None
-
     def record_host_sample(self, host: str, holder: str, ttl: float, readings: Mapping[str, Any]) -> float | None:
         """Write a detail row of ``readings`` if ``holder`` still holds the host's lease,
         renewing it for ``ttl`` in the same transaction; the row's time (the database's
@@ -138,25 +134,11 @@ class TelemetryStore(StoreCore):
         return [sample_of(row) for row in self.reader().all("host_samples", host=host, tier=tier,
                                                             since=float(since), until=float(until))]
 
-    def samples_since(self, tier: str, since: float) -> list[HostSample]:
-        """Every host's rows of ``tier`` from ``since`` on, by host, oldest first."""
-        _check_tier(tier)
-        return [sample_of(row) for row in self.reader().all("samples_since", tier=tier, since=float(since))]
-
     def sample_times(self, host: str, tier: str, since: float) -> list[float]:
         """When ``host``'s rows of ``tier`` since ``since`` were taken, oldest first."""
         _check_tier(tier)
         rows = self.reader().all("host_sample_times", host=host, tier=tier, since=float(since))
         return [float(row["at"]) for row in rows if is_finite_number(row["at"])]  # plain SQL may write text
-
-    def latest_host_samples(self) -> list[HostSample]:
-        """Each host's newest detail row, by host."""
-        return [sample_of(row) for row in self.reader().all("latest_host_samples")]
-
-    def sampled_hosts(self, tier: str = DETAIL, since: float = 0.0) -> list[dict[str, Any]]:
-        """Every host with rows of ``tier`` since ``since``: host, first_at, last_at, n."""
-        _check_tier(tier)
-        return [dict(row) for row in self.reader().all("sampled_hosts", tier=tier, since=float(since))]
 
     def prune_host_samples(self, detail_keep: float, minute_keep: float) -> int:
         """Delete detail rows older than ``detail_keep`` seconds and minute rows older than

@@ -12,7 +12,7 @@ when nothing holds it back, that it should be claimed at the next wake-up.
 
 ``gather(store, job, now)`` reads those facts through the store's own reads: the fleet's
 read model (``rowfleet.views.snapshot``: workers, their liveness and switches), the model's
-measured figures and the operators' model rules, the job's run, and ``Store.jobs_ahead``.
+measured figures and the operators' model rules, the job's run, and ``store.reads.jobs_ahead``.
 
 The texts are plain: a hostile string (a queue written by plain SQL, a switch's reason)
 is kept as it is, and the front end that renders a reason escapes it (the panel does).
@@ -385,7 +385,7 @@ def gather(store: "Store", job: "Job", now: float) -> Facts:
     """The ``Facts`` ``why_not_running`` needs about ``job``, read through the store: every
     worker row of its (project, queue) with the switch in force for the queue on its host
     (from the fleet's read model, ``snapshot.snapshot``), the jobs ahead of it
-    (``Store.jobs_ahead``), its model's measured figures and the hosts that forbid it, and a
+    (``store.reads.jobs_ahead``), its model's measured figures and the hosts that forbid it, and a
     workflow node's run. A job that is not queued needs none of it: ``Facts()``."""
     if job.state != QUEUED:
         return Facts()
@@ -395,7 +395,7 @@ def gather(store: "Store", job: "Job", now: float) -> Facts:
                     control.in_force(fleet.switches, job.project, worker.host, job.queue),
                     worker.current_job is not None, worker.gpu)
         for worker in fleet.workers if worker.project == job.project and worker.serves(job.queue))
-    ahead, capped = store.jobs_ahead(job, cap=snapshot.COUNT_CAP)
+    ahead, capped = store.reads.jobs_ahead(job, cap=snapshot.COUNT_CAP)
     facts = Facts(workers=workers, ahead=ahead, ahead_capped=capped)
     if job.required_model is not None:
         facts = dataclasses.replace(facts, **_model_facts(store, job, workers, now))

@@ -160,7 +160,7 @@ def hosts_with_rows(store: "Store", now: float | None = None, only: str | None =
     """``hosts`` (or the one named ``only``), each with the rows of the last hour it was
     read from (``RecentRows``), for a front end that draws them too and need not read
     them twice; through ``kept`` (a front end's, between its reads) when given."""
-    latest = [sample for sample in store.latest_host_samples() if only is None or sample.host == only]
+    latest = [sample for sample in store.reads.latest_host_samples() if only is None or sample.host == only]
     at, workers = workers_now(store)
     now = at if now is None else now
     since = now - THROTTLE_WINDOW
@@ -212,7 +212,7 @@ class KeptRows:
         if len(together) < 2:
             together = {}
         rows: dict[str, list[HostSample]] = {host: [] for host in together}
-        for row in store.samples_since(self.tier, min(together.values())) if together else ():
+        for row in store.reads.samples_since(self.tier, min(together.values())) if together else ():
             if row.host in together and row.at >= together[row.host]:
                 rows[row.host].append(row)
         for host, floor in floors.items():
@@ -227,7 +227,7 @@ class KeptRows:
             fresh = {host: store.host_samples(host, self.tier, since) for host in floors}
         else:
             fresh = {}
-            for row in store.samples_since(self.tier, since):
+            for row in store.reads.samples_since(self.tier, since):
                 fresh.setdefault(row.host, []).append(row)
         for host, rows in fresh.items():
             if host in self.rows and rows:
@@ -272,8 +272,8 @@ def host_series(store: "Store", host: str, since_seconds: float, tier: str | Non
 
 
 def _sampled(store: "Store", host: str) -> bool:
-    return any(sample.host == host for sample in store.latest_host_samples()) or \
-        any(row["host"] == host for row in store.sampled_hosts(MINUTE))
+    return any(sample.host == host for sample in store.reads.latest_host_samples()) or \
+        any(row["host"] == host for row in store.reads.sampled_hosts(MINUTE))
 
 
 # --- pure: rows to views --------------------------------------------------------------------

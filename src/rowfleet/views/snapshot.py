@@ -2,7 +2,7 @@
 moment, as typed values that every front end renders (``rowfleet status``, ``workers`` and
 ``broker``; the panel and ``/metrics`` render the same values).
 
-``snapshot(store)`` is the one store call: ``Store.fleet_rows`` reads every row in one read
+``snapshot(store)`` is the one store call: ``store.reads.fleet_rows`` reads every row in one read
 transaction, so the counts, workers and switches agree. Everything else here is pure: the
 functions from those rows to the typed values take ``now`` and the rows, and apply the
 rules where they live (``rowfleet.liveness`` judges silence by each worker's own cadence
@@ -221,19 +221,19 @@ class Snapshot:
 def snapshot(store: "Store", *, cap: int = COUNT_CAP, listed_for: float | None = liveness.LISTED_FOR) -> Snapshot:
     """The fleet now, from one store read: workers seen in the last ``listed_for`` seconds
     and every live one (every row with None); finished jobs counted up to ``cap``."""
-    return snapshot_of(store.fleet_rows(cap, listed_for), cap)
+    return snapshot_of(store.reads.fleet_rows(cap, listed_for), cap)
 
 
 def workers_now(store: "Store", listed_for: float | None = liveness.LISTED_FOR) -> tuple[float, tuple[Worker, ...]]:
     """The database's clock and the workers ``snapshot`` lists, without its counts: for a
     reader that shows what runs where."""
-    rows = store.fleet_rows(0, listed_for, workers_only=True)
+    rows = store.reads.fleet_rows(0, listed_for, workers_only=True)
     switches = tuple(rows.switches)
     return rows.now, tuple(worker_of(row, switches, rows.now) for row in rows.workers)
 
 
 def snapshot_of(rows: "FleetRows", cap: int) -> Snapshot:
-    """The typed snapshot of what ``Store.fleet_rows`` read."""
+    """The typed snapshot of what ``store.reads.fleet_rows`` read."""
     switches = tuple(rows.switches)
     return Snapshot(at=rows.now, cap=cap, counts=tuple(count_of(row, cap) for row in rows.counts),
                     workers=tuple(worker_of(row, switches, rows.now) for row in rows.workers),

@@ -32,7 +32,7 @@ from rowfleet.panel import svg
 from rowfleet.panel.app import HttpError, Request, View
 from rowfleet.panel.deck_charts import LABEL_MOST, Axis, ChartMemo, Drawn, Line
 from rowfleet.panel.html import Markup, clipped, definitions, join, link, table, tag, url, when
-from rowfleet.store.browse import EndedJob
+from rowfleet.store.reads import EndedJob
 from rowfleet.store.telemetry import DETAIL, HostSample
 from rowfleet.telemetry.readings import MinuteFold
 from rowfleet.views import hosts as host_model
@@ -184,11 +184,11 @@ class EndedJobs:
     def read(self, store: Any, since: float, now: float) -> list[EndedJob]:
         with self.lock:
             if now - self.read_at >= REREAD or not now >= self.read_at:
-                self.jobs = {job.id: job for job in _ended(store.jobs_ended_since(since, limit=TICK_JOBS))}
+                self.jobs = {job.id: job for job in _ended(store.reads.jobs_ended_since(since, limit=TICK_JOBS))}
                 self.read_at = now
             else:
                 newest = min(max((job.finished_at for job in self.jobs.values()), default=since), now)
-                for job in _ended(store.jobs_ended_since(max(since, newest - OVERLAP), limit=TICK_JOBS)):
+                for job in _ended(store.reads.jobs_ended_since(max(since, newest - OVERLAP), limit=TICK_JOBS)):
                     self.jobs[job.id] = job
             kept = sorted((job for job in self.jobs.values() if job.finished_at >= since),
                           key=lambda job: job.finished_at, reverse=True)[:TICK_JOBS]
@@ -264,7 +264,7 @@ def flight_deck(req: Request) -> View:
                                  f"have sampled")
     views = [view for view, _, _ in read]
     ended = req.memo.setdefault("deck jobs", EndedJobs()).read(req.store, start, now) if views else []
-    jobs = ended + req.store.jobs_running() if views else []
+    jobs = ended + req.store.reads.jobs_running() if views else []
     ticks_on = job_ticks(jobs)
     memo = req.memo.setdefault("deck charts" if wanted is None else "deck charts of one host", ChartMemo())
     memo.turn()

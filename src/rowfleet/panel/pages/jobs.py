@@ -3,7 +3,7 @@ confirmation, and bulk actions on every job matching a filter.
 
 The search filters by id, project, task, queue, state, host, model and a substring of the
 args as stored, newest first, in pages that follow the last id (keyset paging) and that
-each search a bounded window of ids (``Store.search_jobs``), so a rare match never walks a
+each search a bounded window of ids (``store.reads.search_jobs``), so a rare match never walks a
 million rows in one request. Every filter is in the address, so a view can be bookmarked.
 
 Actions are offered only where the job's state allows them: retry a failed or cancelled
@@ -30,7 +30,7 @@ from rowfleet.panel.app import HttpError, Redirect, Request, View
 from rowfleet.views import diagnosis
 from rowfleet.panel.html import (Markup, clipped, definitions, esc, join, link, post_form, pretty, select,
                                  state_badge, table, tag, text_input, url, when)
-from rowfleet.store.browse import JobFilter
+from rowfleet.store.reads import JobFilter
 from rowfleet.store.telemetry import DETAIL
 from rowfleet.views.snapshot import snapshot
 
@@ -64,7 +64,7 @@ def job_list(req: Request) -> View:
         found = _maybe(req, wanted)
         listed, next_before, searched = ([found] if found else []), None, None
     else:
-        page = req.store.search_jobs(match, before=before, limit=PAGE_SIZE)
+        page = req.store.reads.search_jobs(match, before=before, limit=PAGE_SIZE)
         listed, next_before, searched = list(page.jobs), page.next_before, (page.before, page.searched_to)
     rows = [[link(f"/jobs/{j.id}", j.id), j.project or "''", j.queue, clipped(j.task, 80), state_badge(j.state),
              f"{j.attempts}/{j.max_attempts}", j.host, j.required_model, when(j.created_at, req.now),
@@ -79,9 +79,9 @@ def job_list(req: Request) -> View:
 
 
 def job_detail(req: Request) -> View:
-    job = req.store.find_job(req.path_id())
+    job = req.store.reads.find_job(req.path_id())
     reveal = req.query.get("reveal") == "secrets"
-    events = req.store.events(job.id)
+    events = req.store.reads.events(job.id)
     reasons = diagnosis.why_not_running(job, diagnosis.gather(req.store, job, req.now), req.now)
     body = join(
         _actions(req, job),
@@ -155,7 +155,7 @@ def action_apply(req: Request) -> Redirect:
 
 def bulk_confirm(req: Request) -> View:
     action, match = _bulk_request(req)
-    found = req.store.jobs_in_state(_projects(req, match), match, BULK_CAP + 1)
+    found = req.store.reads.jobs_in_state(_projects(req, match), match, BULK_CAP + 1)
     count = f"{BULK_CAP:,}+ (at most {BULK_CAP:,} are changed per request)" if len(found) > BULK_CAP else f"{len(found):,}"
     label = ACTIONS[action][0]
     fields = {key: value for key, value in match.params().items() if value is not None}
@@ -170,7 +170,7 @@ def bulk_confirm(req: Request) -> View:
 
 def bulk_apply(req: Request) -> Redirect:
     action, match = _bulk_request(req, source="form")
-    found = req.store.jobs_in_state(_projects(req, match), match, BULK_CAP)
+    found = req.store.reads.jobs_in_state(_projects(req, match), match, BULK_CAP)
     done = refused = 0
     for project, job_id in found:
         try:
@@ -210,7 +210,7 @@ def _job_action(req: Request) -> tuple[Job, str]:
     action = req.params["action"]
     if action not in ACTIONS:
         raise HttpError(404, f"no such action: {action[:40]} (one of {', '.join(ACTIONS)})")
-    job = req.store.find_job(req.path_id())
+    job = req.store.reads.find_job(req.path_id())
     if action not in available_actions(job, req.read_only):
         raise HttpError(409, f"job {job.id} is {job.state}: {ACTIONS[action][0].lower()} does not apply")
     return job, action
@@ -237,7 +237,7 @@ def _projects(req: Request, match: JobFilter) -> list[str]:
 
 def _maybe(req: Request, job_id: int) -> Job | None:
     try:
-        return req.store.find_job(job_id)
+        return req.store.reads.find_job(job_id)
     except NotFound:
         return None
 

@@ -27,7 +27,7 @@ def overview(req: Request) -> View:
     now = fleet.at
     per_minute = minute_counts(req.memo.setdefault("finished per minute", FinishedPerMinute()).rows(req.store, now))
     queued = sorted({(c.project, c.queue) for c in fleet.counts if c.state == jobs.QUEUED and c.n})
-    oldest = req.store.oldest_queued(queued)
+    oldest = req.store.reads.oldest_queued(queued)
     sections, data = [], []
     for project in fleet.projects():
         rows, queues = [], []
@@ -80,7 +80,7 @@ class FinishedPerMinute:
         with self.lock:
             done, until = self.done, self.until
         since = max(start, until)
-        fresh = store.finished_per_minute(since)
+        fresh = store.reads.finished_per_minute(since)
         over = [row for row in fresh if row["minute"] * MINUTE < current]
         kept = [row for row in done if row["minute"] * MINUTE >= start - MINUTE]
         with self.lock:

@@ -27,7 +27,7 @@ ACTIONS = {"cancel": ("Cancel", "cancel the run and its queued jobs", (dag.RUNNI
 def run_list(req: Request) -> View:
     project = req.query.get("project") if "project" in req.query else None
     state = req.choice("state", dag.RUN_STATES)
-    runs = req.store.search_runs(project, state, before=req.number("before", least=1), limit=PAGE_SIZE)
+    runs = req.store.reads.search_runs(project, state, before=req.number("before", least=1), limit=PAGE_SIZE)
     rows = [[link(f"/runs/{run.id}", run.id), run.project or "''", clipped(run.name, 80),
              join(state_badge(run.state), tag("span", " unreadable", class_="bad", title=run.unreadable)
                   if run.unreadable else ""),
@@ -121,7 +121,7 @@ def _answer(req: Request) -> Any:
 
 
 def _run(req: Request) -> Any:
-    return req.store.find_run(req.path_id())
+    return req.store.reads.find_run(req.path_id())
 
 
 def _run_action(req: Request) -> tuple[Any, str]:

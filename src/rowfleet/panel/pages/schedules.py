@@ -2,7 +2,7 @@
 fires next where its declaration is known, the newest slot fired, and the slots fired
 lately: when, by which scheduler, and the job each enqueued.
 
-The database keeps only what fired (``Store.schedule_rows``, ``Store.fired_slots``); when a
+The database keeps only what fired (``Store.schedule_rows``, ``store.reads.fired_slots``); when a
 schedule fires next is in its declaration: a schedule file given to ``rowfleet
 scheduler``, or an app's ``@rowfleet.periodic``. The command that starts the panel names
 the files in ``SCHEDULE_FILES`` (its ``--schedule FILE``, as the scheduler's) and imports
@@ -103,7 +103,7 @@ def schedule_list(req: Request) -> View:
         rows = []
         for name in listed[:SCHEDULES_MOST]:
             schedule = mine.get(name)
-            recent = req.store.fired_slots(project, name, RECENT) if name in last else []
+            recent = req.store.reads.fired_slots(project, name, RECENT) if name in last else []
             upcoming = next_fire(schedule, req.now) if schedule is not None else None
             rows.append(_row(name, schedule, upcoming, last, recent, req.now, unreadable.get(name)))
             data.append({"project": project, "name": name, "declared": schedule is not None,

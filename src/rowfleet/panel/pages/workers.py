@@ -44,7 +44,7 @@ def worker_list(req: Request) -> View:
             tag("div", join(*switches), class_="switches")))
     if not sections:
         sections.append(tag("p", "No worker has been seen in the last 10 minutes.", class_="empty"))
-    log = req.store.switch_log(host=host_filter, limit=LOG_SHOWN)
+    log = req.store.reads.switch_log(host=host_filter, limit=LOG_SHOWN)
     log_rows = [[when(s.changed_at, fleet.at), s.project or "''", s.host, s.queue, _switch_text(s), s.reason or "-",
                  s.changed_by or "-"] for s in log]
     standing = [[s.project or "''", s.host, s.queue, _switch_text(s), s.reason or "-", s.changed_by or "-",
