@@ -23,32 +23,32 @@ class SwitchContract:
         self.store = self.open_store()
 
     def test_no_row_means_on(self):
-        self.assertIsNone(self.store.switch_in_force("", "box", "q"))
+        self.assertIsNone(self.store.switches_in_force("", "box", ("q",))["q"])
 
     def test_a_switch_is_one_row_per_project_host_and_queue_rewritten_in_place(self):
         self.store.set_switch("", "box", "q", control.OFF, control.HARD, "ops")
-        held = self.store.switch_in_force("", "box", "q")
+        held = self.store.switches_in_force("", "box", ("q",))["q"]
         self.assertEqual((held.desired, held.policy, held.changed_by), ("off", "hard", "ops"))
         self.store.set_switch("", "box", "q", control.ON, changed_by="ops")
-        self.assertIsNone(self.store.switch_in_force("", "box", "q"))
+        self.assertIsNone(self.store.switches_in_force("", "box", ("q",))["q"])
         self.assertEqual([(s.queue, s.desired) for s in self.store.reads.switches()], [("q", "on")])
 
     def test_wildcards_and_off_wins_and_hard_beats_drain(self):
         self.store.set_switch("", "box", "q", control.ON)
         self.store.set_switch("", "box", control.ANY, control.OFF, control.DRAIN, "maintenance")
-        self.assertEqual(self.store.switch_in_force("", "box", "q").changed_by, "maintenance",
+        self.assertEqual(self.store.switches_in_force("", "box", ("q",))["q"].changed_by, "maintenance",
                          "a box-wide off holds a queue whose own row says on")
-        self.assertIsNone(self.store.switch_in_force("", "other-box", "q"))
-        self.assertIsNone(self.store.switch_in_force("beta", "box", "q"), "another project's box is its own")
+        self.assertIsNone(self.store.switches_in_force("", "other-box", ("q",))["q"])
+        self.assertIsNone(self.store.switches_in_force("beta", "box", ("q",))["q"], "another project's box is its own")
         self.store.set_switch(control.ANY, control.ANY, "q", control.OFF, control.HARD, "panic")
-        self.assertEqual(self.store.switch_in_force("beta", "other-box", "q").policy, "hard")
-        self.assertEqual(self.store.switch_in_force("", "box", "q").changed_by, "panic", "hard beats drain")
+        self.assertEqual(self.store.switches_in_force("beta", "other-box", ("q",))["q"].policy, "hard")
+        self.assertEqual(self.store.switches_in_force("", "box", ("q",))["q"].changed_by, "panic", "hard beats drain")
 
     def test_every_switch_carries_its_reason_and_is_logged_in_its_transaction(self):
         self.store.set_switch("", "box", "q", control.OFF, control.HARD, "ops", reason="fan <noisy>")
         self.store.set_switch("", "box", control.ANY, control.ON, changed_by="ops")
         self.store.set_switch("", "other", "q", control.OFF, changed_by="ci")
-        self.assertEqual(self.store.switch_in_force("", "box", "q").reason, "fan <noisy>")
+        self.assertEqual(self.store.switches_in_force("", "box", ("q",))["q"].reason, "fan <noisy>")
         log = self.store.reads.switch_log()
         self.assertEqual([(s.host, s.queue, s.desired, s.reason) for s in log],
                          [("other", "q", "off", ""), ("box", "*", "on", ""), ("box", "q", "off", "fan <noisy>")])
@@ -60,8 +60,8 @@ class SwitchContract:
 
     def test_projects_keep_separate_switches(self):
         self.store.set_switch("alpha", "box", "q", control.OFF)
-        self.assertIsNotNone(self.store.switch_in_force("alpha", "box", "q"))
-        self.assertIsNone(self.store.switch_in_force("beta", "box", "q"))
+        self.assertIsNotNone(self.store.switches_in_force("alpha", "box", ("q",))["q"])
+        self.assertIsNone(self.store.switches_in_force("beta", "box", ("q",))["q"])
 
     def test_bad_switches_are_refused_and_write_nothing(self):
         for args in (("", "box", "q", "maybe"), ("", "box", "q", "off", "gentle"), ("", "", "q", "off"),

@@ -141,13 +141,13 @@ class PanelInBrowserTest(unittest.TestCase):
         form = f'form.switch[aria-label="switch queue gpu of {HOSTS[0]}"]'
         self.page.evaluate(f"document.querySelector({json.dumps(form + ' input[name=reason]')}).value = 'fan swap'")
         self.click_and_wait_for_the_next_page(f"{form} button.switch-off-hard")
-        held = self.store.switch_in_force("", HOSTS[0], "gpu")
+        held = self.store.switches_in_force("", HOSTS[0], ("gpu",))["gpu"]
         self.assertIsNotNone(held, "the click wrote no switch")
         self.assertEqual((held.desired, held.policy, held.reason, held.changed_by), ("off", "hard", "fan swap", "panel"))
         self.assertIn("off (hard)", self.page.evaluate("document.querySelector('.note').textContent"))
         self.click_and_wait_for_the_next_page(f"{form} button.switch-on")
         self.assertIn(": on", self.page.evaluate("document.querySelector('.note').textContent"))
-        self.assertIsNone(self.store.switch_in_force("", HOSTS[0], "gpu"))
+        self.assertIsNone(self.store.switches_in_force("", HOSTS[0], ("gpu",))["gpu"])
         self.assertEqual(self.page.log_entries, [])
 
     def test_live_refresh_swaps_new_rows_in_and_holds_while_a_field_has_focus(self):

@@ -160,7 +160,7 @@ class PanelContract:
         status, headers, _ = self.client.post("/workers/switch", {"project": "", "host": "box", "queue": "gpu",
                                                                   "set": "off-hard", "reason": "fan <loud>"})
         self.assertEqual(status, 303)
-        held = self.store.switch_in_force("", "box", "gpu")
+        held = self.store.switches_in_force("", "box", ("gpu",))["gpu"]
         self.assertEqual((held.desired, held.policy, held.reason, held.changed_by), ("off", "hard", "fan <loud>", "panel"))
         self.client.post("/workers/switch", {"project": "", "host": "box", "queue": "*", "set": "on"})
         self.assertEqual([(s.queue, s.desired) for s in self.store.reads.switch_log()], [("*", "on"), ("gpu", "off")])

@@ -95,13 +95,13 @@ class ReadmeOperationsContract:
 
     def test_plain_sql_switches_a_queue_off_and_on(self):
         self.execute(operations_block(self.dialect))
-        held = self.store.switch_in_force("", "gpu-box-1", "gpu")
+        held = self.store.switches_in_force("", "gpu-box-1", ("gpu",))["gpu"]
         self.assertEqual((held.desired, held.policy, held.changed_by), ("off", "hard", "billing-app"))
         self.assertGreater(held.changed_at, 1.7e9, "changed_at defaults to now")
         self.execute(operations_block(self.dialect))  # again: the upsert rewrites the row in place
         self.assertEqual(len(self.store.reads.switches()), 1)
         self.execute(operations_block("on"))
-        self.assertIsNone(self.store.switch_in_force("", "gpu-box-1", "gpu"))
+        self.assertIsNone(self.store.switches_in_force("", "gpu-box-1", ("gpu",))["gpu"])
 
     def test_moving_a_deployment_to_a_named_project_takes_its_queued_rows_along(self):
         from rowfleet.job import JobSpec
@@ -113,7 +113,7 @@ class ReadmeOperationsContract:
                 self.execute(statement)
         self.assertEqual(self.store.get_job(queued.id, "billing").state, "queued")
         self.assertEqual(self.store.reads.list_jobs(""), [])
-        self.assertIsNotNone(self.store.switch_in_force("billing", "gpu-box-1", "gpu"))
+        self.assertIsNotNone(self.store.switches_in_force("billing", "gpu-box-1", ("gpu",))["gpu"])
 
 
 class SQLiteReadmeOperationsTest(ReadmeOperationsContract, TempDirTestCase):

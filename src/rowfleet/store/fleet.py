@@ -230,10 +230,6 @@ class FleetStore(StoreCore):
             tx.run("log_switch", **dataclasses.asdict(switch))
             return switch
 
-    def switch_in_force(self, project: str, host: str, queue: str) -> Switch | None:
-        """The off switch holding the workers of (project, host, queue), or None: they serve."""
-        return self.switches_in_force(project, host, (queue,))[queue]
-
     def switches_in_force(self, project: str, host: str, queues: Iterable[str]) -> dict[str, Switch | None]:
         """For each of ``queues`` (in order), the off switch holding the workers of (project,
         host, queue), or None: one read for all of them."""
