@@ -42,7 +42,7 @@ def test(args: list[str]) -> int:
 
 
 def test_quick(args: list[str]) -> int:
-    """Run the tests, leaving out modules marked SLOW = True."""
+    """Run the pure, contract and panel tests, without the classes that start a server or a browser."""
     return run_script("tools/run_tests.py", ["--quick", *args])
 
 

@@ -250,7 +250,7 @@ def is_pg_file(path: str) -> bool:
     """Whether a tests/ or tools/ file is named as Postgres-specific.
 
     >>> (is_pg_file("tests/test_postgres_store.py"), is_pg_file("tools/bench/postgres.py"),
-    ...  is_pg_file("tests/test_pgbouncer.py"))
+    ...  is_pg_file("tests/process/test_pgbouncer.py"))
     (True, True, False)
     """
     parts = path.split("/")

@@ -14,9 +14,9 @@ The sources are the code, the README and the blocks the pages show (each fenced 
   exit codes (``rowfleet.exitcodes``);
 * the examples of the workflow and schedule file formats and the switch SQL, quoted from
   the pages that show them (``web/workflows.html``, ``web/operations.html``), whose blocks
-  ``tests/test_readme.py`` runs as shown (the SQL on both databases);
+  ``tests/docs/test_readme.py`` runs as shown (the SQL on both databases);
 * the plain-SQL enqueue, declared here (``ENQUEUE_SQL``) and run from the page on both
-  databases by ``tests/test_docs_site.py``;
+  databases by ``tests/docs/test_docs_site.py``;
 * numbers from ``web/numbers.json``, each what a ``make.py`` task printed: ``--write``
   measures the suite's size (``python make.py test --count``) and the ``.pyz``'s (``python
   make.py build``, into a temp folder) itself, and ``--check`` measures them again and
@@ -178,7 +178,7 @@ class Sources:
 
     def block(self, marker: str) -> str:
         """The block after ``<!-- MARKER -->``: a fenced block of the README, or a page's
-        ``<pre><code>`` (unescaped), as tests/test_readme.py finds and runs it."""
+        ``<pre><code>`` (unescaped), as tests/docs/test_readme.py finds and runs it."""
         match = re.search(rf"<!-- {re.escape(marker)} -->\s*```\w*\n(.*?)```", self.readme, re.S)
         if match is not None:
             return match.group(1).rstrip("\n")

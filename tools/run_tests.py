@@ -1,9 +1,14 @@
 """Run rowfleet's unittest suite: the one test command behind ``python make.py test``.
 
-Owns test discovery and selection (``--quick`` leaves out modules and test classes that
-set ``SLOW = True``, the PostgreSQL ones among them, ``-k`` filters test names, positional
-arguments name modules) and the summary line
-``N passed, N failed, N skipped`` that is always the last line printed.
+Owns test discovery and selection and the summary line ``N passed, N failed, N skipped``
+that is always the last line printed. The tests live in folders by what they need
+(``FOLDERS``): ``pure`` (no database, no process), ``contract`` (a real database in one
+process, each contract on SQLite and PostgreSQL), ``panel`` (HTTP, a real browser, a real
+Prometheus), ``process`` (real processes killed, frozen, cut off) and ``docs`` (what a reader
+runs). ``--quick`` runs the first three, leaving out the test classes that set ``SLOW =
+True`` (those that start PostgreSQL, Chromium or Prometheus); ``-k`` filters test names;
+positional arguments name modules, with or without their folder (``test_claim``,
+``contract.test_claim``, ``tests/contract/test_claim.py``).
 
 With ``--jobs N`` (default: 4 where the machine has 2 cores or more, 2 for ``--quick``;
 see ``default_lanes``) the modules run in N lanes: child processes that each take the next module, longest first, from the parent and
@@ -36,6 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 TESTS = ROOT / "tests"
 TIMES = ROOT / ".test-times.json"
+# The folders of tests/, by what their tests need; --quick runs the first three.
+FOLDERS = ("pure", "contract", "panel", "process", "docs")
+QUICK_FOLDERS = ("pure", "contract", "panel")
 
 
 
@@ -87,27 +95,29 @@ def discover_module_names(tests_dir: Path) -> list[str]:
     return sorted(names)
 
 
-def module_name(arg: str) -> str:
-    """A test name given on the command line, as a dotted name under tests/.
+def module_name(arg: str, known: list[str] | None = None) -> str:
+    """A test name given on the command line, as a dotted name under tests/; a module named
+    without its folder is found in ``known`` (the discovered modules).
 
-    >>> module_name("tests/test_store.py"), module_name("test_store.StoreTests")
-    ('test_store', 'test_store.StoreTests')
+    >>> module_name("tests/contract/test_store.py"), module_name("test_store.StoreTests", ["contract.test_store"])
+    ('contract.test_store', 'contract.test_store.StoreTests')
     """
-    arg = arg.removeprefix("tests/").removesuffix(".py")
-    return arg.replace("/", ".")
+    name = arg.removeprefix("tests/").removesuffix(".py").replace("/", ".")
+    head, _, rest = name.partition(".")
+    if head.startswith("test_"):
+        folder = next((m.split(".")[0] for m in known or () if m.split(".")[-1] == head), None)
+        if folder is not None:
+            return f"{folder}.{name}"
+    return name
 
 
 def is_slow(name: str) -> bool:
-    """Whether the loaded module behind a test name sets ``SLOW = True``.
+    """Whether a test name lies outside the folders ``--quick`` runs.
 
-    Checks every dotted prefix, so ``test_x.SomeTests`` still finds module ``test_x``.
+    >>> is_slow("process.test_up"), is_slow("contract.test_claim.SQLiteClaimTest")
+    (True, False)
     """
-    parts = name.split(".")
-    for end in range(1, len(parts) + 1):
-        module = sys.modules.get(".".join(parts[:end]))
-        if module is not None and getattr(module, "SLOW", False) is True:
-            return True
-    return False
+    return name.split(".")[0] not in QUICK_FOLDERS
 
 
 def _import_problem(name: str, exc: Exception) -> unittest.TestCase:
@@ -172,7 +182,7 @@ def longest_first(names: list[str], recorded: dict[str, float]) -> list[str]:
     unknown = float("inf")
 
     def cost(name: str) -> tuple[float, float]:
-        path = TESTS / (name.split(".")[0] + ".py")
+        path = TESTS / Path(*name.split(".")[:2]).with_suffix(".py")
         return recorded.get(name, unknown), path.stat().st_size if path.exists() else 0
 
     return sorted(names, key=cost, reverse=True)
@@ -191,7 +201,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="run_tests.py", description="Run rowfleet's tests.")
     parser.add_argument("tests", nargs="*", help="test modules (e.g. test_store) or names in them")
     parser.add_argument("--quick", action="store_true",
-                        help="leave out modules and test classes with SLOW = True (the PostgreSQL ones among them)")
+                        help="only the pure, contract and panel folders, without the test classes that start "
+                             "PostgreSQL, Chromium or Prometheus (SLOW = True)")
     parser.add_argument("-k", dest="patterns", action="append", default=[],
                         help="only test names matching this substring or glob (repeatable)")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per test")
@@ -322,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     prepare_paths()
     if args.lane:
         return serve_lane(args)
-    names = [module_name(a) for a in args.tests] or discover_module_names(TESTS)
+    known = discover_module_names(TESTS)
+    names = [module_name(a, known) for a in args.tests] or known
     if args.count:
         return print_count(names, args)
     started = time.monotonic()
@@ -333,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         totals, left_out = run_modules(names, args, sys.stderr)
     if left_out:
-        print(f"--quick: left out slow modules: {', '.join(sorted(left_out))}, and the PostgreSQL test classes",
+        print(f"--quick: left out the {', '.join(f for f in FOLDERS if f not in QUICK_FOLDERS)} folders "
+              f"({len(left_out)} modules) and the test classes that start PostgreSQL, Chromium or Prometheus",
               file=sys.stderr)
     line, ok = summary(totals)
     print(f"{len(names)} module(s) in {time.monotonic() - started:.0f}s, {args.jobs} lane(s)", file=sys.stderr)

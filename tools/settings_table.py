@@ -3,7 +3,7 @@
 Owns the markers that fence each generated table in the README,
 ``<!-- settings:TABLE:begin -->`` and ``<!-- settings:TABLE:end -->`` (TABLE one of
 ``config.TABLES``), and the splice that puts ``config.settings_table(TABLE)`` between
-them; ``tests/test_settings.py`` checks the README against the same splice.
+them; ``tests/pure/test_settings.py`` checks the README against the same splice.
 
 Usage: ``python tools/settings_table.py [--check]``: rewrites README.md in place and says
 which tables changed; with ``--check`` it writes nothing and exits 1 when a table is stale.

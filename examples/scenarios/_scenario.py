@@ -3,7 +3,7 @@ child processes, the transcript it prints, waits on conditions, and the recorded
 
 A scenario is a script ``NN_slug.py`` beside this module whose ``main`` hands a function of
 one ``Scenario`` to ``run``. Its transcript (stdout) is deterministic, so the recording
-``NN_slug.out`` beside it can be compared exactly (``tests/test_scenarios.py``) and shown on
+``NN_slug.out`` beside it can be compared exactly (``tests/docs/test_scenarios.py``) and shown on
 the docs site. The transcript's lines are of three kinds:
 
 * ``$ rowfleet ...`` (or ``$ cat``, ``$ kill``): a command, as a reader would type it in the

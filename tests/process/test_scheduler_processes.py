@@ -1,0 +1,108 @@
+"""The scheduler as real OS processes: two ``rowfleet scheduler --schedule FILE`` processes
+fire a one-second cadence against the same database, on SQLite and PostgreSQL, and a bad
+schedule file is refused before anything is written.
+
+The in-process contract (moved time, two schedulers racing from two threads) is
+test_scheduler.py; this one shows the command line, the loop, its signals and the
+database's own locking doing the same with real processes and real time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import unittest
+
+from pg_harness import PostgresServerCase
+from support import TempDirTestCase, wait_until
+
+SLOTS = 5  # slots to wait for: about five seconds of a one-second cadence
+SCHEDULES = [{"name": "tick", "task": "app:tick", "every": 1, "args": {"from": "file"}, "queue": "ticks"}]
+
+NIGHTLY_APP = """\
+import rowfleet
+
+
+@rowfleet.periodic("0 3 * * *", name="nightly", args={"full": True}, queue="reports", at_boot=True)
+def nightly(full):
+    return full
+"""
+
+
+class SchedulerProcessContract:
+    """Subclasses provide ``empty_database()``: what ``--db`` names for this test."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.db = self.empty_database()
+        self.store = self.open_store()  # the schema, and this test's own connection
+
+    def empty_database(self) -> str:
+        raise NotImplementedError
+
+    def write_schedules(self, schedules, name="schedules.json") -> str:
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as handle:
+            handle.write(schedules if isinstance(schedules, str) else json.dumps(schedules))
+        return path
+
+    def test_two_schedulers_fire_each_slot_once(self):
+        path = self.write_schedules(SCHEDULES)
+        schedulers = [self.launch_logged(f"scheduler-{n}", "scheduler", "--schedule", path) for n in (1, 2)]
+
+        def fired():
+            for process in schedulers:
+                self.assertIsNone(process.poll(), f"a scheduler exited early:\n{self.output(process)}")
+            return len(self.store.reads.fired_slots("", "tick", limit=1000)) >= SLOTS
+
+        wait_until(fired, message=f"{SLOTS} slots of a one-second cadence")
+        self.stop_all(*schedulers)
+        rows = self.store.reads.fired_slots("", "tick", limit=1000)
+        jobs = self.store.reads.list_jobs("", limit=1000)
+        slots = [row["slot"] for row in rows]
+        self.assertEqual(len(slots), len(set(slots)))
+        self.assertTrue(all(slot == int(slot) for slot in slots), slots)  # whole seconds, as both computed them
+        self.assertEqual(len(jobs), len(rows), "one job per slot")
+        self.assertEqual(sorted(job.id for job in jobs), sorted(row["job_id"] for row in rows))
+        self.assertEqual([(job.task, job.queue, job.args) for job in jobs],
+                         [("app:tick", "ticks", {"from": "file"})] * len(jobs))
+        self.assertEqual(self.store.reads.last_slots(""), {"tick": max(slots)})
+        for process in schedulers:
+            self.assertNotIn("Traceback", self.output(process))
+
+    def test_an_app_schedule_once_then_the_schedules_shown(self):
+        self.write_module("nightly_app", NIGHTLY_APP)
+        fired = self.cli_json("scheduler", "--app", "nightly_app", "--once")
+        self.assertEqual([item["name"] for item in fired], ["nightly"])  # at_boot: the 03:00 slot at once
+        self.assertEqual(self.cli_json("scheduler", "--app", "nightly_app", "--once"), [])  # fired already
+        job = self.store.get_job(fired[0]["job_id"], "")
+        self.assertEqual((job.task, job.queue, job.args), ("nightly", "reports", {"full": True}))
+        [shown] = self.cli_json("schedules")
+        self.assertEqual((shown["name"], shown["last_slot"]), ("nightly", fired[0]["slot"]))
+        self.assertEqual([(slot["slot"], slot["job_id"]) for slot in shown["recent"]],
+                         [(fired[0]["slot"], fired[0]["job_id"])])
+        self.assertIn("nightly", self.cli("schedules").stdout)
+
+    def test_a_bad_schedule_file_is_refused_before_anything_is_written(self):
+        path = self.write_schedules([{**SCHEDULES[0], "every": "1s"}])
+        result = self.cli("scheduler", "--schedule", path, check=False)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertEqual(result.stderr.splitlines(),
+                         [f"rowfleet: error: schedule file {path}: entry 1 ('tick'): every: must be a positive "
+                          f"number of seconds, at most 100 years, got '1s'"])
+        self.assertEqual(result.stdout, "")
+        self.assertEqual(self.store.reads.last_slots(""), {})
+        self.assertEqual(self.store.reads.list_jobs("", limit=10), [])
+
+
+class SQLiteSchedulerProcessTest(SchedulerProcessContract, TempDirTestCase):
+    def empty_database(self) -> str:
+        return self.db  # the file in this test's folder, created when the store first opens
+
+
+class PostgresSchedulerProcessTest(PostgresServerCase, SchedulerProcessContract, TempDirTestCase):
+    """The same contract on a throwaway PostgreSQL database: ``self.db`` is its URL."""
+
+
+if __name__ == "__main__":
+    unittest.main()
