@@ -48,7 +48,7 @@ import time
 
 import rowfleet
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @rowfleet.task(name="effect")
@@ -94,7 +94,7 @@ from rowfleet.worker.loop import Worker
 
 STEP, DB = sys.argv[1], sys.argv[2]
 POSTGRES = DB.startswith(("postgres://", "postgresql://"))
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = Config(db=DB, lease=1.0, renew=0.25, heartbeat=0.5, poll=0.2, interval=0.2)
 
 

@@ -56,7 +56,7 @@ import time
 
 import rowfleet
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 GIVE_UP = 180.0  # a handler never outlives a failed test by much
 
 

@@ -35,7 +35,7 @@ import time
 
 import rowfleet
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _mark(name, text):

@@ -37,7 +37,7 @@ import time
 
 import rowfleet
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = %r
 
 

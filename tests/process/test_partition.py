@@ -57,7 +57,7 @@ import time
 
 import rowfleet
 
-RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "records.log")
+RECORDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "records.log")
 
 
 def _record(kind):

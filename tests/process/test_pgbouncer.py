@@ -37,7 +37,7 @@ import os
 
 import rowfleet
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @rowfleet.task(name="note")

@@ -39,7 +39,7 @@ import time
 
 import rowfleet
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 GIVE_UP = 120.0  # a handler never outlives a failed test by much
 
 

@@ -193,7 +193,7 @@ import time
 
 import rowfleet
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @rowfleet.task(name="side.ask")

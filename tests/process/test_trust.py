@@ -31,7 +31,7 @@ def add(a, b):
     return a + b
 
 def touch(name):
-    open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name), "w").close()
+    open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), "w").close()
 """
 
 

@@ -43,7 +43,7 @@ import time
 
 import rowfleet
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 GIVE_UP = 120.0  # a handler never outlives a failed test by much
 
 
@@ -112,7 +112,7 @@ from rowfleet.worker.loop import Worker
 STEP, DB = sys.argv[1], sys.argv[2]
 NODE = sys.argv[3] if len(sys.argv) > 3 else None
 POSTGRES = DB.startswith(("postgres://", "postgresql://"))
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = Config(db=DB, lease=1.0, renew=0.25, heartbeat=0.5, poll=0.2, interval=0.2)
 
 
