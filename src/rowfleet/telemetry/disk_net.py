@@ -152,6 +152,15 @@ def _valid_interval(seconds: float) -> bool:
     return isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0
 
 
+def _paired_rates(t0: Mapping[str, Any], t1: Mapping[str, Any], seconds: float,
+                  rate_of: Callable[[str, Any, Any, float], Any]) -> dict[str, Any]:
+    """``rate_of(name, before, after, seconds)`` for each name in both readings; empty unless
+    ``seconds`` is a positive number."""
+    if not _valid_interval(seconds):
+        return {}
+    return {name: rate_of(name, t0[name], after, seconds) for name, after in t1.items() if name in t0}
+
+
 # ---------------------------------------------------------------------------------------
 # Pure: /proc/diskstats
 
@@ -208,24 +217,20 @@ def disk_rates(t0: Mapping[str, DiskStat], t1: Mapping[str, DiskStat], seconds: 
     >>> disk_rates(a, b, 0)
     {}
     """
-    if not _valid_interval(seconds):
-        return {}
-    rates = {}
-    for name, after in t1.items():
-        before = t0.get(name)
-        if before is None:
-            continue
-        busy = _delta(before.io_ms, after.io_ms)
-        rates[name] = DiskRate(
-            name=name,
-            read_bytes_per_second=_per_second(before.sectors_read, after.sectors_read, seconds, SECTOR_BYTES),
-            write_bytes_per_second=_per_second(before.sectors_written, after.sectors_written, seconds, SECTOR_BYTES),
-            reads_per_second=_per_second(before.reads, after.reads, seconds),
-            writes_per_second=_per_second(before.writes, after.writes, seconds),
-            # The kernel and our clock read the interval a little differently: like iostat, cap at 1.
-            busy_fraction=None if busy is None else min(1.0, busy / (seconds * 1000)),
-        )
-    return rates
+    return _paired_rates(t0, t1, seconds, _disk_rate)
+
+
+def _disk_rate(name: str, before: DiskStat, after: DiskStat, seconds: float) -> DiskRate:
+    busy = _delta(before.io_ms, after.io_ms)
+    return DiskRate(
+        name=name,
+        read_bytes_per_second=_per_second(before.sectors_read, after.sectors_read, seconds, SECTOR_BYTES),
+        write_bytes_per_second=_per_second(before.sectors_written, after.sectors_written, seconds, SECTOR_BYTES),
+        reads_per_second=_per_second(before.reads, after.reads, seconds),
+        writes_per_second=_per_second(before.writes, after.writes, seconds),
+        # The kernel and our clock read the interval a little differently: like iostat, cap at 1.
+        busy_fraction=None if busy is None else min(1.0, busy / (seconds * 1000)),
+    )
 
 
 _T = TypeVar("_T")
@@ -307,23 +312,19 @@ def net_rates(t0: Mapping[str, NetDevStat], t1: Mapping[str, NetDevStat], second
     >>> net_rates(a, b, 2)["eth0"]
     NetRate(name='eth0', rx_bytes_per_second=1000.0, tx_bytes_per_second=None, rx_errors=1, tx_errors=0, rx_dropped=0, tx_dropped=0)
     """
-    if not _valid_interval(seconds):
-        return {}
-    rates = {}
-    for name, after in t1.items():
-        before = t0.get(name)
-        if before is None:
-            continue
-        rates[name] = NetRate(
-            name=name,
-            rx_bytes_per_second=_per_second(before.rx_bytes, after.rx_bytes, seconds),
-            tx_bytes_per_second=_per_second(before.tx_bytes, after.tx_bytes, seconds),
-            rx_errors=_delta(before.rx_errors, after.rx_errors),
-            tx_errors=_delta(before.tx_errors, after.tx_errors),
-            rx_dropped=_delta(before.rx_dropped, after.rx_dropped),
-            tx_dropped=_delta(before.tx_dropped, after.tx_dropped),
-        )
-    return rates
+    return _paired_rates(t0, t1, seconds, _net_rate)
+
+
+def _net_rate(name: str, before: NetDevStat, after: NetDevStat, seconds: float) -> NetRate:
+    return NetRate(
+        name=name,
+        rx_bytes_per_second=_per_second(before.rx_bytes, after.rx_bytes, seconds),
+        tx_bytes_per_second=_per_second(before.tx_bytes, after.tx_bytes, seconds),
+        rx_errors=_delta(before.rx_errors, after.rx_errors),
+        tx_errors=_delta(before.tx_errors, after.tx_errors),
+        rx_dropped=_delta(before.rx_dropped, after.rx_dropped),
+        tx_dropped=_delta(before.tx_dropped, after.tx_dropped),
+    )
 
 
 # ---------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import os
 import re
 import signal
 import subprocess
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 # Every one of these fields exists in drivers as old as 410, so the question itself never
 # fails with 'Field "..." is not a valid field to query.' ``mig.mode.current`` would say why
@@ -227,14 +227,19 @@ def reading_from_row(row: Mapping[str, str]) -> GpuReading:
     >>> reading_from_row({"index": "0", "utilization.gpu": "[N/A]", "memory.used": "59 MiB"})
     GpuReading(index=0, uuid=None, name=None, utilization_percent=None, memory_used_mib=59, memory_total_mib=None)
     """
-    return GpuReading(
-        index=parse_count(row.get("index")),
-        uuid=text_value(row.get("uuid")),
-        name=text_value(row.get("name")),
-        utilization_percent=parse_count(row.get("utilization.gpu")),
-        memory_used_mib=parse_count(row.get("memory.used")),
-        memory_total_mib=parse_count(row.get("memory.total")),
-    )
+    return GpuReading(**card_fields(row), utilization_percent=parse_count(row.get("utilization.gpu")))
+
+
+def card_fields(row: Mapping[str, str]) -> dict[str, Any]:
+    """What every decoder of a ``--query-gpu`` row reads alike (``GpuReading`` here,
+    ``gpu_readings.GpuState``): which card it is, and its memory in use and in all.
+
+    >>> card_fields({"index": "1", "uuid": "[N/A]", "memory.total": "81559 MiB"})
+    {'index': 1, 'uuid': None, 'name': None, 'memory_used_mib': None, 'memory_total_mib': 81559}
+    """
+    return {"index": parse_count(row.get("index")), "uuid": text_value(row.get("uuid")),
+            "name": text_value(row.get("name")), "memory_used_mib": parse_count(row.get("memory.used")),
+            "memory_total_mib": parse_count(row.get("memory.total"))}
 
 
 def parse_query_gpu(text: str, fields: Sequence[str] = QUERY_FIELDS) -> list[GpuReading]:

@@ -27,8 +27,8 @@ import re
 from typing import Mapping, Sequence
 
 from rowfleet.telemetry.gpu import (
-    DEFAULT_TIMEOUT, GPU_FIELD_ALIASES, INVALID_FIELD, GpuUnknown, classify_gpu_failure, command_argv, parse_count,
-    parse_number, run_nvidia_smi, split_query_output, text_value,
+    DEFAULT_TIMEOUT, GPU_FIELD_ALIASES, INVALID_FIELD, GpuUnknown, card_fields, classify_gpu_failure, command_argv,
+    parse_count, parse_number, run_nvidia_smi, split_query_output,
 )
 
 # NVML's nvmlClocksEventReason* constants (formerly nvmlClocksThrottleReason*, same bits),
@@ -252,9 +252,7 @@ def state_from_row(row: Mapping[str, str]) -> GpuState:
         reasons = _reasons_from_flags(flags)
     mig = _mig(row.get("mig.mode.current"))
     return GpuState(
-        index=parse_count(row.get("index")),
-        uuid=text_value(row.get("uuid")),
-        name=text_value(row.get("name")),
+        **card_fields(row),
         temperature_c=_whole(row.get("temperature.gpu")),
         memory_temperature_c=_whole(row.get("temperature.memory")),
         power_draw_w=_watts(row.get("power.draw")),
@@ -265,8 +263,6 @@ def state_from_row(row: Mapping[str, str]) -> GpuState:
         max_sm_clock_mhz=parse_count(row.get("clocks.max.sm")),
         utilization_percent=None if mig else parse_count(row.get("utilization.gpu")),
         memory_utilization_percent=None if mig else parse_count(row.get("utilization.memory")),
-        memory_used_mib=parse_count(row.get("memory.used")),
-        memory_total_mib=parse_count(row.get("memory.total")),
         pstate=parse_pstate(row.get("pstate")),
         fan_percent=parse_count(row.get("fan.speed")),
         mig_enabled=mig,
