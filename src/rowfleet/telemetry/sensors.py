@@ -21,7 +21,7 @@ import dataclasses
 import math
 import os
 import re
-from typing import Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from rowfleet.telemetry.text import parse_integer, read_text
 
@@ -41,6 +41,7 @@ _THERMAL_ZONE = re.compile(r"thermal_zone([0-9]+)")
 _HWMON = re.compile(r"hwmon([0-9]+)")
 _TEMPERATURE_ATTRIBUTE = re.compile(r"temp([0-9]+)_(input|label|max|crit)")
 _RAPL_ZONE = re.compile(r"intel-rapl((?::[0-9]+)+)")  # intel-rapl:0, intel-rapl:0:1; not the intel-rapl control dir
+_Z = TypeVar("_Z")  # a zone of a /sys/class folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,12 +265,20 @@ def _numbered(folder: str, pattern: re.Pattern) -> list[str]:
 
 
 def _thermal_zones(sys_root: str) -> list[ThermalZone]:
-    folder = os.path.join(sys_root, "class", "thermal")
+    return _class_zones(sys_root, "thermal", _THERMAL_ZONE, lambda zone, read: thermal_zone_of(
+        zone, read("type"), read("temp")))
+
+
+def _class_zones(sys_root: str, kind: str, pattern: re.Pattern[str],
+                 zone_of: Callable[[str, Callable[[str], Any]], _Z]) -> list[_Z]:
+    """``zone_of(zone, read)`` for each numbered folder of ``/sys/class/KIND`` matching
+    ``pattern``, where ``read(attribute)`` reads one of its files; a dangling link is no zone."""
+    folder = os.path.join(sys_root, "class", kind)
     zones = []
-    for zone in _numbered(folder, _THERMAL_ZONE):
+    for zone in _numbered(folder, pattern):
         path = os.path.join(folder, zone)
-        if os.path.isdir(path):  # a dangling link leads to no zone
-            zones.append(thermal_zone_of(zone, _read(os.path.join(path, "type")), _read(os.path.join(path, "temp"))))
+        if os.path.isdir(path):
+            zones.append(zone_of(zone, lambda attribute, path=path: _read(os.path.join(path, attribute))))
     return zones
 
 
@@ -296,15 +305,8 @@ def _hwmon_temperatures(sys_root: str) -> list[HwmonTemperature]:
 
 
 def _rapl_zones(sys_root: str) -> list[RaplZone]:
-    folder = os.path.join(sys_root, "class", "powercap")
-    zones = []
-    for zone in _numbered(folder, _RAPL_ZONE):
-        path = os.path.join(folder, zone)
-        if not os.path.isdir(path):
-            continue
-        zones.append(rapl_zone_of(zone, _read(os.path.join(path, "name")), _read(os.path.join(path, "energy_uj")),
-                                  _read(os.path.join(path, "max_energy_range_uj"))))
-    return zones
+    return _class_zones(sys_root, "powercap", _RAPL_ZONE, lambda zone, read: rapl_zone_of(
+        zone, read("name"), read("energy_uj"), read("max_energy_range_uj")))
 
 
 def read_sensors(root: str = "/") -> SensorReading:
