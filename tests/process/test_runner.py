@@ -24,6 +24,7 @@ from rowfleet.config import Config
 from rowfleet.errors import ConfigError
 from rowfleet.services import runner
 from rowfleet.services.supervisor import Child
+from rowfleet.store.wake import StopEvent
 
 from support import DEADLINE, TempDirTestCase, child_env, kill_group, process_alive, wait_until
 from process.test_processes import _children
@@ -62,7 +63,7 @@ def load_tests(loader, tests, pattern):
 
 class StopEventTest(unittest.TestCase):
     def test_set_takes_no_lock_the_interrupted_thread_may_hold(self):
-        stop = runner.StopEvent()
+        stop = StopEvent()
 
         def handler_inside_wait() -> None:
             with stop._cond:  # what the main thread holds inside Event.wait when a stop signal lands
@@ -75,7 +76,7 @@ class StopEventTest(unittest.TestCase):
         self.assertTrue(stop.wait(DEADLINE))
 
     def test_a_waiting_thread_wakes_when_set(self):
-        stop = runner.StopEvent()
+        stop = StopEvent()
         woke = []
         waiter = threading.Thread(target=lambda: woke.append(stop.wait()), name="stop-waiter")
         waiter.start()

@@ -259,3 +259,24 @@ JOB = SimpleNamespace(id=7, lease_token=4)  # all the keeper reads of the job in
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StopSignalTest(unittest.TestCase):
+    """A worker's stop comes from a signal handler, which runs in the main thread wherever it
+    was: inside an event's wait it holds that event's lock, so a stop that takes one hangs."""
+
+    def test_a_stop_takes_no_lock_the_interrupted_main_thread_may_hold(self):
+        from rowfleet.worker.loop import Worker
+        worker = Worker(Config(db="never-opened.db"), "q")
+        held = [value._cond for value in vars(worker).values() if isinstance(value, threading.Event)]
+        for lock in held:  # what the main thread holds inside Event.wait when the signal lands
+            lock.acquire()
+        try:
+            stopper = threading.Thread(target=worker.request_stop, name="stop-signal", daemon=True)
+            stopper.start()
+            stopper.join(5.0)
+            self.assertFalse(stopper.is_alive(), "request_stop waited for a lock the main thread holds")
+        finally:
+            for lock in held:
+                lock.release()
+        self.assertTrue(worker.stopping)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import select
 import signal
 import threading
 from functools import partial
@@ -46,6 +45,7 @@ from rowfleet.services.scheduler import Scheduler
 from rowfleet.services.supervisor import Child, Supervisor
 from rowfleet.store import Store, open_store, sqlite_path
 from rowfleet.store import waiting
+from rowfleet.store.wake import StopEvent
 from rowfleet.terminal import report
 from rowfleet.worker.loop import Worker
 
@@ -65,44 +65,6 @@ def on_stop_signals(handler: Callable[..., Any]) -> None:
     signal.signal(signal.SIGTERM, handler)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, handler)
-
-
-class StopEvent(threading.Event):
-    """A ``threading.Event`` that a signal handler may set. ``threading.Event.set`` takes
-    the event's lock, and the handler runs in the main thread, which may hold that very lock
-    (inside ``wait``): the process would hang on its own stop signal. Here ``set`` takes no
-    lock: it marks the flag and writes a byte to a pipe that every ``wait`` selects on.
-    For a process's lifetime: its pipe is closed only with the process.
-
-    >>> stop = StopEvent()
-    >>> stop.wait(0.01), stop.is_set()
-    (False, False)
-    >>> stop.set(); stop.set()
-    >>> stop.wait(), stop.is_set()
-    (True, True)
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._stopped = False
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-
-    def set(self) -> None:
-        if not self._stopped:
-            self._stopped = True
-            os.write(self._write, b"!")  # the pipe stays readable: every waiter, now and later, wakes
-
-    def is_set(self) -> bool:
-        return self._stopped
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if not self._stopped:
-            select.select([self._read], [], [], timeout)  # a signal handled meanwhile: retried (PEP 475)
-        return self._stopped
-
-    def clear(self) -> None:
-        raise TypeError("a stop is not taken back: make a new StopEvent")
 
 
 def stop_on_signals() -> StopEvent:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, Sequence
 from rowfleet import exitcodes
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBroken, RowfleetError
-from rowfleet.services.runner import StopEvent
+from rowfleet.store.wake import StopEvent
 from rowfleet.store import Store, open_store, sqlite_path
 from rowfleet.store import waiting
 from rowfleet.store.telemetry import DETAIL, MINUTE

@@ -110,6 +110,44 @@ class SelfPipe:
                 pass
 
 
+class StopEvent(threading.Event):
+    """A ``threading.Event`` that a signal handler may set. ``threading.Event.set`` takes
+    the event's lock, and the handler runs in the main thread, which may hold that very lock
+    (inside ``wait``): the process would hang on its own stop signal. Here ``set`` takes no
+    lock: it marks the flag and writes a byte to a pipe that every ``wait`` selects on.
+    For a process's lifetime: its pipe is closed only with the process.
+
+    >>> stop = StopEvent()
+    >>> stop.wait(0.01), stop.is_set()
+    (False, False)
+    >>> stop.set(); stop.set()
+    >>> stop.wait(), stop.is_set()
+    (True, True)
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stopped = False
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+
+    def set(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            os.write(self._write, b"!")  # the pipe stays readable: every waiter, now and later, wakes
+
+    def is_set(self) -> bool:
+        return self._stopped
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self._stopped:
+            select.select([self._read], [], [], timeout)  # a signal handled meanwhile: retried (PEP 475)
+        return self._stopped
+
+    def clear(self) -> None:
+        raise TypeError("a stop is not taken back: make a new StopEvent")
+
+
 class Sleeper:
     """A waiter with no push path: it reports no change, and sleeps until its timeout or an
     interrupt. For what is read once per poll anyway."""
@@ -117,10 +155,10 @@ class Sleeper:
     settle_window = 0.0
 
     def __init__(self) -> None:
-        self._halt = threading.Event()
+        self._halt = SelfPipe()  # not a threading.Event: interrupt() may run in a signal handler
 
     def wait(self, timeout: float) -> bool:
-        self._halt.wait(max(timeout, 0.0))
+        select.select([self._halt], [], [], max(timeout, 0.0))
         self._halt.clear()
         return False
 
@@ -128,10 +166,10 @@ class Sleeper:
         pass
 
     def interrupt(self) -> None:
-        self._halt.set()
+        self._halt.ring()
 
     def close(self) -> None:
-        pass
+        self._halt.close()
 
 
 def bell_path(db_path: str, kind: str, name: str) -> str:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import select
 import threading
 import time
 from typing import Any, Callable, Sequence, TypeVar
@@ -52,6 +53,7 @@ from rowfleet.gpu.sidecar import Sidecar, SidecarSpec
 from rowfleet.job import CANCELLED, COMPLETED, Job, Outcome, decide_outcome, unreadable_outcome
 from rowfleet.store import Store, open_store
 from rowfleet.store import waiting
+from rowfleet.store.wake import SelfPipe, StopEvent
 from rowfleet.worker import decide, handler
 from rowfleet.worker.keeper import Identity, Keeper, Leases, Prefetched, SwitchCell, read_switch
 from rowfleet.worker.watchdog import Watchdog
@@ -100,7 +102,7 @@ class Worker:
         self.sidecar = None if sidecar is None else Sidecar(
             sidecar, memory_used_mb=self.gpu_box.memory.used_mb if self.gpu_box is not None else lambda: None,
             gpu_processes=self.gpu_box.memory.processes if self.gpu_box is not None else lambda: ())
-        self.stop_event = threading.Event()
+        self.stop_event = StopEvent()  # request_stop may run in a signal handler: no lock taken
         self.store: Store | None = None
         self.waiter: Any = None
         self.keeper: Keeper | None = None
@@ -109,7 +111,7 @@ class Worker:
         self._progress_written = 0.0
         self.switch = SwitchCell()  # the off switch holding this worker (None: serve); the keeper's too
         self.exit_code = exitcodes.OK
-        self._switch_moved = threading.Event()
+        self._switch_moved = SelfPipe()  # rung by the keeper or a stop; waited on by a parked worker
         # The claim loop's own part of its state (see ``_moment``).
         self._job: Job | None = None  # the job in hand
         self._switch_read = False     # read before the first claim: a worker started while off never claims
@@ -514,7 +516,7 @@ class Worker:
 
     def _wake(self) -> None:
         """Cut short whatever wait the main thread is in: a stop, or the keeper saw the switch move."""
-        self._switch_moved.set()
+        self._switch_moved.ring()
         if self.waiter is not None:
             self.waiter.interrupt()
 
@@ -528,7 +530,7 @@ class Worker:
         return True
 
     def _wait_switch(self, moment: decide.Moment) -> bool:
-        self._switch_moved.wait(self.config.poll)
+        select.select([self._switch_moved], [], [], self.config.poll)
         self._switch_moved.clear()
         return True
 
