@@ -29,12 +29,12 @@ import dataclasses
 import logging
 import os
 import signal
-import threading
 import time
 from typing import Callable, Sequence
 
 from rowfleet import exitcodes, names
 from rowfleet.liveness import FIRST_RESTART_DELAY, HEALTHY_AFTER, MAX_RESTART_DELAY, restart_delay
+from rowfleet.store.wake import StopEvent
 
 log = logging.getLogger("rowfleet.supervisor")
 
@@ -84,7 +84,7 @@ class Supervisor:
         self.flagged = flagged
         self.check_every = check_every
         self.first_delay, self.max_delay = first_delay, max_delay
-        self.stop = threading.Event()
+        self.stop = StopEvent()  # set by a stop signal's handler, which must take no lock
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (slot, started)
         self.restarts: dict[int, float] = {}  # slot -> when to start it again
         self.delays = [0.0] * self.procs
