@@ -147,8 +147,9 @@ class IdentityTest(unittest.TestCase):
 
 class KeeperRenewalTest(unittest.TestCase):
     """A lost lease ends the worker with 77, but not while an operator's cancel of the job is
-    being carried out: then the watchdog has written it cancelled and exits 80 itself (the
-    keeper's renewal in between once won that race and exited 77)."""
+    being carried out, nor while a watchdog's trip of it is being recorded: then the watchdog
+    has written its outcome and exits 80, or the trip's code, itself (the keeper's renewal in
+    between once won that race and exited 77)."""
 
     class LostStore:
         def renew(self, job, lease):
@@ -158,7 +159,8 @@ class KeeperRenewalTest(unittest.TestCase):
         identity = Identity("box:1:1", "", "box", "q", 1, lease=60.0, renew=1.0, heartbeat=1.0, poll=1.0,
                             cancel_grace=0.5)
         exits: list[int] = []
-        watchdog = SimpleNamespace(cancel=lambda job, reason, grace: None)
+        self.tripping: list = []
+        watchdog = SimpleNamespace(cancel=lambda job, reason, grace: None, ending=lambda job: job in self.tripping)
         return keeper.Keeper(identity, SwitchCell(), lambda: None, watchdog, exit=exits.append,
                              wake=lambda: None), exits
 
@@ -172,6 +174,13 @@ class KeeperRenewalTest(unittest.TestCase):
         guard, exits = self.keeper()
         guard.hold(JOB)
         guard._cancel_seen(JOB, "cancelled by an operator")
+        guard._renew(self.LostStore())
+        self.assertEqual(exits, [])
+
+    def test_a_lost_lease_of_a_job_whose_trip_is_being_recorded_is_left_to_the_watchdog(self):
+        guard, exits = self.keeper()
+        guard.hold(JOB)
+        self.tripping.append(JOB)  # the trip's record re-queued it: the watchdog exits 75, not 77
         guard._renew(self.LostStore())
         self.assertEqual(exits, [])
 

@@ -359,8 +359,9 @@ class Keeper(threading.Thread):
             with self._lock:
                 held, cancelling = self._job is job, self._cancel_reason is not None
             # Not merely finished between our read and the renew; and not an operator's cancel
-            # being carried out: the watchdog wrote it cancelled and is ending the process (80).
-            if held and not cancelling:
+            # being carried out (the watchdog wrote it cancelled and is ending the process, 80),
+            # nor a watchdog's trip being recorded (it ends the process with the trip's code).
+            if held and not cancelling and not self.watchdog.ending(job):
                 log.error("job %d: %s; it was given to another worker: exiting", job.id, renewal)
                 self.exit(exitcodes.REASSIGNED)
             return

@@ -87,6 +87,7 @@ class Watchdog(threading.Thread):
         self._store: Any = None
         self._operator_stop: str | None = None  # kept across jobs: the process is going down
         self._cancel: tuple[Job, str, float] | None = None  # a cancelled job, why, and its deadline
+        self._ending: Job | None = None  # the job whose trip is being recorded: the process ends with it
         self._reset(None)
 
     # --- called by the worker's main thread ---------------------------------------------
@@ -140,6 +141,12 @@ class Watchdog(threading.Thread):
     def held(self) -> Job | None:
         with self._lock:
             return self._job
+
+    def ending(self, job: Job) -> bool:
+        """Whether a trip of ``job`` is being recorded: its lease is then lost by design (the
+        record re-queues or fails it), and the process ends with the trip's code."""
+        with self._lock:
+            return self._ending is job
 
     # --- the thread ---------------------------------------------------------------------
 
@@ -243,6 +250,8 @@ class Watchdog(threading.Thread):
         database that has died, the process must be gone before its lease could lapse, and
         the lapse recovers the job instead."""
         tripped = f"watchdog {trip.watchdog} trips (exit {trip.code}, {exitcodes.meaning(trip.code)}): {trip.reason}"
+        with self._lock:
+            self._ending = job  # the keeper's renewal that finds the record written is no reassignment
         recorded: list[int] = []
         recorder = threading.Thread(target=lambda: recorded.append(self._record_trip(job, trip, tripped)),
                                     name=f"rowfleet-trip-{os.getpid()}", daemon=True)
