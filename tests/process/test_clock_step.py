@@ -80,10 +80,12 @@ def long(seconds):
 
 @rowfleet.task(name="hang_first")
 def hang_first():
-    """Hangs on its first attempt (until killed); returns on any later one."""
+    """Hangs on its first run (until killed); returns on any later one. Not by attempts: a
+    lease trip on a loaded box (exit 81) re-queues it with the attempt refunded."""
     job = rowfleet.current_job()
+    first_run = not os.path.exists(os.path.join(HERE, f"started-{job.id}"))
     _started(job)
-    if job.attempts == 1:
+    if first_run:
         until = time.monotonic() + GIVE_UP
         while time.monotonic() < until:
             time.sleep(0.05)
