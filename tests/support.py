@@ -211,6 +211,27 @@ class TempDirTestCase(unittest.TestCase):
             return None
 
 
+class LibraryOnEmptyDatabase:
+    """A contract's frame for the library API: ``rowfleet`` configured on the subclass's
+    ``empty_database()`` and initialised, and a store of its own on the same database."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        import rowfleet
+        from rowfleet.config import Config
+        from rowfleet.store import open_store
+
+        self.db = self.empty_database()
+        rowfleet.configure(db=self.db)
+        self.addCleanup(rowfleet.configure)
+        rowfleet.init()
+        self.store = open_store(Config(db=self.db))
+        self.addCleanup(self.store.close)
+
+    def row(self, job_id: int):
+        return self.store.get_job(job_id, "")
+
+
 def proc_stat(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name, or None when it is gone."""
     try:

@@ -13,27 +13,17 @@ give, so the two cannot drift apart. Also runs the doctests of ``rowfleet.claim`
 from __future__ import annotations
 
 import contextlib
-import doctest
-import json
 import sqlite3
 import unittest
 
-from rowfleet import claim as claim_module
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, FAILED, QUEUED, RUNNING, JobSpec, Outcome
-from rowfleet.store import jobs as job_store
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 from contract.test_lifecycle import Clock
 
 HOLDER = "box:7"
 TURN = Claim("", "default", HOLDER, 60.0)
-
-
-def load_tests(loader, tests, pattern):
-    for module in (claim_module, job_store):
-        tests.addTests(doctest.DocTestSuite(module))
-    return tests
 
 
 class ClaimContract:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 import unittest
 
 from rowfleet.claim import Claim

@@ -7,7 +7,6 @@ the doctests of ``rowfleet.views.diagnosis``.
 from __future__ import annotations
 
 import dataclasses
-import doctest
 import unittest
 
 from rowfleet import control, dag
@@ -22,11 +21,6 @@ from support import TempDirTestCase
 from contract.test_lifecycle import Clock
 
 NOW = 1_800_000_000.0
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(diagnosis))
-    return tests
 
 
 def job(**changes) -> Job:

@@ -7,10 +7,8 @@ SQL (``HostsContract``), and the command line in real processes.
 from __future__ import annotations
 
 import contextlib
-import doctest
 import json
 import random
-import math
 import sqlite3
 import unittest
 from typing import Any
@@ -38,12 +36,6 @@ GPU0 = {"gpu.0.name": "H100", "gpu.0.util": 87, "gpu.0.vram_used_mib": 62668.8, 
         "gpu.0.reasons": ["gpu_idle", "sw_power_cap"]}
 HOST = {"cpu.busy": 37.5, "load.1": 1.2, "mem.used": 13_000_000_000, "mem.total": 68_719_476_736,
         "temp.hottest": 64.5, "interval": 2.0, "samples": 1}
-
-
-def load_tests(loader, tests, pattern):
-    for module in (hosts, hosts_cli):
-        tests.addTests(doctest.DocTestSuite(module))
-    return tests
 
 
 def sample(readings: Any, at: float = 100.0, error: str | None = None, host: str = "box1") -> HostSample:

@@ -12,7 +12,6 @@ contract. The loaders are fakes that count their calls and allocate a ``bytearra
 
 from __future__ import annotations
 
-import doctest
 import itertools
 import sys
 import threading
@@ -20,22 +19,15 @@ import unittest
 
 import rowfleet
 from rowfleet import models, names
-from rowfleet.config import Config
 from rowfleet.errors import ConfigError, ModelLoadFailed, UnknownModel
 from rowfleet.job import COMPLETED, FAILED
 from rowfleet.models import Resident
-from rowfleet.store import open_store
 from rowfleet.worker.loop import Worker
 from pg_harness import PostgresServerCase
-from support import TempDirTestCase, wait_until
+from support import LibraryOnEmptyDatabase, TempDirTestCase, wait_until
 from process.test_cli import CliTestCase
 
 _ids = itertools.count()
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(models))
-    return tests
 
 
 def fresh_id(stem: str = "m") -> str:
@@ -283,20 +275,8 @@ def plain(**_):
     return rowfleet.model()  # its job names no model
 
 
-class WorkerModelContract:
+class WorkerModelContract(LibraryOnEmptyDatabase):
     """A worker's model across its jobs; every backend must pass these (``empty_database()``)."""
-
-    def setUp(self) -> None:
-        super().setUp()
-        self.db = self.empty_database()
-        rowfleet.configure(db=self.db)
-        self.addCleanup(rowfleet.configure)
-        rowfleet.init()
-        self.store = open_store(Config(db=self.db))
-        self.addCleanup(self.store.close)
-
-    def row(self, job_id: int):
-        return self.store.get_job(job_id, "")
 
     def test_a_worker_loads_a_model_once_for_its_jobs_and_swaps_for_another(self):
         resident = models.install(Resident())

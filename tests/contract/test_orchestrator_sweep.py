@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import doctest
 import json
 import sqlite3
 import subprocess
@@ -17,7 +16,6 @@ import unittest
 
 from rowfleet.claim import Claim
 from rowfleet.job import QUEUED, RUNNING, JobSpec
-from rowfleet.services import orchestrator
 from rowfleet.services.orchestrator import PRUNE_EVERY, Orchestrator, Sweep
 from pg_harness import PostgresServerCase
 from support import TempDirTestCase
@@ -27,11 +25,6 @@ PRINTED_KEYS = {"schema_version", "reclaimed", "failed", "cancelled", "unreadabl
                 "reconciled_runs",
                 "dispatched", "dispatch_failures", "unplaceable", "placeable", "unplaceable_failed", "tallied",
                 "samples_pruned", "pruned"}
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(orchestrator))
-    return tests
 
 
 class CountingPrunes:

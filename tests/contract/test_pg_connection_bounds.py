@@ -10,7 +10,6 @@ host, and a renewal and a heartbeat are each one statement in a transaction of i
 
 from __future__ import annotations
 
-import doctest
 import unittest
 import urllib.parse
 
@@ -18,14 +17,8 @@ from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.job import JobSpec
 from rowfleet.store import open_store
-from rowfleet.store import postgres as postgres_store
 from rowfleet.store.postgres import SESSION_BOUNDS, connect, connection_bounds, driver
 from pg_harness import PostgresDatabaseCase, free_port
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(postgres_store))
-    return tests
 
 
 class ConnectionBoundsTable(unittest.TestCase):

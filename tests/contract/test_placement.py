@@ -11,13 +11,11 @@ advert keywords of ``Store.worker_beat``.
 
 from __future__ import annotations
 
-import doctest
 import json
 import unittest
 
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, FAILED, QUEUED, JobSpec, Outcome
-from rowfleet.services import orchestrator
 from rowfleet.services.orchestrator import Orchestrator
 from rowfleet.views import snapshot
 from pg_harness import PostgresDatabaseCase
@@ -25,11 +23,6 @@ from support import TempDirTestCase
 from contract.test_lifecycle import Clock
 
 LLM = "llm"
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(orchestrator))
-    return tests
 
 
 class PlacementContract:

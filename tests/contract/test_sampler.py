@@ -11,7 +11,6 @@ server restarts.
 
 from __future__ import annotations
 
-import doctest
 import os
 import shutil
 import signal
@@ -26,9 +25,8 @@ from rowfleet.metrics import tally
 from rowfleet.services import sampler
 from rowfleet.services.orchestrator import Orchestrator
 from rowfleet.services.sampler import Sampler, minute_of
-from rowfleet.store import telemetry as store_telemetry
 from rowfleet.store.telemetry import DETAIL, MINUTE
-from rowfleet.telemetry import cpu, gpu_readings, readings, sample
+from rowfleet.telemetry import cpu, gpu_readings, readings
 from rowfleet.telemetry.readings import fold_minute
 
 from pg_harness import PostgresDatabaseCase
@@ -40,12 +38,6 @@ HW = os.path.join(HERE, "fixtures", "hw")
 PROC = os.path.join(HW, "linux", "proc")
 SYS = os.path.join(HW, "linux", "public", "node_exporter-sysfs", "sys")
 FAKE_NVIDIA_SMI = os.path.join(HERE, "fixtures", "bin", "nvidia-smi")
-
-
-def load_tests(loader, tests, pattern):
-    for module in (sampler, sample, readings, tally, store_telemetry):
-        tests.addTests(doctest.DocTestSuite(module))
-    return tests
 
 
 class Clock:

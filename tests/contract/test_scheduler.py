@@ -10,7 +10,6 @@ test_scheduler_processes.py.
 
 from __future__ import annotations
 
-import doctest
 import json
 import os
 import threading
@@ -26,11 +25,6 @@ from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, wait_until
 
 GRACE = 60.0
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(schedule))
-    return tests
 
 
 def at(hour: int, minute: int = 0, second: float = 0, day: int = 1, month: int = 6) -> float:

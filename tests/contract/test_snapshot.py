@@ -9,7 +9,6 @@ SQLite, with a real table past the default cap.
 
 from __future__ import annotations
 
-import doctest
 import json
 import sqlite3
 import unittest
@@ -19,22 +18,11 @@ from rowfleet import control
 from rowfleet.claim import Claim
 from rowfleet.control import Switch
 from rowfleet.job import COMPLETED, FAILED, JobSpec, Outcome
-from rowfleet.gpu import advert, placement
-from rowfleet.store import fleet as fleet_store
 from rowfleet.views import snapshot
 from rowfleet.views.snapshot import Count, Progress, Services, Snapshot, count_of, worker_of
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 from contract.test_lifecycle import Clock
-
-
-def load_tests(loader, tests, pattern):
-    # The decoders and rules the snapshot shares with the engine (a worker row's advert and
-    # queues, a box, a model's figures, an unplaceable reason's text) keep their examples
-    # where they live now.
-    for module in (snapshot, fleet_store, advert, placement):
-        tests.addTests(doctest.DocTestSuite(module))
-    return tests
 
 
 def worker_row(**columns: Any) -> dict[str, Any]:

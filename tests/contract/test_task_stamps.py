@@ -25,7 +25,7 @@ from rowfleet.schedule import Schedule
 from rowfleet.store import open_store
 from rowfleet.worker import watchdog
 from pg_harness import PostgresServerCase
-from support import TempDirTestCase
+from support import LibraryOnEmptyDatabase, TempDirTestCase
 
 TIMEOUT = 7.0  # the registered task's: no worker's default budget is this
 
@@ -78,20 +78,8 @@ def chat():
 '''
 
 
-class StampContract:
+class StampContract(LibraryOnEmptyDatabase):
     """Every backend must pass these; subclasses provide ``empty_database()``."""
-
-    def setUp(self) -> None:
-        super().setUp()
-        self.db = self.empty_database()
-        rowfleet.configure(db=self.db)
-        self.addCleanup(rowfleet.configure)
-        rowfleet.init()
-        self.store = open_store(Config(db=self.db))
-        self.addCleanup(self.store.close)
-
-    def row(self, job_id: int):
-        return self.store.get_job(job_id, "")
 
     def needs(self, job_id: int) -> tuple:
         job = self.row(job_id)

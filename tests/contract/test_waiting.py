@@ -5,24 +5,17 @@ database on SQLite and PostgreSQL: a schema made while we wait is found, and a s
 
 from __future__ import annotations
 
-import doctest
 import logging
 import threading
 import unittest
 
 from rowfleet.errors import DatabaseBroken, DatabaseUnreachable, SchemaMissing
 from rowfleet.store import open_store
-from rowfleet.store import waiting
 from rowfleet.store.waiting import open_when_ready, settle
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, wait_until
 
 log = logging.getLogger("rowfleet.test")
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(waiting))
-    return tests
 
 
 class FakeStore:

@@ -15,7 +15,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import unittest
 import urllib.request
 from pathlib import Path

@@ -8,7 +8,6 @@ without an edit here. A drift fails with a diff and the command that re-records 
 from __future__ import annotations
 
 import difflib
-import os
 import subprocess
 import sys
 import unittest

@@ -10,7 +10,6 @@ A real Prometheus server scraping the exporter is test_prometheus.py.
 from __future__ import annotations
 
 import dataclasses
-import doctest
 import http.client
 import os
 import random
@@ -19,7 +18,6 @@ import signal
 import socket
 import sqlite3
 import subprocess
-import threading
 import unittest
 from typing import Any
 
@@ -36,12 +34,6 @@ from contract.test_snapshot import worker_row
 
 PROMETHEUS_ENV = "ROWFLEET_REQUIRE_PROMETHEUS"
 NOW = 1000.0
-
-
-def load_tests(loader, tests, pattern):
-    for module in (prometheus, exporter, webserver):
-        tests.addTests(doctest.DocTestSuite(module))
-    return tests
 
 
 # --- reading the text back ------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import doctest
 import json
 import math
 import os
@@ -23,7 +22,7 @@ from unittest import mock
 
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, JobSpec, Outcome, iso
-from rowfleet.panel import app, deck_charts, svg
+from rowfleet.panel import app, svg
 from rowfleet.panel.app import HttpError, Request
 from rowfleet.panel.deck_charts import BUCKET_SLACK, LINES_MOST, POINTS_PER_CHART, downsample
 from rowfleet.panel.pages import deck, models, schedules
@@ -44,12 +43,6 @@ HOST = {"cpu.busy": 37.5, "load.1": 1.2, "mem.used": 13_000_000_000, "mem.total"
 GPU0 = {"gpu.0.name": "H100", "gpu.0.util": 80, "gpu.0.vram_used_mib": 60000, "gpu.0.vram_total_mib": 81920,
         "gpu.0.temp": 70, "gpu.0.power_w": 300.0, "gpu.0.power_limit_w": 350, "gpu.0.sm_mhz": 1980,
         "gpu.0.reasons": ["gpu_idle"], "gpu.0.throttle_s.sw_power_cap": 0.0}
-
-
-def load_tests(loader, tests, pattern):
-    for module in (deck, deck_charts, models, schedules):
-        tests.addTests(doctest.DocTestSuite(module))
-    return tests
 
 
 def host(name: str, *, at: float = 100.0, hottest: float | None = None, stale: bool = False, gpus=(),

@@ -5,7 +5,6 @@ which the server still serves."""
 
 from __future__ import annotations
 
-import doctest
 import http.client
 import json
 import os
@@ -20,8 +19,7 @@ from rowfleet import dag
 from rowfleet.claim import Claim
 from rowfleet.errors import ConfigError
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, JobSpec, Outcome
-from rowfleet.panel import app, html, server
-from rowfleet.panel.pages import jobs as job_pages
+from rowfleet.panel import server
 from rowfleet.panel.pages import overview
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase, serve_in_background
@@ -30,12 +28,6 @@ HOSTILE_TASK = 'tasks:"><script>alert(1)</script>'
 HOSTILE_ARGS = {"password": "hunter2", "note": "<img src=x onerror=alert(1)>", "rtl": "\u202egnp.exe",
                 "long": "x" * 10_000, "quote": "it's \"quoted\""}
 SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
-
-
-def load_tests(loader, tests, pattern):
-    for module in (app, html, server, job_pages, overview):
-        tests.addTests(doctest.DocTestSuite(module))
-    return tests
 
 
 class PanelClient:

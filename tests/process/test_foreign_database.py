@@ -14,7 +14,6 @@ The foreign tables are made through the driver directly, as the other program wo
 from __future__ import annotations
 
 import contextlib
-import doctest
 import hashlib
 import os
 import sqlite3
@@ -25,7 +24,6 @@ import unittest
 from typing import Any
 
 from rowfleet import exitcodes
-from rowfleet.store import core
 from pg_harness import PostgresServerCase
 from support import TempDirTestCase, child_env
 
@@ -33,11 +31,6 @@ from support import TempDirTestCase, child_env
 PROMPT = 15.0
 COMMANDS = (("init",), ("jobs",), ("status",), ("enqueue", "some.task"), ("worker", "--burst"), ("worker",),
             ("orchestrator", "--once"), ("orchestrator",), ("models",))
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(core))  # the pure decision: whose database it is
-    return tests
 
 
 class ForeignDatabaseContract:

@@ -25,7 +25,7 @@ from unittest import mock
 from rowfleet import dag
 from rowfleet.claim import Claim
 from rowfleet.store import waiting
-from rowfleet.errors import (DatabaseBroken, DatabaseBusy, DatabaseUnreachable, DiskFull, SchemaMissing,
+from rowfleet.errors import (DatabaseBroken, DatabaseBusy, DiskFull, SchemaMissing,
                              StoreUnavailable)
 from rowfleet.job import COMPLETED, Outcome
 from rowfleet.store import open_store

@@ -12,7 +12,6 @@ database; every wait is a condition with a deadline.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time

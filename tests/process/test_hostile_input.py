@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
-import doctest
 import functools
 import hashlib
 import json
@@ -39,7 +38,7 @@ import unittest
 from typing import Any, NamedTuple
 
 from rowfleet import cli, config, names, tasks
-from rowfleet.cli import arguments, output
+from rowfleet.cli import arguments
 from rowfleet.errors import ConfigError
 from rowfleet.services import supervisor
 from pg_harness import PostgresServerCase
@@ -50,12 +49,6 @@ DEEP = "[" * 1000 + "]" * 1000  # json.loads itself gives up (RecursionError)
 HUGE = "1" * 5000  # more digits than int() converts
 ARABIC_THREE = "\u0663"  # int() reads it as 3
 SHARED = "*"  # a row's command for the options every command takes (the settings, --db, --project)
-
-
-def load_tests(loader, tests, pattern):
-    for module in (names, output, tasks):
-        tests.addTests(doctest.DocTestSuite(module))
-    return tests
 
 
 def digest(path: str) -> str:

@@ -10,7 +10,6 @@ sampler, every child gone, exit 0.
 
 from __future__ import annotations
 
-import doctest
 import json
 import os
 import signal
@@ -54,11 +53,6 @@ box = runner.Box(config, queues=[("default", 1)], orchestrator=False)
 print("plan", [[role.name, role.count] for role in runner.box_plan(box)], flush=True)
 sys.exit(runner.run_box(box))
 """
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(runner))
-    return tests
 
 
 class StopEventTest(unittest.TestCase):

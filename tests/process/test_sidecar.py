@@ -9,7 +9,6 @@ answer from whether the server is alive.
 
 from __future__ import annotations
 
-import doctest
 import os
 import signal
 import socket
@@ -19,7 +18,6 @@ import textwrap
 import time
 
 from rowfleet.errors import ConfigError
-from rowfleet.gpu import sidecar
 from rowfleet.gpu.sidecar import STOPPED, STUCK_VRAM, Sidecar, SidecarFailed, SidecarSpec
 from rowfleet.views import snapshot
 from support import TempDirTestCase, wait_until
@@ -47,11 +45,6 @@ SERVER = textwrap.dedent('''\
 
     http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 ''')
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(sidecar))
-    return tests
 
 
 def free_port() -> int:

@@ -4,7 +4,6 @@ however the row was written (a workflow file, plain SQL). On SQLite and PostgreS
 
 from __future__ import annotations
 
-import doctest
 import json
 import os
 import sqlite3
@@ -33,11 +32,6 @@ def add(a, b):
 def touch(name):
     open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), "w").close()
 """
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(tasks))
-    return tests
 
 
 class AllowedTest(unittest.TestCase):

@@ -9,7 +9,6 @@ group, as a terminal sends it, still drains the job in hand and keeps the order.
 
 from __future__ import annotations
 
-import doctest
 import json
 import os
 import re
@@ -21,7 +20,6 @@ import tempfile
 import urllib.request
 import unittest
 
-from rowfleet.cli import up
 
 from support import DEADLINE, TempDirTestCase, process_alive, wait_until
 from process.test_processes import _children
@@ -57,11 +55,6 @@ WORKFLOW = {"name": "pair", "nodes": [
 SCHEDULES = [{"name": "tick", "task": "box_tasks:tick", "every": 1}]
 # Short timers, so a test box starts and stops in seconds.
 FAST = ("--poll", "0.2", "--heartbeat", "0.5", "--log-level", "INFO")
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(up))
-    return tests
 
 
 class UpTestCase(TempDirTestCase):

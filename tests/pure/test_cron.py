@@ -9,7 +9,6 @@ here too, through ``load_tests``.
 from __future__ import annotations
 
 import dataclasses
-import doctest
 import unittest
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -26,11 +25,6 @@ ALL_MONTHS = tuple(range(1, 13))
 ALL_WEEKDAYS = tuple(range(7))
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(cron))
-    return tests
 
 
 def utc(*args: int) -> datetime:

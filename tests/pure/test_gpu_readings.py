@@ -9,16 +9,13 @@ hung and old-driver nvidia-smi.
 
 from __future__ import annotations
 
-import doctest
 import os
-import shutil
 import sys
-import tempfile
 import time
 import unittest
-from unittest import mock
 
 from rowfleet.telemetry import gpu, gpu_readings
+from rowfleet.telemetry.text import is_placeholder
 from rowfleet.telemetry.gpu_readings import GpuPerformance, GpuState
 from support import DEADLINE, NVIDIA_SMI_FAILURES, read_fixture, TempDirTestCase
 
@@ -85,13 +82,6 @@ PERFORMANCE = {
     "windows-x86_64__nvidia-geforce-rtx-2080-super__610.62.txt":
         ("00000000:0C:00.0", (8, ("gpu_idle",), 824547036), (2, (), 834002687), 9.455651),
 }
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(gpu_readings))
-    return tests
-
-
 
 
 def capture_sections(text: str) -> dict[str, str]:
@@ -171,7 +161,7 @@ class QueryGpuCapturesTest(unittest.TestCase):
                     if attribute in ("utilization_percent", "memory_utilization_percent") and state.mig_enabled:
                         self.assertIsNone(getattr(state, attribute))
                         continue
-                    self.assertEqual(getattr(state, attribute) is None, gpu.is_placeholder(row[field]), row[field])
+                    self.assertEqual(getattr(state, attribute) is None, is_placeholder(row[field]), row[field])
 
     def test_the_same_columns_without_a_header(self):
         # What sample_gpu_states asks for (noheader), cut from each capture by header name.

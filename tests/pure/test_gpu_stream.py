@@ -15,7 +15,7 @@ import unittest
 from rowfleet.telemetry import gpu
 from rowfleet.telemetry.gpu_stream import GpuStateStream
 
-from support import SRC, TempDirTestCase, child_env, wait_until
+from support import TempDirTestCase, child_env, wait_until
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKE_NVIDIA_SMI = os.path.join(HERE, "fixtures", "bin", "nvidia-smi")

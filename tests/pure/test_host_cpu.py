@@ -10,7 +10,6 @@ files, so those trees are written by hand in the tests below, per the kernel's d
 
 from __future__ import annotations
 
-import doctest
 import os
 import shutil
 import tempfile
@@ -35,14 +34,6 @@ HOSTILE = ("", "\n", "\x00\xff garbage", "cpu", "cpu0", "cpu0 1 2", "cpu0 1 2 3 
            "0.1 0.2 0.3 2/", "0.1 0.2 0.3 //", "MemTotal:", "MemTotal: 10", "MemTotal: 10 MB",
            "MemTotal: ¹² kB", ":::", "4:memory", "4:memory:relative", "0::", "- - - - - - -",
            "1 2 3 4 5 6 - cgroup2", "1 2 3 4 5 6 -", "max", "-1", "18446744073709551616")
-
-
-def load_tests(loader, tests, pattern):
-    for module in (cpu, host_memory):
-        tests.addTests(doctest.DocTestSuite(module))
-    return tests
-
-
 
 
 def columns_of(text: str) -> dict[str, list[int]]:

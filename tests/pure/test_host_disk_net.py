@@ -8,7 +8,6 @@ fake /proc tree in a temp dir, the real /proc, and injected statvfs functions.
 from __future__ import annotations
 
 import dataclasses
-import doctest
 import os
 import shutil
 import tempfile
@@ -21,11 +20,6 @@ from rowfleet.telemetry.disk_net import DiskRate, DiskStat, DiskUsage, NetDevSta
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROC = os.path.join(HERE, "fixtures", "hw", "linux", "proc")
 HUGE = "9" * 5000  # past the digits int() converts by default
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(disk_net))
-    return tests
 
 
 def read(name: str) -> str:

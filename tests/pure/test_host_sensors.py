@@ -9,7 +9,6 @@ real /sys; the parsers against every attribute file of the fixture and hostile t
 from __future__ import annotations
 
 import builtins
-import doctest
 import math
 import os
 import re
@@ -46,11 +45,6 @@ FIXTURE_TEMPERATURES = (
 FIXTURE_ZONES = (ThermalZone("thermal_zone0", "cpu-thermal", 12.376),)
 FIXTURE_RAPL = (RaplZone("intel-rapl:0", "package-0", 240422366267, WRAP_UJ),
                 RaplZone("intel-rapl:0:0", "core", 118821284256, WRAP_UJ))
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(sensors))
-    return tests
 
 
 def fixture_files() -> list[str]:

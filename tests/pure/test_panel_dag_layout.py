@@ -5,7 +5,6 @@ and SVG that stays well-formed text whatever the node ids hold. Pure; no server.
 
 from __future__ import annotations
 
-import doctest
 import itertools
 import random
 import unittest
@@ -14,11 +13,6 @@ import xml.etree.ElementTree as ElementTree
 from rowfleet.names import InvalidValue
 from rowfleet.panel import dag_layout
 from rowfleet.panel.dag_layout import MAX_NODES, dag_svg, focus, layout, visible
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(dag_layout))
-    return tests
 
 
 class View:

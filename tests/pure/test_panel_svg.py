@@ -3,18 +3,11 @@ label is escaped, and values that are no numbers are never drawn. Pure; no serve
 
 from __future__ import annotations
 
-import doctest
 import re
 import unittest
 import xml.dom.minidom
 
-from rowfleet.panel import svg
 from rowfleet.panel.svg import Series, segments, sparkline, time_chart
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(svg))
-    return tests
 
 
 def polylines(text: str) -> list[list[tuple[float, float]]]:

@@ -1,32 +1,20 @@
 """Table-driven tests of the pure parts: backoff, outcomes, config, SQL files, parsers.
 
-No database and no processes; every module's docstring examples run here too.
+No database and no processes; the docstrings' examples run in ``test_doctests``.
 """
 
 from __future__ import annotations
 
-import doctest
 import struct
 import unittest
 from types import SimpleNamespace
 
-from rowfleet import config, control, dag, exitcodes, job, liveness, store
+from rowfleet import config, liveness
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, Cancel, JobSpec, Retry, backoff, decide_outcome
-from rowfleet.panel import html
-from rowfleet.services import supervisor
 from rowfleet.sql import queries
 from rowfleet.store import sqlite as sqlite_store
 from rowfleet.store import wake
-
-DOCTESTED = (config, control, dag, exitcodes, html, job, liveness, queries, store, sqlite_store, supervisor, wake)
-
-
-def load_tests(loader, tests, pattern):
-    for module in DOCTESTED:
-        tests.addTests(doctest.DocTestSuite(module))
-    return tests
-
 
 class BackoffTest(unittest.TestCase):
     def test_table(self):

@@ -9,7 +9,6 @@ through ``load_tests``.
 from __future__ import annotations
 
 import dataclasses
-import doctest
 import unittest
 
 from rowfleet.errors import ConfigError
@@ -26,11 +25,6 @@ MODELS = {
     "xl": ModelInfo("xl", vram_mb=60000, load_seconds=100.0),    # starves after 300 s
     "sd": ModelInfo("sd", vram_mb=8000, load_seconds=10.0),      # starves after 60 s (the floor)
 }
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(routing))
-    return tests
 
 
 def box(worker_id: str, size: int = SMALL, models=("llm", "xl", "sd"), **fields) -> Box:

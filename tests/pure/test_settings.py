@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import doctest
 import importlib.util
 import io
 import os
@@ -36,11 +35,6 @@ def _load_tool():
 
 
 settings_table = _load_tool()
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(config))
-    return tests
 
 
 def readme() -> str:

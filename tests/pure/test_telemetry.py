@@ -8,7 +8,6 @@ dir and against the real /proc, and the GPU runners against the fake nvidia-smi 
 
 from __future__ import annotations
 
-import doctest
 import os
 import shutil
 import subprocess
@@ -16,7 +15,6 @@ import sys
 import tempfile
 import time
 import unittest
-from unittest import mock
 
 from rowfleet.telemetry import gpu, memory
 from rowfleet.telemetry.gpu import GpuReading
@@ -40,14 +38,6 @@ HEADERLESS_FIELDS = {
         "utilization.memory"),
     "csv-noheader-temperature-only.csv": ("temperature.gpu",),
 }
-
-
-def load_tests(loader, tests, pattern):
-    for module in (gpu, memory):
-        tests.addTests(doctest.DocTestSuite(module))
-    return tests
-
-
 
 
 def files_under(folder: str) -> list[str]:

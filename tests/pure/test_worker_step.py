@@ -7,7 +7,6 @@ test_fleet_processes.py and test_processes.py.
 
 from __future__ import annotations
 
-import doctest
 import threading
 import unittest
 
@@ -18,7 +17,7 @@ from rowfleet import control, exitcodes
 from rowfleet.config import Config
 from rowfleet.control import Switch
 from rowfleet.errors import LeaseLost
-from rowfleet.worker import decide, keeper
+from rowfleet.worker import keeper
 from rowfleet.worker.decide import Action, Moment, next_action
 from rowfleet.worker.keeper import Identity, SwitchCell
 from support import wait_until
@@ -29,12 +28,6 @@ AWAIT, CLAIM, DONE, DONE_SWITCHED_OFF, EXIT_HARD, PARK, READ_SWITCH, RESUME, RUN
 
 HARD = Switch("", "box", "q", control.OFF, control.HARD, changed_by="ops")
 DRAIN = Switch("", "box", "q", control.OFF, control.DRAIN, changed_by="ops")
-
-
-def load_tests(loader, tests, pattern):
-    tests.addTests(doctest.DocTestSuite(decide))
-    tests.addTests(doctest.DocTestSuite(keeper))
-    return tests
 
 
 def looked(**facts) -> Moment:

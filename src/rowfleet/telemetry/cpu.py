@@ -17,8 +17,7 @@ import os
 import re
 from typing import Iterable
 
-from rowfleet.telemetry.gpu import parse_count, parse_number
-from rowfleet.telemetry.text import read_text
+from rowfleet.telemetry.text import parse_count, parse_number, read_text
 
 # /proc/stat's tick columns, in the kernel's order (Documentation/filesystems/proc.rst).
 # Kernels before 2.6.33 print fewer of them; the ones they lack are None.

@@ -155,7 +155,8 @@ def _valid_interval(seconds: float) -> bool:
 def _paired_rates(t0: Mapping[str, Any], t1: Mapping[str, Any], seconds: float,
                   rate_of: Callable[[str, Any, Any, float], Any]) -> dict[str, Any]:
     """``rate_of(name, before, after, seconds)`` for each name in both readings; empty unless
-    ``seconds`` is a positive number."""
+    ``seconds`` is a positive number. A ``rate_of`` gives ``None`` for what it would make
+    from a counter that went backwards (a reset, a wrap, a device replaced)."""
     if not _valid_interval(seconds):
         return {}
     return {name: rate_of(name, t0[name], after, seconds) for name, after in t1.items() if name in t0}
@@ -205,10 +206,8 @@ def parse_diskstats(text: str) -> dict[str, DiskStat]:
 
 
 def disk_rates(t0: Mapping[str, DiskStat], t1: Mapping[str, DiskStat], seconds: float) -> dict[str, DiskRate]:
-    """Each device's I/O per second between readings ``t0`` and ``t1``, ``seconds`` apart.
-
-    Only devices in both readings; empty unless ``seconds`` is a positive number. A
-    counter that went backwards gives ``None`` for the rates made from it.
+    """Each device's I/O per second between readings ``t0`` and ``t1``, ``seconds`` apart,
+    paired as ``_paired_rates`` says.
 
     >>> a = parse_diskstats("8 0 sda 100 0 800 0 10 0 80 0 0 1000 0")
     >>> b = parse_diskstats("8 0 sda 150 0 2800 0 5 0 80 0 0 1500 0")
@@ -302,10 +301,8 @@ def parse_net_dev(text: str) -> dict[str, NetDevStat]:
 
 
 def net_rates(t0: Mapping[str, NetDevStat], t1: Mapping[str, NetDevStat], seconds: float) -> dict[str, NetRate]:
-    """Each interface's traffic between readings ``t0`` and ``t1``, ``seconds`` apart.
-
-    Only interfaces in both readings; empty unless ``seconds`` is a positive number. A
-    counter that went backwards gives ``None`` for what is made from it.
+    """Each interface's traffic between readings ``t0`` and ``t1``, ``seconds`` apart,
+    paired as ``_paired_rates`` says.
 
     >>> a = parse_net_dev("eth0: 1000 10 0 0 0 0 0 0 500 5 2 0 0 0 0 0")
     >>> b = parse_net_dev("eth0: 3000 20 1 0 0 0 0 0 100 6 2 0 0 0 0 0")

@@ -15,12 +15,13 @@ No NVML bindings and no third-party modules; imports nothing from rowfleet.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import signal
 import subprocess
 from typing import Any, Iterable, Mapping, Sequence
+
+from rowfleet.telemetry.text import parse_count, text_value
 
 # Every one of these fields exists in drivers as old as 410, so the question itself never
 # fails with 'Field "..." is not a valid field to query.' ``mig.mode.current`` would say why
@@ -114,9 +115,7 @@ class GpuProcessSample:
 _UNIT_IN_HEADER = re.compile(r"\s*\[[^\]]*\]\s*$")  # "memory.used [MiB]"
 # Field names are lowercase words joined by dots, with some camelCase (encoder.stats.averageFps).
 _FIELD_NAME = re.compile(r"^[a-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*$")
-_UNIT_WORD = re.compile(r"^(?:%|[A-Za-z]{1,4})$")  # the "MiB" of "81559 MiB", "%", "W", "MHz", "us"
 # Old drivers said [Not Supported], new ones [N/A]; some fields print N/A without brackets.
-_BARE_PLACEHOLDERS = frozenset({"n/a", "na", "not supported", "unknown", "unknown error"})
 
 
 def column_name(cell: str, aliases: Mapping[str, str] = GPU_FIELD_ALIASES) -> str:
@@ -170,55 +169,6 @@ def split_query_output(text: str, fields: Sequence[str],
             continue
         rows.append(dict(zip(columns, cells)))
     return rows, skipped
-
-
-def is_placeholder(value: str | None) -> bool:
-    """Whether a CSV value stands for "no value": any ``[...]``, bare ``N/A``, or empty.
-
-    >>> [is_placeholder(v) for v in ("[N/A]", "[Not Supported]", "[Insufficient Permissions]", "N/A", "", "0")]
-    [True, True, True, True, True, False]
-    """
-    if value is None:
-        return True
-    value = value.strip()
-    return not value or (value.startswith("[") and value.endswith("]")) or value.lower() in _BARE_PLACEHOLDERS
-
-
-def parse_number(value: str | None) -> float | None:
-    """A CSV value as a number, its unit dropped; ``None`` for placeholders and garbage.
-
-    >>> parse_number("81559 MiB"), parse_number("69.85 W"), parse_number("0 %"), parse_number("42")
-    (81559.0, 69.85, 0.0, 42.0)
-    >>> parse_number("[N/A]"), parse_number("N/A"), parse_number("P0"), parse_number("nan"), parse_number("1 2 3")
-    (None, None, None, None, None)
-    """
-    if is_placeholder(value):
-        return None
-    parts = value.split()
-    if len(parts) == 2 and _UNIT_WORD.match(parts[1]):
-        parts = parts[:1]
-    if len(parts) != 1:
-        return None
-    try:
-        number = float(parts[0])
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def parse_count(value: str | None) -> int | None:
-    """A CSV value as a whole non-negative number (an index, MiB, percent), else ``None``.
-
-    >>> parse_count("19818 MiB"), parse_count("100 %"), parse_count("[Unknown Error]"), parse_count("-1")
-    (19818, 100, None, None)
-    """
-    number = parse_number(value)
-    return None if number is None or number < 0 else round(number)
-
-
-def text_value(value: str | None) -> str | None:
-    """A text cell, stripped, or None for a placeholder (``[N/A]``, ``[Not Supported]``, ...)."""
-    return None if is_placeholder(value) else value.strip()
 
 
 def reading_from_row(row: Mapping[str, str]) -> GpuReading:

@@ -28,8 +28,9 @@ from typing import Mapping, Sequence
 
 from rowfleet.telemetry.gpu import (
     DEFAULT_TIMEOUT, GPU_FIELD_ALIASES, INVALID_FIELD, GpuUnknown, card_fields, classify_gpu_failure, command_argv,
-    parse_count, parse_number, run_nvidia_smi, split_query_output,
+    run_nvidia_smi, split_query_output,
 )
+from rowfleet.telemetry.text import parse_count, parse_number
 
 # NVML's nvmlClocksEventReason* constants (formerly nvmlClocksThrottleReason*, same bits),
 # in bit order. BoardLimit and Reliability are in newer NVML headers only.

@@ -15,9 +15,8 @@ import dataclasses
 import os
 import re
 
-from rowfleet.telemetry.gpu import parse_count
 from rowfleet.telemetry.memory import parse_cgroup_v2_path
-from rowfleet.telemetry.text import read_text
+from rowfleet.telemetry.text import parse_count, read_text
 
 # cgroup v1 says "no limit" with the largest page counter times the page size: LONG_MAX
 # rounded down to a page (9223372036854771712 with 4 KiB pages, less with 64 KiB ones).
@@ -58,11 +57,9 @@ class CgroupFolder:
 
 
 @dataclasses.dataclass(frozen=True)
-class CgroupMemory:
-    """A memory cgroup's usage and limit in bytes; ``limit_bytes`` is ``None`` for no limit."""
+class CgroupMemory(CgroupFolder):
+    """A memory cgroup folder's usage and limit in bytes; ``limit_bytes`` is ``None`` for no limit."""
 
-    version: int
-    path: str
     usage_bytes: int | None
     limit_bytes: int | None
 

@@ -96,7 +96,7 @@ class SensorReading:
 def parse_sysfs_integer(text: str | None) -> int | None:
     """A sysfs attribute holding one decimal integer, as an int; ``None`` if it is not one.
 
-    Not ``gpu.parse_number``: sysfs prints bare integers, and a float, a unit or a
+    Not ``text.parse_number``: sysfs prints bare integers, and a float, a unit or a
     placeholder there means the file is not what we think it is.
 
     >>> parse_sysfs_integer("55000\\n"), parse_sysfs_integer("-5000"), parse_sysfs_integer("240422366267")
