@@ -14,7 +14,7 @@ draw.
 Every read is bounded however many rows are kept: a search walks at most ``window`` ids
 per page (``JobPage.floor`` says where it stopped, and the next page goes on from there),
 a bulk selection at most its cap per project, the minute counts and the ticks only the
-last hour's finished jobs (``jobs_finished``), and running jobs come from ``jobs_lease``.
+last hour's finished jobs (``jobs_finished``), and running jobs come from ``jobs_state``, one range per project.
 """
 
 from __future__ import annotations

@@ -253,32 +253,41 @@ SET state = 'queued', error = %(error)s, traceback = %(traceback)s, run_at = row
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
--- name: reclaim_lapsed
-SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, watchdog_retries, run_id,
-       cancel_reason, cancel_requested_at
-FROM jobs
-WHERE state = 'running' AND lease_expires_at < rowfleet_now(%(now)s)
-ORDER BY lease_expires_at
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
-
--- name: reclaim_unheld
--- Running jobs whose row names no holder a sweep could see lose them (liveness.unheld): no
--- lease, a lease that is no time (NaN sorts after every number, and an infinity is no
--- sooner, so neither ever lapses), or no worker named. A NULL lease is in no index, so each
--- project's running jobs are read through jobs_state, one range per project, the projects
--- found one seek at a time (never a walk of the table): they are as many as the fleet has
--- workers. The projects as an array: as a join, a planner walked all of jobs_state instead.
+-- fragment: projects_seek
+-- Every project that has jobs, found one seek at a time (never a walk of the table).
 WITH RECURSIVE projects(project) AS (
     SELECT min(project) FROM jobs
     UNION ALL
     SELECT (SELECT min(project) FROM jobs WHERE project > projects.project) FROM projects
     WHERE projects.project IS NOT NULL
 )
+
+-- fragment: running_rows
+-- The running jobs (after projects_seek), read through jobs_state, one range per project:
+-- they are as many as the fleet has workers, so they have no index of their own (one on the
+-- lease cost every claim, renewal and finish an index write, and kept renewals from being
+-- heap-only updates). The projects as an array: as a join, a planner walked all of
+-- jobs_state instead.
+jobs
+WHERE project = ANY (ARRAY(SELECT project FROM projects WHERE project IS NOT NULL)) AND state = 'running'
+
+-- name: reclaim_lapsed
+{{projects_seek}}
+SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, watchdog_retries, run_id,
+       cancel_reason, cancel_requested_at
+FROM {{running_rows}} AND lease_expires_at < rowfleet_now(%(now)s)
+ORDER BY lease_expires_at
+LIMIT %(limit)s
+FOR UPDATE OF jobs SKIP LOCKED;
+
+-- name: reclaim_unheld
+-- Running jobs whose row names no holder a sweep could see lose them (liveness.unheld): no
+-- lease, a lease that is no time (NaN sorts after every number, and an infinity is no
+-- sooner, so neither ever lapses), or no worker named.
+{{projects_seek}}
 SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, run_id, cancel_reason,
        cancel_requested_at
-FROM jobs
-WHERE project = ANY (ARRAY(SELECT project FROM projects WHERE project IS NOT NULL)) AND state = 'running'
+FROM {{running_rows}}
   AND (lease_expires_at IS NULL OR claimed_by IS NULL OR NOT (lease_expires_at < 'Infinity'::double precision))
 LIMIT %(limit)s
 FOR UPDATE OF jobs SKIP LOCKED;
@@ -649,10 +658,10 @@ ORDER BY finished_at DESC
 LIMIT %(limit)s;
 
 -- name: jobs_running
--- Every running job, where it runs and since when: jobs_lease serves it (SQLite's planner
--- scans the table instead when asked for an order, so the caller sorts).
-SELECT id, project, queue, task, state, host, started_at, finished_at FROM jobs
-WHERE state = 'running' AND lease_expires_at IS NOT NULL;
+-- Every running job with a lease, where it runs and since when (the caller sorts).
+{{projects_seek}}
+SELECT id, project, queue, task, state, host, started_at, finished_at
+FROM {{running_rows}} AND lease_expires_at IS NOT NULL;
 
 -- name: jobs_ahead
 -- How many due queued jobs of a job's (project, queue) a claim takes before a job sorting

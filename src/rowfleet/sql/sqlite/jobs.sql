@@ -218,31 +218,39 @@ SET state = 'queued', error = :error, traceback = :traceback, run_at = :now + :d
 WHERE id = :id AND state = 'running' AND lease_token = :token
 RETURNING id;
 
--- name: reclaim_lapsed
-SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, watchdog_retries, run_id,
-       cancel_reason, cancel_requested_at
-FROM jobs
-WHERE state = 'running' AND lease_expires_at < :now
-ORDER BY lease_expires_at
-LIMIT :limit;
-
--- name: reclaim_unheld
--- Running jobs whose row names no holder a sweep could see lose them (liveness.unheld): no
--- lease, a lease that is no time (text and bytes sort after every number, and an infinity
--- is no sooner, so none ever lapses), or no worker named. A NULL lease is in no index, so
--- each project's running jobs are read through jobs_state, one range per project, the
--- projects found one seek at a time (never a walk of the table): they are as many as the
--- fleet has workers. INDEXED BY: a planner that knows of one project only would walk the table.
+-- fragment: projects_seek
+-- Every project that has jobs, found one seek at a time (never a walk of the table).
 WITH RECURSIVE projects(project) AS (
     SELECT min(project) FROM jobs
     UNION ALL
     SELECT (SELECT min(project) FROM jobs WHERE project > projects.project) FROM projects
     WHERE projects.project IS NOT NULL
 )
+
+-- fragment: running_rows
+-- The running jobs (after projects_seek), read through jobs_state, one range per project:
+-- they are as many as the fleet has workers, so they have no index of their own (one on the
+-- lease cost every claim, renewal and finish a page of writes). INDEXED BY: a planner that
+-- knows of one project only would walk the table.
+jobs INDEXED BY jobs_state
+WHERE project IN (SELECT project FROM projects) AND state = 'running'
+
+-- name: reclaim_lapsed
+{{projects_seek}}
+SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, watchdog_retries, run_id,
+       cancel_reason, cancel_requested_at
+FROM {{running_rows}} AND lease_expires_at < :now
+ORDER BY lease_expires_at
+LIMIT :limit;
+
+-- name: reclaim_unheld
+-- Running jobs whose row names no holder a sweep could see lose them (liveness.unheld): no
+-- lease, a lease that is no time (text and bytes sort after every number, and an infinity
+-- is no sooner, so none ever lapses), or no worker named.
+{{projects_seek}}
 SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, run_id, cancel_reason,
        cancel_requested_at
-FROM jobs INDEXED BY jobs_state
-WHERE project IN (SELECT project FROM projects) AND state = 'running'
+FROM {{running_rows}}
   AND (lease_expires_at IS NULL OR claimed_by IS NULL OR NOT (lease_expires_at < 9e999))
 LIMIT :limit;
 
@@ -559,10 +567,10 @@ ORDER BY finished_at DESC
 LIMIT :limit;
 
 -- name: jobs_running
--- Every running job, where it runs and since when: jobs_lease serves it (SQLite's planner
--- scans the table instead when asked for an order, so the caller sorts).
-SELECT id, project, queue, task, state, host, started_at, finished_at FROM jobs
-WHERE state = 'running' AND lease_expires_at IS NOT NULL;
+-- Every running job with a lease, where it runs and since when (the caller sorts).
+{{projects_seek}}
+SELECT id, project, queue, task, state, host, started_at, finished_at
+FROM {{running_rows}} AND lease_expires_at IS NOT NULL;
 
 -- name: jobs_ahead
 -- How many due queued jobs of a job's (project, queue) a claim takes before a job sorting
