@@ -15,7 +15,7 @@ import threading
 from typing import Any, Callable, Iterable
 
 from rowfleet import config as _config
-from rowfleet import dag, files, models, names, schedule, tasks
+from rowfleet import dag, files, models, names, tasks
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import Job, JobSpec
 from rowfleet.store import Store, open_store
@@ -118,6 +118,8 @@ def _job_model() -> Any:
 def periodic(cron: str | None = None, **options: Any) -> Any:
     """Register a function as a task and a schedule (see ``rowfleet.schedule.periodic`` for
     the options); the function returned gains ``.enqueue``, as ``task``'s does."""
+    from rowfleet import schedule  # imported when used: a worker's start never needs it
+
     return schedule.periodic(cron, kind=EnqueueableTask, **options)
 
 

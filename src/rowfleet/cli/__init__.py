@@ -13,6 +13,7 @@ fleet's models).
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -21,7 +22,6 @@ from typing import Callable, Sequence
 import rowfleet
 from rowfleet import config as configuration
 from rowfleet import exitcodes
-from rowfleet.cli import fleet, hosts, jobs, metrics, models, panel, processes, schedules, up, workflows
 from rowfleet.cli.arguments import (Parser, UsageError, add_global_flags, add_setting_flags, config_overrides,
                                     positive_int)
 from rowfleet.cli.output import EscapingFormatter, report, say
@@ -29,10 +29,30 @@ from rowfleet.errors import ConfigError, RowfleetError
 
 __all__ = ["Parser", "UsageError", "build_parser", "main", "positive_int", "report"]
 
-COMMAND_FAMILIES = (jobs, processes, up, workflows, fleet, schedules, models, hosts, metrics, panel)
+# The module of this package that adds each command, in the order ``--help`` lists them. A
+# command's parser is built from its own module alone (``main``), so that `rowfleet worker`
+# imports no panel, view or GPU code it does not run: a worker starts the sooner.
+# tests/pure/test_cli_families.py checks this table against what each module adds.
+COMMAND_FAMILIES = {
+    "jobs": ("init", "enqueue", "status", "jobs", "job", "retry", "cancel", "prioritize"),
+    "processes": ("worker", "sampler", "orchestrator"),
+    "up": ("up",),
+    "workflows": ("run", "runs", "cancel-run", "restart", "submit"),
+    "fleet": ("control", "model-control", "workers", "broker"),
+    "schedules": ("scheduler", "schedules"),
+    "models": ("models",),
+    "hosts": ("hosts",),
+    "metrics": ("metrics",),
+    "panel": ("panel",),
+}
+FAMILY_OF = {command: family for family, commands in COMMAND_FAMILIES.items() for command in commands}
 
 
-def build_parser() -> Parser:
+def family_module(family: str):
+    return importlib.import_module(f"rowfleet.cli.{family}")
+
+
+def build_parser(families: Sequence[str] = tuple(COMMAND_FAMILIES)) -> Parser:
     knobs = Parser(add_help=False)
     add_global_flags(knobs, default=argparse.SUPPRESS)  # accepted after the command too; keeps an earlier value
     add_setting_flags(knobs)
@@ -47,14 +67,27 @@ def build_parser() -> Parser:
         sub.set_defaults(handler=handler)
         return sub
 
-    for family in COMMAND_FAMILIES:
-        family.add_commands(command)
+    for family in families:
+        family_module(family).add_commands(command)
     return parser
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed by the parser of the first word that names a command, if one does,
+    else (or if that parser refuses it) by the whole parser, whose answer is then the
+    answer: both read the global flags alike, so they find the same command."""
+    named = next((FAMILY_OF[word] for word in argv if word in FAMILY_OF), None)
+    if named is not None:
+        try:
+            return build_parser((named,)).parse_args(argv)
+        except UsageError:
+            pass
+    return build_parser().parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = parse(sys.argv[1:] if argv is None else list(argv))
     except UsageError as exc:
         say(exc, file=sys.stderr)
         return exitcodes.USAGE

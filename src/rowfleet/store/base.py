@@ -18,16 +18,19 @@ line's lists, the panel's pages, the read models of ``rowfleet.views``) is read 
 from __future__ import annotations
 
 import abc
+from typing import TYPE_CHECKING
 
 from rowfleet.store.core import StoreCore, Tx
 from rowfleet.store.fleet import FleetStore
 from rowfleet.store.jobs import JobStore
-from rowfleet.store.reads import OperatorReads
 from rowfleet.store.runs import RunStore
 from rowfleet.store.schedules import ScheduleStore
 from rowfleet.store.telemetry import TelemetryStore
 
-__all__ = ["OperatorReads", "Store", "StoreCore", "Tx"]
+if TYPE_CHECKING:
+    from rowfleet.store.reads import OperatorReads
+
+__all__ = ["Store", "StoreCore", "Tx"]
 
 
 class Store(JobStore, RunStore, ScheduleStore, FleetStore, TelemetryStore, abc.ABC):
@@ -36,7 +39,10 @@ class Store(JobStore, RunStore, ScheduleStore, FleetStore, TelemetryStore, abc.A
 
     @property
     def reads(self) -> OperatorReads:
-        """The operator's reads of this store (lists, pages, counts, the fleet's snapshot rows)."""
+        """The operator's reads of this store (lists, pages, counts, the fleet's snapshot rows).
+        Imported when first read: a worker never reads them, and its start is the sooner."""
+        from rowfleet.store.reads import OperatorReads
+
         return OperatorReads(self)
 
     def prune(self, retention: float, batch: int = 1000) -> int:

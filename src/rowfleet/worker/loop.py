@@ -42,13 +42,12 @@ import random
 import select
 import threading
 import time
-from typing import Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 from rowfleet import control, exitcodes, models, names, tasks
 from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, LeaseLost, RowfleetError, StoreUnavailable
-from rowfleet.gpu.gpu_worker import GpuBox, GpuSettings
 from rowfleet.gpu.sidecar import Sidecar, SidecarSpec
 from rowfleet.job import CANCELLED, COMPLETED, Job, Outcome, decide_outcome, unreadable_outcome
 from rowfleet.store import Store, open_store
@@ -57,6 +56,9 @@ from rowfleet.store.wake import SelfPipe, StopEvent
 from rowfleet.worker import decide, handler
 from rowfleet.worker.keeper import Identity, Keeper, Leases, Prefetched, SwitchCell, read_switch
 from rowfleet.worker.watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from rowfleet.gpu.gpu_worker import GpuBox, GpuSettings
 
 log = logging.getLogger("rowfleet.worker")
 
@@ -95,8 +97,8 @@ class Worker:
         self.identity = Identity.of(config, self.queues, os.getpid(), time.time())
         self.holder = self.identity.holder
         # A GPU worker's placement: None for a worker that loads no models (it claims as before).
-        self.gpu_box = None if gpu_settings is None else GpuBox(config, gpu_settings, worker_id=self.identity.worker_id,
-                                                                holder=self.holder, queues=self.queues)
+        self.gpu_box = None if gpu_settings is None else _gpu_box(config, gpu_settings, self.identity.worker_id,
+                                                                  self.holder, self.queues)
         # The inference server it owns (--sidecar): started before a job, stopped when idle,
         # on a hard switch and when the worker ends; its GPU memory read like the models'.
         self.sidecar = None if sidecar is None else Sidecar(
@@ -573,6 +575,14 @@ def _call(handler: Callable[..., Any], args: Any) -> Any:
     if args is None:
         return handler()
     return handler(args)
+
+
+def _gpu_box(config: Config, settings: "GpuSettings", worker_id: str, holder: str,
+             queues: Sequence[str]) -> "GpuBox":
+    # Imported here: only a GPU worker places its claims, and a plain worker starts sooner.
+    from rowfleet.gpu.gpu_worker import GpuBox
+
+    return GpuBox(config, settings, worker_id=worker_id, holder=holder, queues=queues)
 
 
 def _log_outcome(job: Job, outcome: Outcome, seconds: float, stopping: bool) -> None:
