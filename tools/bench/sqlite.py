@@ -1,12 +1,15 @@
 """SQLite rows of rowfleet's benchmark: the ``enqueue``, ``batch``, ``roundtrip``, ``wake``
 and ``claim`` sections, each rowfleet figure beside a bare ``sqlite3`` loop measured in the
-same run, on fresh files of the same schema, with the same pragmas:
+same run, with the same pragmas:
 
-* ``enqueue``, one job per transaction: ``rowfleet.enqueue`` vs ``BEGIN IMMEDIATE; INSERT; COMMIT``;
-* ``batch`` enqueue: ``rowfleet.enqueue_many`` vs one ``executemany`` INSERT, one transaction each;
+* ``enqueue``, one job per transaction: ``rowfleet.enqueue`` vs ``BEGIN IMMEDIATE; INSERT; COMMIT``
+  on the yardstick's minimal table (``yardstick.py``), the same on every run;
+* ``batch`` enqueue: ``rowfleet.enqueue_many`` vs one ``executemany`` INSERT into the
+  yardstick's table, one transaction each;
 * ``roundtrip`` (claim -> no-op handler -> complete) with 1, 2 and 4 worker processes
   released together by a barrier, vs as many processes running the bare two-transaction
-  loop (claim in one ``BEGIN IMMEDIATE``, complete in a second); plus each process's share;
+  loop on the yardstick's table (claim in one ``BEGIN IMMEDIATE``, complete in a second);
+  plus each process's share;
 * idle ``wake`` latency (an enqueue's commit in another process -> its handler starting) and
   an idle worker's CPU use, idle and while another queue of the file takes ~1,000 commits/s:
   its doorbells vs the same worker forced onto its polling fallback, or onto the WAL watch alone;
@@ -29,8 +32,8 @@ import statistics
 import time
 from typing import Any, Callable
 
-from . import harness
-from .harness import BARE_CLAIM, BARE_COMPLETE, NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, \
+from . import harness, yardstick
+from .harness import BARE_CLAIM, NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, \
     claim_micros, count, medians, paired, percentile, progress, ratio, rounds_note, shares, short
 
 import rowfleet
@@ -51,7 +54,11 @@ BARE_INSERT = ("INSERT INTO jobs (project, queue, task, args, priority, run_next
 STARTUP_ALLOWANCE = 0.3  # seconds a round-trip run may take to make its first claim
 
 LEGEND = """\
-  baselines   enqueue: BEGIN IMMEDIATE; INSERT; COMMIT per job, same schema and pragmas.
+  baselines   enqueue, batch and round trip run on the bench's own minimal table, never
+              rowfleet's schema (tools/bench/yardstick.py: id, state, payload, lease,
+              holder, times, result; one partial index on the queued rows), the same on
+              every run, so they measure the machine, not rowfleet's indexes.
+              enqueue: BEGIN IMMEDIATE; INSERT; COMMIT per job, same pragmas.
               batch: one executemany INSERT in one transaction (best of the rounds).
               round trip: as many processes each running the bare two-transaction loop
               (claim UPDATE ... RETURNING in one BEGIN IMMEDIATE, complete in a second).
@@ -67,7 +74,8 @@ LEGEND = """\
               Latency = handler start - the enqueuing process's commit returning, both by
               time.time(). "Other queue busy": a child process enqueues one job per
               commit (rowfleet.enqueue, FULL) to a queue the idle worker does not serve.
-              claim latency: the bare claim UPDATE in its own BEGIN IMMEDIATE transaction.
+              claim latency: the bare claim UPDATE on rowfleet's schema (the same rows), in its own
+              BEGIN IMMEDIATE transaction: what rowfleet adds to the one statement.
               rowfleet's Store.claim also writes a job event and builds a Job, and commits
               without waiting for fsync even at FULL (a lost claim only runs a job again).
               "Due behind delayed": Store.claim on 10k due jobs plus delayed ones of higher
@@ -146,25 +154,13 @@ def roundtrip_prefetching(path: str, synchronous: str, task_dir: str, barrier: A
 
 
 def roundtrip_bare(path: str, synchronous: str, task_dir: str, barrier: Any) -> None:
-    """The bare two-transaction loop: claim in one transaction, complete in a second."""
+    """The bare two-transaction loop on the yardstick's table (``yardstick.drain``), running
+    the same no-op handler."""
     harness.import_tasks(task_dir)
-    handlers: dict[str, Callable[..., Any]] = {}
-    conn = bare_connect(path, synchronous)
-    claim = {"holder": f"bare:{os.getpid()}", "project": PROJECT, "queue": QUEUE}
+    handler = tasks.resolve(NOOP)
+    conn = yardstick.connect(path, synchronous)
     barrier.wait()
-    while True:
-        conn.execute("BEGIN IMMEDIATE")
-        rows = conn.execute(BARE_CLAIM, {"now": time.time(), **claim}).fetchall()
-        conn.execute("COMMIT")
-        if not rows:
-            break
-        job_id, token, task, args = rows[0]
-        handler = handlers.get(task) or handlers.setdefault(task, tasks.resolve(task))
-        result = handler() if args == "null" else handler(args)
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(BARE_COMPLETE, {"now": time.time(), "id": job_id, "token": token,
-                                     "result": "null" if result is None else repr(result)})
-        conn.execute("COMMIT")
+    yardstick.drain(conn, handler)
     conn.close()
 
 
@@ -188,17 +184,11 @@ def enqueue(bench: Bench) -> None:
 
 def _single_round(bench: Bench, sync: str) -> tuple[float, float]:
     """Jobs/s of rowfleet.enqueue and of the bare loop, each on its own fresh database."""
-    conn = bare_connect(bench.lab.database(f"bare-insert-{sync.lower()}"), sync)
+    conn = yardstick.connect(os.path.join(bench.lab.folder(f"bare-insert-{sync.lower()}"), "bare.db"), sync)
     rowfleet.configure(db=bench.lab.database(f"enqueue-{sync.lower()}"), project=PROJECT, synchronous=sync)
-
-    def bare() -> None:
-        now = time.time()
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(BARE_INSERT, (PROJECT, QUEUE, NOOP, "null", now, now, now))
-        conn.execute("COMMIT")
-
     try:
-        ours, theirs = paired(lambda: rowfleet.enqueue(NOOP, queue=QUEUE), bare, bench.sizes.enqueue_jobs,
+        ours, theirs = paired(lambda: rowfleet.enqueue(NOOP, queue=QUEUE), lambda: yardstick.enqueue_one(conn),
+                              bench.sizes.enqueue_jobs,
                               bench.sizes.enqueue_seconds)
     finally:
         conn.close()
@@ -213,13 +203,10 @@ def batch(bench: Bench) -> None:
     ours, bare = [], []
     for round_no in range(min(2, bench.sizes.rounds)):
         progress(f"batch enqueue: {n:,} jobs in one transaction, round {round_no + 1}")
-        conn = bare_connect(bench.lab.database("bare-batch"), sync)
+        conn = yardstick.connect(os.path.join(bench.lab.folder("bare-batch"), "bare.db"), sync)
         try:
             start = time.perf_counter()
-            now = time.time()
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(BARE_INSERT, ((PROJECT, QUEUE, NOOP, str(i), now, now, now) for i in range(n)))
-            conn.execute("COMMIT")
+            yardstick.enqueue_batch(conn, (str(i) for i in range(n)))
             bare.append(n / (time.perf_counter() - start))
         finally:
             conn.close()
@@ -242,6 +229,8 @@ def roundtrip(bench: Bench) -> None:
     s = bench.sizes
     template = bench.lab.database("roundtrip-template")
     load_queued(template, s.roundtrip_jobs)
+    bare_template = os.path.join(bench.lab.folder("roundtrip-bare-template"), "bare.db")
+    yardstick.load(bare_template, s.roundtrip_jobs)
     cases = [("FULL", k, 1) for k in s.worker_counts]
     cases += [("NORMAL", k, 1) for k in s.worker_counts if k in (1, max(s.worker_counts))]
     cases += [("FULL", k, harness.PREFETCH) for k in (1, max(s.worker_counts))]
@@ -254,7 +243,8 @@ def roundtrip(bench: Bench) -> None:
                      f"{s.roundtrip_rounds}: bare loop, then rowfleet, {s.roundtrip_window:g} s each")
             for target, rates, split, starts in ((roundtrip_bare, bare, bare_shares, bare_start),
                                                  (worker, ours, our_shares, our_start)):
-                rate, split_now, started, problem = _run_workers(bench, target, template, procs, sync)
+                rate, split_now, started, problem = _run_workers(
+                    bench, target, bare_template if target is roundtrip_bare else template, procs, sync)
                 rates.append(rate)
                 split.append(split_now)
                 starts.append(started)
@@ -299,15 +289,16 @@ def _run_workers(bench: Bench, target: Callable[..., None], template: str, procs
             child.terminate()  # jobs in hand are abandoned: this database is thrown away
         for child in children:
             child.join(30)
+    table = "bare_jobs" if kind == "bare" else "jobs"  # a fixed name of ours, never input
     conn = sqlite3.connect(path)
     try:
-        first = conn.execute("SELECT min(started_at) FROM jobs").fetchone()[0] or start
+        first = conn.execute(f"SELECT min(started_at) FROM {table}").fetchone()[0] or start
         end = first + window
-        done, last = conn.execute("SELECT count(*), max(finished_at) FROM jobs "
+        done, last = conn.execute(f"SELECT count(*), max(finished_at) FROM {table} "
                                   "WHERE state = 'completed' AND finished_at <= ?", (end,)).fetchone()
-        queued = conn.execute("SELECT count(*) FROM jobs WHERE state = 'queued'").fetchone()[0]
+        queued = conn.execute(f"SELECT count(*) FROM {table} WHERE state = 'queued'").fetchone()[0]
         per_holder = [n for (n,) in conn.execute(
-            "SELECT count(*) FROM jobs WHERE state = 'completed' AND finished_at <= ? "
+            f"SELECT count(*) FROM {table} WHERE state = 'completed' AND finished_at <= ? "
             "GROUP BY claimed_by ORDER BY 1 DESC", (end,))]
     finally:
         conn.close()

@@ -36,14 +36,14 @@ from rowfleet.store.wake import FileWaiter, Sleeper, Waiter, bell_path, ring
 # SQLite's own busy handler (up to 100 ms a try), the spacing stays short enough that no
 # process is shut out for long.
 LOCK_RETRY_FIRST = 0.0002  # seconds
-LOCK_RETRY_MOST = 0.02
+LOCK_RETRY_MOST = 0.005
 
 
 def lock_retry_wait(tries: int, draw: Callable[[float, float], float] = random.uniform) -> float:
     """Seconds to wait after the ``tries``-th failed try for the write lock.
 
     >>> [round(lock_retry_wait(n, lambda low, high: high), 4) for n in (1, 2, 3, 7, 8, 30)]
-    [0.0002, 0.0004, 0.0008, 0.0128, 0.02, 0.02]
+    [0.0002, 0.0004, 0.0008, 0.005, 0.005, 0.005]
     """
     return min(LOCK_RETRY_MOST, LOCK_RETRY_FIRST * 2 ** min(tries - 1, 16)) * draw(0.5, 1.0)
 
@@ -335,7 +335,7 @@ class SQLiteStore(Store):
 
         SQLite's own busy handler sleeps longer and longer (up to 100 ms a try), so under
         contention the process that just committed wins again and again while the others
-        doze: jittered retries of our own, capped at 20 ms, share the lock between workers.
+        doze: jittered retries of our own, capped at 5 ms, share the lock between workers.
         Only BEGIN waits this way. The statements of a write transaction never wait (in WAL
         mode the write lock is all they need), so the connection's busy timeout stays 0 from
         here until a read asks for the configured one again (``reader``): a busy worker, whose
