@@ -1,11 +1,15 @@
 """rowfleet's benchmark: ``python make.py bench`` (or ``python -m tools.bench``) prints one table.
 
 Every number comes from one run on fresh databases in a temporary folder (removed
-afterwards), each rowfleet figure beside a baseline measured in the same run, on the same
-schema, with the same settings. The sections, in the table's order:
+afterwards), each rowfleet figure beside a baseline measured in the same run, with the
+same settings; the enqueue and round-trip loops on a minimal table of the bench's own
+(``yardstick.py``), never rowfleet's schema. The sections, in the table's order:
 
 * ``enqueue``, ``batch``, ``roundtrip``, ``wake``, ``claim`` (``sqlite.py``): rowfleet vs
   bare ``sqlite3`` loops on SQLite files;
+* ``peers`` (``peers.py``), only with ``--peers``: rowfleet's real ``worker`` command beside
+  Huey's real consumer (installed once into a venv under the cache folder), 1 and 4
+  processes, and each one's start to its first job;
 * ``walpages`` (``walpages.py``): the WAL pages a busy worker writes per job, by page owner;
 * ``fleet`` (``fleet.py``): the CPU of an idle fleet (1 orchestrator, 8 workers, 1
   scheduler) as real processes, with and without doorbells;

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import dag, fleet, gpu, harness, metrics, panel, pg_fleet, postgres, sqlite, status, telemetry, walpages
+from . import dag, fleet, gpu, harness, metrics, panel, peers, pg_fleet, postgres, sqlite, status, telemetry, walpages
 from .harness import Bench, Lab, Row, progress
 
 import rowfleet
@@ -46,6 +46,7 @@ SECTIONS: dict[str, Section] = {
     "enqueue": Section(sqlite.enqueue, sqlite.LEGEND),
     "batch": Section(sqlite.batch, sqlite.LEGEND),
     "roundtrip": Section(sqlite.roundtrip, sqlite.LEGEND),
+    "peers": Section(peers.run, peers.LEGEND),
     "wake": Section(sqlite.wake, sqlite.LEGEND),
     "claim": Section(sqlite.claim, sqlite.LEGEND),
     "walpages": Section(walpages.run, walpages.LEGEND),
@@ -85,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "loops on temporary files; prints one table. Asserts nothing.")
     parser.add_argument("names", nargs="*", type=parse_sections, metavar="SECTION",
                         help=f"sections to run, as --section names them (default all: {', '.join(SECTIONS)})")
+    parser.add_argument("--peers", action="store_true",
+                        help="also run the peers section: Huey's real consumer beside rowfleet's real worker "
+                             "(installs Huey into a venv under the cache folder once; needs network then)")
     parser.add_argument("--quick", action="store_true",
                         help="small sizes and no 1M-row claim test: a sanity run of well under a minute")
     parser.add_argument("--section", "--only", dest="sections", type=parse_sections, action="append",
@@ -134,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = chosen_sections(args)
     lab = Lab(args.dir)
-    bench = Bench(lab, sizes_of(args))
+    bench = Bench(lab, sizes_of(args), peers=args.peers)
     started = time.monotonic()
     load_before, fsync_before = os.getloadavg()[0], harness.fsync_micros(lab.root)
     progress(f"working in {lab.root}; fsync {fsync_before:,.0f} us, load average {load_before:.2f}")

@@ -336,11 +336,13 @@ class Lab:
 class Bench:
     """One run of the benchmark, handed to every section: where its databases go (``lab``),
     how big each measurement is (``sizes``), how children are started (``mp``: spawn, so a
-    child never inherits a parent's open database), and the rows measured so far."""
+    child never inherits a parent's open database), whether the real peers run
+    (``peers``, ``--peers``), and the rows measured so far."""
 
-    def __init__(self, lab: Lab, sizes: Sizes) -> None:
+    def __init__(self, lab: Lab, sizes: Sizes, peers: bool = False) -> None:
         self.lab = lab
         self.sizes = sizes
+        self.peers = peers
         self.mp = multiprocessing.get_context("spawn")
         self.rows: list[Row] = []
 
