@@ -17,7 +17,7 @@ import unittest
 from support import DEADLINE, ROOT, child_env, unavailable
 
 PACKAGE = os.path.join(ROOT, "tools", "bench")
-FRAME = {"__init__", "__main__", "harness"}  # the package's modules that are not sections
+FRAME = {"__init__", "__main__", "harness", "yardstick"}  # the package's modules that are not sections
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -75,7 +75,7 @@ class BenchSmokeTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(result.stdout.startswith("benchmark"), result.stdout)
         self.assertIn("batch enqueue", result.stdout)
-        self.assertIn("  baselines   enqueue:", result.stdout)  # its legend lines ...
+        self.assertIn("  baselines   enqueue, batch and round trip", result.stdout)  # its legend lines ...
         self.assertNotIn("  pg rows", result.stdout)  # ... and no other section's
 
     def test_the_make_task_runs_a_section_named_positionally(self):
@@ -156,13 +156,14 @@ class BenchSmokeTest(unittest.TestCase):
 
 
 class BenchPackageTest(unittest.TestCase):
-    def test_sections_import_the_harness_only_and_the_harness_no_section(self):
+    def test_sections_import_the_frame_only_and_the_frame_no_section(self):
         sections = package_modules() - FRAME
         self.assertIn("dag", sections)
         self.assertEqual(sibling_imports("harness"), set())
+        self.assertEqual(sibling_imports("yardstick"), set())
         for section in sorted(sections):
             with self.subTest(section):
-                self.assertLessEqual(sibling_imports(section), {"harness"})
+                self.assertLessEqual(sibling_imports(section), {"harness", "yardstick"})
         self.assertLessEqual(sibling_imports("__main__"), sections | {"harness"})
 
     def test_every_section_module_is_in_the_registry_with_its_legend(self):

@@ -40,8 +40,9 @@ every FULL row pays that fsync.
 Layout, and the one direction of its imports: ``__main__.py`` (the command line and the
 registry ``SECTIONS``) imports the section modules; each section module imports
 ``harness.py`` (sizes, ``Row``, timing in turns, temp databases, worker processes, the
-PostgreSQL server, the table and the legend's frame); the harness imports no section, and
-no section imports another. Run one section with ``python make.py bench --section NAME``
+PostgreSQL server, the table and the legend's frame) and, for the bare loops,
+``yardstick.py`` (the bench's own minimal job table); neither imports a section, and no
+section imports another. Run one section with ``python make.py bench --section NAME``
 (or ``python -m tools.bench NAME``), all of them with no name.
 
 To add a row to a section: build a ``harness.Row`` (benchmark, durability, rowfleet,

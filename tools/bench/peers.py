@@ -9,8 +9,8 @@ venv under the cache folder (``$XDG_CACHE_HOME/rowfleet-bench/peers-venv``, else
 the bench's temporary folder: nothing of rowfleet imports a peer. Without network the
 install fails, and the section says so in one row.
 
-Rows: jobs/s with 1 and 4 consumer processes (``rowfleet worker --procs N`` vs ``huey_consumer
--w N -k process``), and the seconds from a process's start to its first finished job. Each
+Rows: jobs/s with 1 and 4 consumer processes (``rowfleet worker``, with ``--procs 4
+--no-sampler`` for 4, vs ``huey_consumer -w N -k process``), and the seconds from a process's start to its first finished job. Each
 side's count is read from outside, from its own SQLite file, every 5 ms: the window opens at
 the first finished job and closes when all are done, so neither side is charged for its
 start in the jobs/s rows.
@@ -53,10 +53,11 @@ POLL = 0.005  # seconds between counts of finished jobs
 DRAIN_LIMIT = 120.0  # seconds a side may take to finish its jobs
 
 LEGEND = """\
-  peers       --peers: rowfleet's real `rowfleet worker --procs N` (synchronous=FULL, its
-              default; INFO logging, its default) vs Huey's real `huey_consumer -w N -k
-              process` on SqliteHuey(fsync=True) (WAL, synchronous=FULL; its default
-              logging), N jobs each, in one temp folder, taking turns. A no-op task that
+  peers       --peers: rowfleet's real `rowfleet worker` (1 process; with 4, `--procs 4
+              --no-sampler`: a supervisor and 4 workers; synchronous=FULL and INFO
+              logging, its defaults) vs Huey's real `huey_consumer -w N -k process` on
+              SqliteHuey(fsync=True) (WAL, synchronous=FULL; its default logging), the
+              same number of jobs each, in one temp folder, taking turns. A no-op task that
               returns a value, so both store a result. Counted from outside every 5 ms:
               jobs/s over the window from the first finished job to the last; "start ->
               first job" = process start to its first finished job. Huey deletes a task
@@ -138,8 +139,9 @@ def _rowfleet(bench: Bench, procs: int, jobs: int) -> tuple[float, float]:
     rowfleet.configure(db=path, project=PROJECT)
     rowfleet.enqueue_many(NOOP, [None] * jobs, queue=QUEUE)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(harness.SRC), bench.lab.task_dir)))
-    worker = [sys.executable, "-m", "rowfleet", "--db", path, "worker", "--app", TASK_MODULE, "--queue", QUEUE,
-              "--procs", str(procs)]
+    worker = [sys.executable, "-m", "rowfleet", "--db", path, "worker", "--app", TASK_MODULE, "--queue", QUEUE]
+    if procs > 1:  # a supervisor and its workers, as Huey's consumer runs its own; no telemetry sampler
+        worker += ["--procs", str(procs), "--no-sampler"]
     return _timed(worker, env, os.path.dirname(path), jobs,
                   lambda: _count(path, "SELECT count(*) FROM jobs WHERE state = 'completed'"))
 

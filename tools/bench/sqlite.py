@@ -17,7 +17,7 @@ same run, with the same pragmas:
   UPDATE; and ``Store.claim`` with 10k due rows behind delayed ones of higher priority vs
   ``Store.claim`` with none delayed.
 
-Imports the harness (tools/bench/harness.py) and rowfleet's public pieces, never another
+Imports the harness (tools/bench/harness.py), the yardstick and rowfleet's public pieces, never another
 section. Holds bare ``sqlite3`` connections only for the baselines, to load queues fast
 and to read back what workers wrote; reads rowfleet's SQL only to EXPLAIN its claim.
 """
