@@ -156,6 +156,16 @@ class BenchSmokeTest(unittest.TestCase):
 
 
 class BenchPackageTest(unittest.TestCase):
+    def test_the_fleet_sections_baseline_child_runs_the_command_line(self):
+        # Its child is source text, which no import checks: it named a module that had moved.
+        sys.path.insert(0, ROOT)
+        self.addCleanup(sys.path.remove, ROOT)
+        from tools.bench import fleet
+
+        result = subprocess.run([sys.executable, "-c", fleet.NO_BELLS, "--version"], env=child_env(),
+                                capture_output=True, text=True, timeout=DEADLINE)
+        self.assertEqual((result.returncode, result.stdout.split()[:1]), (0, ["rowfleet"]), result.stderr)
+
     def test_sections_import_the_frame_only_and_the_frame_no_section(self):
         sections = package_modules() - FRAME
         self.assertIn("dag", sections)

@@ -34,7 +34,7 @@ WORKERS = 8
 SETTLE = 2.0  # seconds after every process has beaten before the window opens
 
 # A child that runs the command line with its doorbells switched off (the baseline).
-NO_BELLS = ("import sys; from rowfleet import wake, cli; wake._watch_bells = lambda *where: None; "
+NO_BELLS = ("import sys; from rowfleet import cli; from rowfleet.store import wake; wake._watch_bells = lambda *where: None; "
             "sys.exit(cli.main(sys.argv[1:]))")
 
 
