@@ -2,14 +2,16 @@
 
 Every number comes from one run on fresh databases in a temporary folder (removed
 afterwards), each rowfleet figure beside a baseline measured in the same run, with the
-same settings; the enqueue and round-trip loops on a minimal table of the bench's own
-(``yardstick.py``), never rowfleet's schema. The sections, in the table's order:
+same settings; the bare loops (enqueue, batch, round trip, claim, on SQLite and on
+PostgreSQL) on a minimal table of the bench's own (``yardstick.py``), never rowfleet's
+schema. The sections, in the table's order:
 
 * ``enqueue``, ``batch``, ``roundtrip``, ``wake``, ``claim`` (``sqlite.py``): rowfleet vs
   bare ``sqlite3`` loops on SQLite files;
 * ``peers`` (``peers.py``), only with ``--peers``: rowfleet's real ``worker`` command beside
   Huey's real consumer (installed once into a venv under the cache folder), 1 and 4
-  processes, and each one's start to its first job;
+  processes, and each one's start to its first job; and, with a throwaway PostgreSQL
+  server, beside 4 pgqueuer processes (psycopg);
 * ``walpages`` (``walpages.py``): the WAL pages a busy worker writes per job, by page owner;
 * ``fleet`` (``fleet.py``): the CPU of an idle fleet (1 orchestrator, 8 workers, 1
   scheduler) as real processes, with and without doorbells;

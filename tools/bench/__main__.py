@@ -87,8 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("names", nargs="*", type=parse_sections, metavar="SECTION",
                         help=f"sections to run, as --section names them (default all: {', '.join(SECTIONS)})")
     parser.add_argument("--peers", action="store_true",
-                        help="also run the peers section: Huey's real consumer beside rowfleet's real worker "
-                             "(installs Huey into a venv under the cache folder once; needs network then)")
+                        help="also run the peers section: Huey's real consumer (and pgqueuer's, on PostgreSQL) "
+                             "beside rowfleet's real worker (installs them into a venv under the cache folder "
+                             "once; needs network then)")
     parser.add_argument("--quick", action="store_true",
                         help="small sizes and no 1M-row claim test: a sanity run of well under a minute")
     parser.add_argument("--section", "--only", dest="sections", type=parse_sections, action="append",

@@ -80,25 +80,7 @@ TASK_SOURCE = textwrap.dedent('''\
         return None  # a no-op that takes one map item
 ''')
 
-# Puts the jobs a claim benchmark took back in the queue; the same text on both databases.
-# SQLite's bare claim and complete on rowfleet's own schema, the baselines of the sections
-# that time a claim or a worker's loop: the smallest SQL that does the same work.
-BARE_CLAIM = """
-UPDATE jobs
-SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-    claimed_by = :holder, lease_expires_at = :now + 600, started_at = :now, updated_at = :now
-WHERE id = (SELECT id FROM jobs
-            WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
-            ORDER BY run_next DESC, priority, run_at, id
-            LIMIT 1)
-RETURNING id, lease_token, task, args
-"""
-BARE_COMPLETE = """
-UPDATE jobs SET state = 'completed', result = :result, lease_expires_at = NULL,
-    finished_at = :now, updated_at = :now
-WHERE id = :id AND state = 'running' AND lease_token = :token
-"""
-
+# Puts the jobs a claim benchmark took back in rowfleet's queue; the same text on both databases.
 REQUEUE_CLAIMED = """
 UPDATE jobs SET state = 'queued', attempts = 0, claimed_by = NULL, lease_expires_at = NULL,
     started_at = NULL

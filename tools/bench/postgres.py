@@ -1,19 +1,21 @@
 """PostgreSQL rows of rowfleet's benchmark: the ``postgres`` section.
 
 Owns the PostgreSQL measurements, each rowfleet figure beside a bare psycopg baseline
-measured in the same run on the same server and schema:
+measured in the same run on the same server; the bare loops run on the bench's own minimal
+table (``yardstick.py``), in a database of their own, never on rowfleet's schema:
 
 * round trip (claim -> no-op handler -> complete) with 1, 2 and 4 worker processes released
   together by a barrier, vs as many processes each running a bare ``FOR UPDATE SKIP LOCKED``
   loop of two transactions per job (claim, then complete), all over TCP to 127.0.0.1; with
   the CPU both sides spend per job, in the processes and in their server backends; with the
-  most processes, also the ceiling of one job per claim (FLOOR_TURN) as a third loop;
+  most processes, also the ceiling of one job per claim (the yardstick's ``turn``) as a
+  third loop;
 * idle wake latency: an idle worker (poll 1 s, LISTEN) and jobs enqueued one at a time by
   this process, vs a bare LISTEN connection in another process stamping each notification;
-* claim latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim UPDATE;
-  and ``Store.claim`` with 10k due rows behind delayed ones of higher priority vs
-  ``Store.claim`` with none delayed; and ``Store.claim`` with a GPU box's routing inputs
-  vs the plain ``Store.claim`` on 100k queued model jobs.
+* claim latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the yardstick's claim
+  UPDATE on as many rows; and ``Store.claim`` with 10k due rows behind delayed ones of
+  higher priority vs ``Store.claim`` with none delayed; and ``Store.claim`` with a GPU box's
+  routing inputs vs the plain ``Store.claim`` on 100k queued model jobs.
 
 Every number comes from one throwaway server (the harness's ``pg_server``: started by
 tests/pg_harness.py, or the one ``ROWFLEET_TEST_PG`` names), which runs with fsync and
@@ -26,8 +28,8 @@ and fails nothing.
 
 psycopg is imported only inside functions (tools/check_deps.py allows that in files whose
 name has ``postgres`` as a word part), so the rest of the bench runs without it. Imports
-the harness (tools/bench/harness.py: the rows must read like the SQLite ones) and
-rowfleet's public pieces, never another section; reads rowfleet's SQL only to EXPLAIN its
+the harness (tools/bench/harness.py: the rows must read like the SQLite ones), the yardstick
+and rowfleet's public pieces, never another section; reads rowfleet's SQL only to EXPLAIN its
 claim and to LISTEN on the workers' channel.
 """
 
@@ -43,7 +45,7 @@ import statistics
 import time
 from typing import Any, Callable
 
-from . import harness
+from . import harness, yardstick
 from .harness import NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, claim_micros, count, medians, \
     paired, percentile, progress, ratio, rounds_note, shares, short
 
@@ -64,69 +66,35 @@ LEGEND = """\
               rows measure round trips and CPU, not what a durable server pays. "pg
               sync=on" rows ran on a second throwaway server with stock durability (all
               three on), as users run it: every commit waits for its WAL flush. Baselines
-              run on psycopg autocommit connections, one transaction per statement. Round
-              trip: claim UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1)
-              RETURNING, then the complete UPDATE; a busy rowfleet worker finishes a job
-              and claims the next in one statement. With the most processes two more
-              loops: "with --prefetch 10", rowfleet workers claiming 10 jobs a statement,
-              each finished in its own commit; and the "ceiling of one job per claim",
-              that turn as one minimal statement with no events: how far a claim of one
-              job can beat the baseline here. Each run copies one template database;
-              its window opens once every process has claimed a job ("all claiming" =
-              release to the last first claim, rowfleet/bare: a rowfleet worker imports
-              psycopg, ~0.15 s here, and opens three connections after the release; the
-              bare loop does both before it). Idle wake: a worker (poll 1 s) on LISTEN,
-              jobs enqueued 20-50 ms apart; the baseline is a bare LISTEN connection in a
-              third process stamping each NOTIFY as it arrives (the floor, about zero: no
-              ratio). Claim latency: Store.claim vs the bare claim UPDATE, on a queue
-              filled by rowfleet.enqueue_many (100k jobs per call), then VACUUM ANALYZE.
-              "Due behind delayed": Store.claim on 10k due jobs plus delayed ones of
-              higher priority vs Store.claim on 10k due and none delayed, taking turns.
-              "With model affinity": Store.claim with a models gate of A, B, C, warm on B,
-              ranked C, B, A vs the plain Store.claim, taking turns on 100k model jobs.
-              "CPU us/job": user+system CPU (/proc) over the window of the worker processes
-              and of their server backends, per job completed, rowfleet/bare: on 2 cores
-              the round trips are CPU-bound, so this says where the time goes."""
+              run on the bench's own minimal table (tools/bench/yardstick.py: bare_jobs,
+              bigserial id, one partial index on the queued rows) in a database of their
+              own, never rowfleet's schema, over psycopg autocommit connections, one
+              transaction per statement. Round trip: claim UPDATE ... WHERE id = (SELECT
+              ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING, then the complete UPDATE; a
+              busy rowfleet worker finishes a job and claims the next in one statement.
+              With the most processes two more loops: "with --prefetch 10", rowfleet
+              workers claiming 10 jobs a statement, each finished in its own commit; and
+              the "ceiling of one job per claim", that turn as one minimal statement on the
+              minimal table: how far a claim of one job can beat the baseline here. Each
+              run copies one template database (rowfleet's, or the minimal table's); its
+              window opens once every process has claimed a job ("all claiming" = release
+              to the last first claim, rowfleet/bare: a rowfleet worker imports psycopg,
+              ~0.15 s here, and opens three connections after the release; the bare loop
+              does both before it). Idle wake: a worker (poll 1 s) on LISTEN, jobs
+              enqueued 20-50 ms apart; the baseline is a bare LISTEN connection in a third
+              process stamping each NOTIFY as it arrives (the floor, about zero: no ratio).
+              Claim latency: Store.claim on a queue filled by rowfleet.enqueue_many (100k
+              jobs per call) vs the bare claim UPDATE on the minimal table holding as many
+              rows (one INSERT ... SELECT), each then VACUUM ANALYZE. "Due behind
+              delayed": Store.claim on 10k due jobs plus delayed ones of higher priority
+              vs Store.claim on 10k due and none delayed, taking turns. "With model
+              affinity": Store.claim with a models gate of A, B, C, warm on B, ranked C,
+              B, A vs the plain Store.claim, taking turns on 100k model jobs. "CPU
+              us/job": user+system CPU (/proc) over the window of the worker processes and
+              of their server backends, per job completed, rowfleet/bare: on 2 cores the
+              round trips are CPU-bound, so this says where the time goes."""
 
-# The baselines: the smallest SQL that does the same work on rowfleet's own schema, ordered
-# as rowfleet orders its claim so that both walk the same index. Each runs on an autocommit
-# connection, so each statement is its own transaction.
-BARE_CLAIM = """
-UPDATE jobs
-SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-    claimed_by = %(holder)s, lease_expires_at = %(now)s + 600, started_at = %(now)s, updated_at = %(now)s
-WHERE id = (SELECT id FROM jobs
-            WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= %(now)s
-            ORDER BY run_next DESC, priority, run_at, id
-            LIMIT 1
-            FOR UPDATE SKIP LOCKED)
-RETURNING id, lease_token, task, args
-"""
-BARE_COMPLETE = """
-UPDATE jobs SET state = 'completed', result = %(result)s, lease_expires_at = NULL,
-    finished_at = %(now)s, updated_at = %(now)s
-WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
-"""
-# The ceiling of one job per claim: a busy worker's finish and next claim in one statement,
-# with nothing else (no events, no guard beyond the token, four columns back). It is not a
-# queue anyone should run; it shows how far the bare loop can be beaten on this machine
-# without batching several jobs per claim, which rowfleet's one-job-per-process rule rules out.
-FLOOR_TURN = """
-WITH finished AS (
-    UPDATE jobs SET state = 'completed', result = 'null', lease_expires_at = NULL,
-        finished_at = %(now)s, updated_at = %(now)s
-    WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
-)
-UPDATE jobs
-SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-    claimed_by = %(holder)s, lease_expires_at = %(now)s + 600, started_at = %(now)s, updated_at = %(now)s
-WHERE id = (SELECT id FROM jobs
-            WHERE state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= %(now)s
-            ORDER BY run_next DESC, priority, run_at, id
-            LIMIT 1
-            FOR UPDATE SKIP LOCKED)
-RETURNING id, lease_token, task, args
-"""
+BARE_KINDS = ("bare", "floor")  # the round trip's loops that run on the yardstick's table
 SLOW_WAKE = 0.5  # seconds: a wake-up this late waited for the safety poll, not for a NOTIFY
 # Seconds a round-trip run may take for every process to hold a job: after the release a
 # rowfleet worker imports psycopg (~0.15 s here) and opens three connections (claims, LISTEN,
@@ -194,40 +162,28 @@ def roundtrip_prefetching(url: str, task_dir: str, barrier: Any) -> None:
 
 
 def roundtrip_bare(url: str, task_dir: str, barrier: Any) -> None:
-    """The bare loop: claim in one transaction, complete in a second, one job per claim."""
+    """The bare loop on the yardstick's table (``yardstick.pg_drain``): claim in one
+    transaction, the same no-op handler, complete in a second."""
     from rowfleet import tasks
 
     harness.import_tasks(task_dir)
-    handlers: dict[str, Callable[..., Any]] = {}
+    handler = tasks.resolve(NOOP)
     conn = _connect(url)
-    claim = {"holder": f"bare:{os.getpid()}", "project": PROJECT, "queue": QUEUE}
     barrier.wait()
-    while True:
-        row = conn.execute(BARE_CLAIM, {"now": time.time(), **claim}).fetchone()
-        if row is None:
-            break
-        job_id, token, task, args = row
-        handler = handlers.get(task) or handlers.setdefault(task, tasks.resolve(task))
-        result = handler() if args == "null" else handler(args)
-        conn.execute(BARE_COMPLETE, {"now": time.time(), "id": job_id, "token": token,
-                                     "result": "null" if result is None else repr(result)})
+    yardstick.pg_drain(conn, handler)
     conn.close()
 
 
 def roundtrip_floor(url: str, task_dir: str, barrier: Any) -> None:
-    """FLOOR_TURN in a loop: each statement finishes the job in hand and claims the next."""
+    """The yardstick's ``turn`` in a loop: each statement finishes the job in hand and claims
+    the next."""
     from rowfleet import tasks
 
     harness.import_tasks(task_dir)
+    handler = tasks.resolve(NOOP)
     conn = _connect(url)
-    turn = {"holder": f"floor:{os.getpid()}", "project": PROJECT, "queue": QUEUE, "id": 0, "token": 0}
     barrier.wait()
-    while True:
-        row = conn.execute(FLOOR_TURN, {**turn, "now": time.time()}).fetchone()
-        if row is None:
-            break
-        turn["id"], turn["token"], task, args = row
-        tasks.resolve(task)() if args == "null" else tasks.resolve(task)(args)
+    yardstick.pg_drain_in_turns(conn, handler)
     conn.close()
 
 
@@ -335,6 +291,21 @@ class PostgresBench:
 
     def _new_database(self, label: str, template: str | None = None) -> str:
         """A fresh ``*_test`` database: a copy of ``template``'s, or newly migrated."""
+        url = self._create_database(label, template)
+        if template is None:
+            with open_store(Config(db=url, project=PROJECT), create=True) as store:
+                store.migrate()
+        return url
+
+    def _new_yardstick(self, label: str) -> str:
+        """A fresh ``*_test`` database holding the yardstick's empty table and nothing of rowfleet."""
+        url = self._create_database(label)
+        with _connect(url) as conn:
+            yardstick.pg_create(conn)
+        return url
+
+    def _create_database(self, label: str, template: str | None = None) -> str:
+        """An empty ``*_test`` database, or a copy of ``template``'s; its URL."""
         from psycopg import sql
 
         name = f"rowfleet_bench_{label}_{secrets.token_hex(4)}_test"
@@ -345,9 +316,6 @@ class PostgresBench:
         with _connect(self.server.admin_url()) as conn:
             conn.execute(statement)
         self._databases.append(name)
-        if template is None:
-            with open_store(Config(db=url, project=PROJECT), create=True) as store:
-                store.migrate()
         return url
 
     def _drop_database(self, url: str) -> None:
@@ -377,7 +345,11 @@ class PostgresBench:
             store.enqueue_many(JobSpec(task=NOOP, queue=QUEUE), [None] * s.pg_roundtrip_jobs)
         with _connect(template) as conn:
             conn.execute("VACUUM ANALYZE")
-        template_name = harness.pg_harness().database_of(template)
+        bare_template = self._new_yardstick("roundtrip_bare")
+        with _connect(bare_template) as conn:
+            yardstick.pg_load(conn, s.pg_roundtrip_jobs)
+        database_of = harness.pg_harness().database_of
+        templates = {"rowfleet": database_of(template), "bare": database_of(bare_template)}
         for procs in worker_counts:
             kinds = [("bare", roundtrip_bare), ("rowfleet", roundtrip_worker)]
             if procs == max(worker_counts):
@@ -387,7 +359,8 @@ class PostgresBench:
                 progress(f"pg round trip, {procs} process(es), round {round_no + 1} of {s.roundtrip_rounds}: "
                          f"{', then '.join(kind for kind, _ in kinds)}, {s.pg_roundtrip_window:g} s each")
                 for kind, target in kinds:
-                    runs[kind].append(self._run_workers(kind, target, template_name, procs))
+                    side = "bare" if kind in BARE_KINDS else "rowfleet"
+                    runs[kind].append(self._run_workers(kind, target, templates[side], procs))
             ours, bare = runs["rowfleet"], runs["bare"]
 
             def median(runs: list[Run], field: str) -> float:
@@ -414,6 +387,7 @@ class PostgresBench:
             label = f"pg round trip, {procs} worker proc{'s' if procs > 1 else ''} (jobs/s)"
             self.add(Row(label, self.durability, count(a), count(b), ratio(a, b), "; ".join(notes)))
         self._drop_database(template)
+        self._drop_database(bare_template)
 
     def _run_workers(self, kind: str, target: Callable[..., None], template: str, procs: int) -> Run:
         """As the SQLite round trip's ``_run_workers``, on a fresh copy of the ``template``
@@ -422,6 +396,7 @@ class PostgresBench:
         opened by the first claim would charge to throughput. Also reads the CPU the processes
         and their server backends spend per job over the window (Linux /proc; None elsewhere)."""
         window = self.sizes.pg_roundtrip_window
+        table = yardstick.TABLE if kind in BARE_KINDS else "jobs"  # a fixed name of ours, never input
         url = self._new_database(f"{kind}{procs}", template)
         barrier = self.mp.Barrier(procs + 1)
         children = [self.mp.Process(target=target, args=(url, self.lab.task_dir, barrier),
@@ -433,7 +408,7 @@ class PostgresBench:
             with _connect(url) as conn:
                 start = time.time()
                 barrier.wait()
-                self._await_all_claiming(conn, procs, children)
+                self._await_all_claiming(conn, table, procs, children)
                 backends = [pid for (pid,) in conn.execute(
                     "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                     "AND backend_type = 'client backend' AND pid <> pg_backend_pid()")]
@@ -447,17 +422,17 @@ class PostgresBench:
                 child.terminate()  # jobs in hand are abandoned: this database is thrown away
             for child in children:
                 child.join(30)
-        completed = ("SELECT count(*) FROM jobs WHERE state = 'completed' "
+        completed = (f"SELECT count(*) FROM {table} WHERE state = 'completed' "
                      "AND finished_at > %(after)s AND finished_at <= %(until)s")
         with _connect(url) as conn:
             first, holders = conn.execute(
-                "SELECT max(first), count(*) FROM (SELECT min(started_at) AS first FROM jobs "
+                f"SELECT max(first), count(*) FROM (SELECT min(started_at) AS first FROM {table} "
                 "WHERE started_at IS NOT NULL GROUP BY claimed_by) AS firsts").fetchone()
             first = first or start
             end = first + window
             done = conn.execute(completed, {"after": first, "until": end}).fetchone()[0]
-            last = conn.execute("SELECT max(finished_at) FROM jobs WHERE state = 'completed'").fetchone()[0]
-            queued = conn.execute("SELECT count(*) FROM jobs WHERE state = 'queued'").fetchone()[0]
+            last = conn.execute(f"SELECT max(finished_at) FROM {table} WHERE state = 'completed'").fetchone()[0]
+            queued = conn.execute(f"SELECT count(*) FROM {table} WHERE state = 'queued'").fetchone()[0]
             per_holder = [n for (n,) in conn.execute(completed + " GROUP BY claimed_by ORDER BY 1 DESC",
                                                      {"after": first, "until": end})]
             measured = conn.execute(completed, {"after": cpu_at, "until": cpu_until}).fetchone()[0]
@@ -483,12 +458,12 @@ class PostgresBench:
         return Run(done / elapsed, split, first - start, problem, client, server)
 
     @staticmethod
-    def _await_all_claiming(conn: Any, procs: int, children: list[Any]) -> None:
-        """Return once ``procs`` holders have a running job (a cheap read of the small
-        running set), or when STARTUP_LIMIT passes: the window is then found cut short."""
+    def _await_all_claiming(conn: Any, table: str, procs: int, children: list[Any]) -> None:
+        """Return once ``procs`` holders have a running job in ``table`` (one of ours), or when
+        STARTUP_LIMIT passes: the window is then found cut short."""
         deadline = time.monotonic() + STARTUP_LIMIT
         while time.monotonic() < deadline and all(c.exitcode is None for c in children):
-            if conn.execute("SELECT count(DISTINCT claimed_by) FROM jobs WHERE state = 'running'"
+            if conn.execute(f"SELECT count(DISTINCT claimed_by) FROM {table} WHERE state = 'running'"
                             ).fetchone()[0] >= procs:
                 return
             time.sleep(0.01)
@@ -561,7 +536,7 @@ class PostgresBench:
     def claim(self) -> None:
         """Claim latency at each depth, loading only the rows each depth adds to the last."""
         depths = sorted(self.sizes.claim_rows)
-        url = self._new_database("claim")
+        url, bare_url = self._new_database("claim"), self._new_yardstick("claim_bare")
         rowfleet.configure(db=url, project=PROJECT)
         medians: dict[int, tuple[float, float]] = {}
         loaded = 0
@@ -575,9 +550,11 @@ class PostgresBench:
             with _connect(url) as conn:
                 conn.execute("VACUUM ANALYZE jobs")
             took = time.perf_counter() - start
+            with _connect(bare_url) as conn:
+                yardstick.pg_load(conn, loaded - before)
             plan = self._claim_plan(url)
             progress(f"pg claim latency: {rows:,} queued rows: rowfleet and bare taking turns")
-            ours, bare, samples = self._claims(url)
+            ours, bare, samples = self._claims(url, bare_url)
             medians[rows] = (ours, bare)
             notes = [f"median of {samples:,}", plan,
                      f"loaded + VACUUM ANALYZE in {took:.1f} s (enqueue_many {load_rate:,.0f} jobs/s)"]
@@ -587,6 +564,7 @@ class PostgresBench:
             self.add(Row(f"pg claim latency, {short(rows)} queued (us)", self.durability, f"{ours:.0f}",
                          f"{bare:.0f}", ratio(ours, bare), "; ".join(notes)))
         self._drop_database(url)
+        self._drop_database(bare_url)
         self._claim_behind_delayed()
         self._claim_with_affinity()
 
@@ -662,17 +640,17 @@ class PostgresBench:
             return "plan: jobs_claim index"
         return "plan: " + "; ".join(line.strip() for line in plan.splitlines()[:3])
 
-    def _claims(self, url: str) -> tuple[float, float, int]:
-        """Median microseconds per claim of ``Store.claim`` and of the bare claim, taking
-        turns on the same database, and how many each timed. The claimed jobs are put back."""
+    def _claims(self, url: str, bare_url: str) -> tuple[float, float, int]:
+        """Median microseconds per claim of ``Store.claim`` on ``url`` and of the yardstick's
+        claim on ``bare_url``, taking turns, and how many each timed. The claimed jobs are put
+        back on both."""
         s = self.sizes
-        conn = _connect(url)
-        params = {"holder": "bare", "project": PROJECT, "queue": QUEUE}
         store = open_store(Config(db=url, project=PROJECT))
         holder = f"bench:{os.getpid()}"
+        bare_conn = _connect(bare_url)
 
         def bare() -> None:
-            if conn.execute(BARE_CLAIM, {"now": time.time(), **params}).fetchone() is None:
+            if yardstick.pg_claim_one(bare_conn, "bare") is None:
                 raise RuntimeError("the claim benchmark ran out of queued jobs")
 
         def ours() -> None:
@@ -681,10 +659,11 @@ class PostgresBench:
 
         try:
             mine, theirs = paired(ours, bare, s.claims, s.claim_seconds, warmup=s.claim_warmup)
-            with conn.transaction():
-                conn.execute(REQUEUE_CLAIMED)
-                conn.execute("DELETE FROM job_events")
+            yardstick.pg_requeue(bare_conn)
         finally:
             store.close()
-            conn.close()
+            bare_conn.close()
+        with _connect(url) as conn, conn.transaction():
+            conn.execute(REQUEUE_CLAIMED)
+            conn.execute("DELETE FROM job_events")
         return medians(mine, theirs)

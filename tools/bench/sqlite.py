@@ -14,12 +14,13 @@ same run, with the same pragmas:
   an idle worker's CPU use, idle and while another queue of the file takes ~1,000 commits/s:
   its doorbells vs the same worker forced onto its polling fallback, or onto the WAL watch alone;
 * ``claim`` latency with 10k, 100k and 1M queued rows: ``Store.claim`` vs the bare claim
-  UPDATE; and ``Store.claim`` with 10k due rows behind delayed ones of higher priority vs
-  ``Store.claim`` with none delayed.
+  UPDATE on the yardstick's table, as deep, in a file of its own; and ``Store.claim`` with
+  10k due rows behind delayed ones of higher priority vs ``Store.claim`` with none delayed.
 
 Imports the harness (tools/bench/harness.py), the yardstick and rowfleet's public pieces, never another
-section. Holds bare ``sqlite3`` connections only for the baselines, to load queues fast
-and to read back what workers wrote; reads rowfleet's SQL only to EXPLAIN its claim.
+section. Holds bare ``sqlite3`` connections only to load rowfleet's queues fast, to read back
+what workers wrote and to put claimed jobs back; reads rowfleet's SQL only to EXPLAIN its
+claim. The baselines' SQL is the yardstick's alone.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import time
 from typing import Any, Callable
 
 from . import harness, yardstick
-from .harness import BARE_CLAIM, NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, \
+from .harness import NOOP, PROJECT, QUEUE, REQUEUE_CLAIMED, STAMP, Bench, Row, \
     claim_micros, count, medians, paired, percentile, progress, ratio, rounds_note, shares, short
 
 import rowfleet
@@ -46,18 +47,19 @@ from rowfleet.store.jobs import claim_params
 from rowfleet.store.sqlite import SQLiteStore
 from rowfleet.worker.loop import Worker
 
-# The enqueue baseline (the claim's and the complete's are the harness's): the smallest SQL
-# that does the same work on rowfleet's own schema.
-BARE_INSERT = ("INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts, "
+# Fills rowfleet's own schema fast for the rowfleet side of a row (never a baseline: those
+# run on the yardstick's table): the columns a queued no-op job needs, the rest defaults.
+FAST_INSERT = ("INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts, "
                "created_at, updated_at) VALUES (?, ?, ?, ?, 0, 0, ?, 5, ?, ?)")
 
 STARTUP_ALLOWANCE = 0.3  # seconds a round-trip run may take to make its first claim
 
 LEGEND = """\
-  baselines   enqueue, batch and round trip run on the bench's own minimal table, never
-              rowfleet's schema (tools/bench/yardstick.py: id, state, payload, lease,
-              holder, times, result; one partial index on the queued rows), the same on
-              every run, so they measure the machine, not rowfleet's indexes.
+  baselines   enqueue, batch, round trip and claim latency run on the bench's own minimal
+              table, never rowfleet's schema (tools/bench/yardstick.py: id, state,
+              payload, lease, holder, times, result; one partial index on the queued
+              rows), in a file of its own with the row's pragmas, the same on every run,
+              so they measure the machine, not rowfleet's indexes.
               enqueue: BEGIN IMMEDIATE; INSERT; COMMIT per job, same pragmas.
               batch: one executemany INSERT in one transaction (best of the rounds).
               round trip: as many processes each running the bare two-transaction loop
@@ -74,10 +76,11 @@ LEGEND = """\
               Latency = handler start - the enqueuing process's commit returning, both by
               time.time(). "Other queue busy": a child process enqueues one job per
               commit (rowfleet.enqueue, FULL) to a queue the idle worker does not serve.
-              claim latency: the bare claim UPDATE on rowfleet's schema (the same rows), in its own
-              BEGIN IMMEDIATE transaction: what rowfleet adds to the one statement.
-              rowfleet's Store.claim also writes a job event and builds a Job, and commits
-              without waiting for fsync even at FULL (a lost claim only runs a job again).
+              claim latency: the bare claim UPDATE ... RETURNING on the yardstick's table
+              holding as many queued rows, in its own BEGIN IMMEDIATE transaction.
+              rowfleet's Store.claim also orders by priority, checks the due time, writes
+              a job event and builds a Job, and commits without waiting for fsync even at
+              FULL (a lost claim only runs a job again).
               "Due behind delayed": Store.claim on 10k due jobs plus delayed ones of higher
               priority (rowfleet.enqueue_many with a delay) vs Store.claim on 10k due
               jobs and none delayed, taking turns: what a backlog of delayed jobs costs.
@@ -87,15 +90,13 @@ LEGEND = """\
               host:pid), largest first, mean over the rounds."""
 
 
-# --- bare SQLite ---------------------------------------------------------------------------
+# --- rowfleet's files, filled and reset behind its back -------------------------------------
 
 
-def bare_connect(path: str, synchronous: str) -> sqlite3.Connection:
-    """A bare connection with the pragmas rowfleet's ``connect()`` sets."""
+def plain_connect(path: str) -> sqlite3.Connection:
+    """A plain connection to a rowfleet file, in WAL mode, for the bench's own housekeeping."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
     conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = " + ("FULL" if synchronous == "FULL" else "NORMAL"))
-    conn.execute("PRAGMA foreign_keys = ON")
     return conn
 
 
@@ -112,7 +113,7 @@ def load_queued(path: str, rows: int, chunk: int = 250_000) -> None:
         while done < rows:
             n = min(chunk, rows - done)
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(BARE_INSERT, ((PROJECT, QUEUE, NOOP, "null", now, now, now) for _ in range(n)))
+            conn.executemany(FAST_INSERT, ((PROJECT, QUEUE, NOOP, "null", now, now, now) for _ in range(n)))
             conn.execute("COMMIT")
             done += n
         conn.execute("PRAGMA journal_mode = WAL")
@@ -439,14 +440,16 @@ def claim(bench: Bench) -> None:
     depths = bench.sizes.claim_rows
     for rows in depths:
         path = bench.lab.database(f"claim-{rows}")
-        progress(f"claim latency: loading {rows:,} queued rows")
+        bare_path = os.path.join(bench.lab.folder(f"claim-bare-{rows}"), "bare.db")
+        progress(f"claim latency: loading {rows:,} queued rows, and as many into the yardstick's table")
         start = time.perf_counter()
         load_queued(path, rows)
         loaded = time.perf_counter() - start
+        yardstick.load(bare_path, rows)
         plan = claim_plan(path)
         for sync in ("FULL", "NORMAL"):
             progress(f"claim latency: {rows:,} queued rows, {sync}: rowfleet and bare taking turns")
-            ours, bare, samples = _claims(bench, path, sync)
+            ours, bare, samples = _claims(bench, path, bare_path, sync)
             medians[(sync, rows)] = (ours, bare)
             notes = [f"median of {samples:,}", plan]
             if rows == depths[-1] and len(depths) > 1:
@@ -487,21 +490,18 @@ def _claim_behind_delayed(bench: Bench) -> None:
                   f"{base:.0f}", ratio(ours, base), note))
 
 
-def _claims(bench: Bench, path: str, sync: str, *, least: int = 100, warmup: int | None = None
-            ) -> tuple[float, float, int]:
-    """Median microseconds per claim of ``Store.claim`` and of the bare claim, taking
-    turns on the same file, and how many each timed. The claimed jobs are put back."""
+def _claims(bench: Bench, path: str, bare_path: str, sync: str, *, least: int = 100,
+            warmup: int | None = None) -> tuple[float, float, int]:
+    """Median microseconds per claim of ``Store.claim`` on ``path`` and of the yardstick's
+    claim on ``bare_path``, taking turns, and how many each timed. The claimed jobs are put
+    back on both."""
     s = bench.sizes
-    conn = bare_connect(path, sync)
-    params = {"holder": "bare", "project": PROJECT, "queue": QUEUE}
+    conn = yardstick.connect(bare_path, sync)
     store = SQLiteStore(path, Config(db=path, project=PROJECT, synchronous=sync))
     holder = f"bench:{os.getpid()}"
 
     def bare() -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        rows = conn.execute(BARE_CLAIM, {"now": time.time(), **params}).fetchall()
-        conn.execute("COMMIT")
-        if not rows:
+        if yardstick.claim_one(conn, "bare") is None:
             raise RuntimeError("the claim benchmark ran out of queued jobs")
 
     def ours() -> None:
@@ -515,12 +515,13 @@ def _claims(bench: Bench, path: str, sync: str, *, least: int = 100, warmup: int
         store.close()
         conn.close()
     _requeue(path)
+    yardstick.requeue(bare_path)
     return medians(mine, theirs)
 
 
 def _requeue(path: str) -> None:
     """Put the claimed jobs back, so every measurement sees the same queue depth."""
-    conn = bare_connect(path, "NORMAL")
+    conn = plain_connect(path)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(REQUEUE_CLAIMED)

@@ -29,7 +29,7 @@ import struct
 import time
 from typing import Any, Callable
 
-from .harness import BARE_CLAIM, BARE_COMPLETE, NOOP, PROJECT, QUEUE, Bench, Row, progress, ratio
+from .harness import NOOP, PROJECT, QUEUE, Bench, Row, progress, ratio
 
 from rowfleet.claim import Claim
 from rowfleet.config import Config
@@ -40,6 +40,26 @@ TARGET = 5.0       # pages per job a busy worker should write at most
 HOLDER = "bench:1"
 WAL_HEADER = struct.Struct(">IIIIIIII")   # magic, version, page size, checkpoint, salt 1, salt 2, checksums
 FRAME_HEADER = struct.Struct(">IIIIII")   # page number, database size (commit frames), salt 1, salt 2, checksums
+
+# The baseline's claim and complete on rowfleet's own schema: unlike the yardstick's rows
+# (tools/bench/yardstick.py), this section counts which of rowfleet's tables and indexes
+# each page belongs to, so its baseline writes the same ones with the smallest SQL that
+# does the same work.
+BARE_CLAIM = """
+UPDATE jobs
+SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+    claimed_by = :holder, lease_expires_at = :now + 600, started_at = :now, updated_at = :now
+WHERE id = (SELECT id FROM jobs
+            WHERE state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+            ORDER BY run_next DESC, priority, run_at, id
+            LIMIT 1)
+RETURNING id, lease_token, task, args
+"""
+BARE_COMPLETE = """
+UPDATE jobs SET state = 'completed', result = :result, lease_expires_at = NULL,
+    finished_at = :now, updated_at = :now
+WHERE id = :id AND state = 'running' AND lease_token = :token
+"""
 
 LEGEND = """\
   walpages    pages written to the WAL per job by a busy worker (finish a job and claim the
