@@ -162,6 +162,25 @@ class LifecycleContract:
             self.store.finish_prefetched(second, Outcome(FAILED, error="late"), hand_back=following, reason="late")
         self.assertEqual({self.store.get_job(job.id, "").state for job in following}, {RUNNING})
 
+    def test_a_batched_finish_writes_every_outcome_in_one_commit_and_refuses_only_a_stale_one(self):
+        ids = [self.enqueue(args={"a": i, "b": 0}).id for i in range(6)]
+        first, stale, third = self.store.claim_batch(Claim("", "default", HOLDER, 60.0), 3)
+        self.store.hand_back(stale, "the test takes it away")
+        again = self.store.claim(Claim("", "default", "someone-else", 60.0))
+        self.assertEqual((again.id, again.lease_token), (stale.id, 2))
+        batch = self.store.finish_batch(
+            [(first, Outcome(COMPLETED, result=1)), (stale, Outcome(COMPLETED, result="zombie")),
+             (third, Outcome(FAILED, error="boom"))], claim_next=Claim("", "default", HOLDER, 60.0), limit=10)
+        self.assertEqual([lost.job_id for lost in batch.lost], [stale.id])
+        self.assertEqual([(job.id, job.state) for job in batch.claimed], [(job_id, RUNNING) for job_id in ids[3:]])
+        written = {job_id: self.store.get_job(job_id, "") for job_id in ids[:3]}
+        self.assertEqual((written[first.id].state, written[first.id].result), (COMPLETED, 1))
+        self.assertEqual((written[third.id].state, written[third.id].error), (FAILED, "boom"))
+        self.assertIn("failed", self.kinds(third.id))
+        self.assertEqual((written[stale.id].state, written[stale.id].lease_token, written[stale.id].claimed_by),
+                         (RUNNING, 2, "someone-else"), "a stale holder's outcome was written")
+        self.assertEqual(self.store.finish_batch([]).claimed, [])
+
     # --- claim order -------------------------------------------------------------------
 
     def test_claim_order_run_next_then_priority_then_creation(self):

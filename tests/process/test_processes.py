@@ -92,6 +92,14 @@ def hang_first():
     return "recovered"
 
 
+@rowfleet.task(name="die_first")
+def die_first():
+    """Kills its own process (SIGKILL) on its first claim; returns on any later one."""
+    if rowfleet.current_job().lease_token == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "recovered"
+
+
 @rowfleet.task(name="until_term")
 def until_term():
     """Runs until its process has handled SIGTERM, then finishes normally.
@@ -368,6 +376,67 @@ class ProcessContract:
             [back] = [event for event in self.store().reads.events(job_id) if event.kind == "handed_back"]
             self.assertEqual(back.at, stop.at, "not handed back in the transaction of the stop")
         self.assertEqual(self.ran(), collections.Counter())
+
+    # --- batched completion (worker --batch N) --------------------------------------------
+
+    def test_batching_workers_drain_600_jobs_each_exactly_once(self):
+        self.drain_exactly_once(lambda: [self.launch("worker", "--app", APP, "--burst", "--batch", "8")
+                                         for _ in range(2)], jobs=600, processes=2, batch=8)
+
+    def test_kill_9_of_a_batching_worker_runs_again_exactly_the_jobs_whose_outcomes_it_had_not_written(self):
+        # Notes run in well under a millisecond, then the next job kills the process: the
+        # notes' outcomes are still held, unless the completer's window passed meanwhile.
+        notes = self.enqueue("note", 4)
+        dying = self.enqueue("die_first")[0]
+        lease = ("--lease", "2", "--renew", "0.5", "--poll", "0.2")
+        first = self.launch("worker", "--app", APP, "--batch", "5", *lease)
+        self.assert_exits(first, -signal.SIGKILL)
+        unwritten = [job_id for job_id in notes if self.job(job_id).state == "running"]
+        self.assertEqual(self.ran(), collections.Counter(notes), "every note ran before the kill")
+        orchestrator = self.launch("orchestrator", "--interval", "0.2")
+        second = self.launch("worker", "--app", APP, "--batch", "5", *lease)
+        for job_id in [*notes, dying]:
+            self.wait_for_state(job_id, "completed")
+        self.assertEqual(self.ran(), collections.Counter(notes + unwritten),
+                         "not exactly the notes whose outcomes were unwritten ran again")
+        for job_id in notes:
+            expected = ["claimed", "reclaimed", "claimed", "completed"] if job_id in unwritten else \
+                ["claimed", "completed"]
+            self.assertEqual(self.kinds(job_id), expected, f"job {job_id}")
+        self.assertEqual(self.job(dying).result, "recovered")
+        self.stop(second)
+        self.stop(orchestrator)
+
+    def test_a_batching_worker_writes_the_outcomes_before_a_long_job_while_it_runs(self):
+        notes = self.enqueue("note", 3)
+        hung = self.enqueue("hang_first")[0]
+        worker = self.launch("worker", "--app", APP, "--batch", "4", "--poll", "0.2")
+        wait_until(lambda: self.marker(f"started-{hung}"), message="the long job to start")
+        for job_id in notes:  # written by the completer, not held until the long job ends
+            self.wait_for_state(job_id, "completed")
+        self.assertEqual(self.job(hung).state, "running")
+        self.cli("control", "--queue", "default", "--off", "--policy", "hard")
+        self.assert_exits(worker, 79)
+        self.assertEqual(self.ran(), collections.Counter(notes))
+
+    def test_sigterm_of_a_batching_worker_writes_what_it_holds_and_hands_back_the_rest_in_one_commit(self):
+        before = self.enqueue("note")[0]
+        running = self.enqueue("until_term")[0]
+        waiting = self.enqueue("note", 2)
+        worker = self.launch("worker", "--app", APP, "--batch", "4", "--poll", "0.2")
+        wait_until(lambda: self.marker(f"started-{running}"), message="the job to start")
+        worker.send_signal(signal.SIGTERM)
+        self.assert_exits(worker, 0)
+        done = self.job(running)
+        self.assertEqual((done.state, done.result), ("completed", "finished after SIGTERM"))
+        self.assertEqual(self.job(before).state, "completed")
+        for job_id in waiting:
+            left = self.job(job_id)
+            self.assertEqual((left.state, left.attempts, left.claimed_by), ("queued", 0, None), f"job {job_id}")
+            [back] = [event for event in self.store().reads.events(job_id) if event.kind == "handed_back"]
+            self.assertIn("stopping", back.detail["reason"])
+            self.assertEqual(back.at, done.finished_at, "handed back in another transaction than the finish")
+        self.assertEqual(self.ran(), collections.Counter([before]))
 
     def test_supervisor_restarts_a_killed_child_and_stops_all_on_sigterm(self):
         hung_id = self.enqueue("hang_first")[0]

@@ -39,6 +39,9 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--prefetch", type=typed("prefetch"), default=1, metavar="N",
                      help="claim up to N due jobs at once and run them one at a time (default 1); for many "
                           "short jobs, not for GPU or long ones (see the README)")
+    sub.add_argument("--batch", type=typed("prefetch"), default=1, metavar="N",
+                     help="claim up to N due jobs at once and write their outcomes together, in one commit "
+                          "with the next claim (default 1: a commit per job); an outcome waits about 10 ms at most")
     sub.add_argument("--no-sampler", action="store_true",
                      help="with --procs: run no telemetry sampler for this host (by default the supervisor "
                           "runs one, which stands by while another sampler of the host writes)")
@@ -73,9 +76,10 @@ def cmd_worker(args: argparse.Namespace, config: configuration.Config) -> int:
     queues = tuple(dict.fromkeys(args.queue or ["default"]))  # each a name, '*' too refused: no queue to serve
     gpu_settings = gpu_settings_of(args)
     sidecar = _sidecar(args)
-    check_prefetch(args.prefetch, routed=gpu_settings is not None, sidecar=sidecar is not None)  # before a fork
+    check_prefetch(max(args.prefetch, args.batch), routed=gpu_settings is not None,
+                   sidecar=sidecar is not None)  # before a fork
     one_worker = partial(runner.run_worker, config, queues, burst=args.burst, gpu=args.gpu, gpu_settings=gpu_settings,
-                         sidecar=sidecar, prefetch=args.prefetch)
+                         sidecar=sidecar, prefetch=args.prefetch, batch=args.batch)
     if args.procs is None:
         return one_worker()
     runner.refuse_broken_database(config)  # one line now, not one per child and its supervisor's notes

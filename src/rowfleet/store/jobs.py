@@ -187,11 +187,32 @@ class JobStore(StoreCore):
         one transaction: the outcome; the unstarted jobs of ``hand_back`` given back
         (``hand_back``'s rule, with ``reason``); and with ``claim_next`` up to ``limit`` next
         jobs (``claim_batch``). ``LeaseLost`` as ``finish``, writing nothing."""
+        written = self.finish_batch([(job, outcome)], hand_back=hand_back, reason=reason, claim_next=claim_next,
+                                    limit=limit, fenced=True)
+        return written.claimed
+
+    def finish_batch(self, done: Sequence[tuple[Job, Outcome]], *, hand_back: Sequence[Job] = (),
+                     reason: str = "", claim_next: Claim | None = None, limit: int = 1,
+                     fenced: bool = False) -> "Batch":
+        """Several runs' outcomes in one transaction, one commit (``worker --batch``), with
+        ``finish_prefetched``'s hand-back and next claim. An outcome whose token is stale is
+        not written and its ``LeaseLost`` returned in ``Batch.lost``: the others commit all
+        the same (with ``fenced``, the first stale token raises instead, writing nothing)."""
+        lost: list[LeaseLost] = []
         with self.transaction() as tx:
-            self._write_outcome(tx, job, outcome)
+            for job, outcome in done:
+                try:
+                    self._write_outcome(tx, job, outcome)
+                except LeaseLost as exc:
+                    # The guarded UPDATE matched nothing, so nothing of this job was written:
+                    # the transaction goes on without it, no savepoint needed.
+                    if fenced:
+                        raise
+                    lost.append(exc)
             for unstarted in hand_back:
                 self._hand_back(tx, unstarted, reason)
-            return [] if claim_next is None else self._claim_batch(tx, claim_next, limit)
+            claimed = [] if claim_next is None else self._claim_batch(tx, claim_next, limit)
+        return Batch(claimed, lost)
 
     def _write_outcome(self, tx: Tx, job: Job, outcome: Outcome) -> Outcome:
         """Write ``outcome`` (a re-queue of a node whose run has ended becomes cancelled);
@@ -544,6 +565,15 @@ class Renewal:
     lease_expires_at: float
     cancel_requested_at: float | None = None
     cancel_reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """What ``finish_batch`` did: the jobs it claimed next, and the outcomes it could not
+    write because their tokens were stale (each one's ``LeaseLost``)."""
+
+    claimed: list[Job]
+    lost: list[LeaseLost]
 
 
 def promotion_due(last: float | None, now: float, poll: float) -> bool:

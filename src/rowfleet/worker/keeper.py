@@ -42,6 +42,7 @@ from rowfleet.worker.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from rowfleet.gpu.gpu_worker import GpuBox
+    from rowfleet.worker.completer import HeldOutcomes
 
 log = logging.getLogger("rowfleet.worker")
 
@@ -188,7 +189,8 @@ class Keeper(threading.Thread):
     def __init__(self, identity: Identity, switch: SwitchCell, connect: Callable[[], Store], watchdog: Watchdog, *,
                  exit: Callable[[int], None], wake: Callable[[], None], gpu: "GpuBox | None" = None,
                  sidecar: Callable[[], Mapping[str, Any] | None] = lambda: None,
-                 prefetched: Prefetched | None = None, leases: Leases | None = None) -> None:
+                 prefetched: Prefetched | None = None, leases: Leases | None = None,
+                 outcomes: "HeldOutcomes | None" = None) -> None:
         super().__init__(name=f"rowfleet-keeper-{identity.pid}", daemon=True)
         self.identity = identity
         self.switch = switch
@@ -200,6 +202,7 @@ class Keeper(threading.Thread):
         self.sidecar = sidecar  # what its sidecar is doing (Sidecar.status), for the heartbeat
         self.prefetched = prefetched if prefetched is not None else Prefetched()  # renewed with the job in hand
         self.leases = leases if leases is not None else Leases()  # each renewal noted, for the lease rule
+        self.outcomes = outcomes  # run, their outcomes not written yet (worker --batch): renewed until written
         self._job: Job | None = None
         self._cancel_reason: str | None = None  # an operator cancelled the job in hand: why
         self._state = control.SERVING  # what the heartbeat row shows
@@ -351,6 +354,7 @@ class Keeper(threading.Thread):
         if self.gpu is not None:
             self.gpu.renew(store)
         self._renew_prefetched(store)
+        self._renew_unwritten(store)
         job = self.held()
         if job is None:
             return
@@ -403,6 +407,17 @@ class Keeper(threading.Thread):
                     log.warning("prefetched job %d: %s before it started", job.id, reason)
                 except RowfleetError as exc:  # its lease lapses, and the sweep ends it cancelled
                     log.warning("prefetched job %d: could not record its cancel: %s", job.id, exc)
+
+    def _renew_unwritten(self, store: Store) -> None:
+        """Renew the leases of the jobs run whose outcomes are held, not yet written: they are
+        still running to everyone else until the write commits. One written since the snapshot
+        is no loss; one held by someone else now is refused when its outcome is written."""
+        if self.outcomes is None:
+            return
+        for job in self.outcomes.jobs():
+            renewal = self._renew_one(store, job, "finished job")
+            if isinstance(renewal, LeaseLost) and self.outcomes.holds(job):
+                log.warning("finished job %d: %s; its outcome will be refused", job.id, renewal)
 
     def _cancel_seen(self, job: Job, reason: str) -> None:
         """An operator cancelled the job in hand: its handler is asked to stop (it may check

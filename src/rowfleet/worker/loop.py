@@ -54,6 +54,7 @@ from rowfleet.store import Store, open_store
 from rowfleet.store import waiting
 from rowfleet.store.wake import SelfPipe, StopEvent
 from rowfleet.worker import decide, handler
+from rowfleet.worker.completer import Completer, HeldOutcomes, Writer
 from rowfleet.worker.keeper import Identity, Keeper, Leases, Prefetched, SwitchCell, read_switch
 from rowfleet.worker.watchdog import Watchdog
 
@@ -79,13 +80,17 @@ class Worker:
 
     def __init__(self, config: Config, queue: str | Sequence[str], *, burst: bool = False, gpu: bool = False,
                  gpu_settings: GpuSettings | None = None, sidecar: SidecarSpec | None = None,
-                 prefetch: int = 1, store_factory: Callable[[Config], Store] = open_store,
+                 prefetch: int = 1, batch: int = 1, store_factory: Callable[[Config], Store] = open_store,
                  exit: Callable[[int], None] = os._exit) -> None:
-        check_prefetch(prefetch, routed=gpu_settings is not None, sidecar=sidecar is not None)
+        check_prefetch(max(prefetch, batch), routed=gpu_settings is not None, sidecar=sidecar is not None)
         self.config = config
-        self.prefetch = prefetch
+        self.batch = batch  # outcomes written in one commit at most (worker --batch): claims as many at once
+        self.prefetch = max(prefetch, batch)
         self.prefetched = Prefetched()  # claimed with the job in hand, not started yet (prefetch > 1)
         self.leases = Leases()  # when each held job's lease was granted or renewed: the lease rule's count
+        self.held = HeldOutcomes()  # run, their outcomes not written yet (batch > 1)
+        self.completer: Completer | None = None
+        self.writer = Writer(self.held, self.leases.forget, self._exit)
         self.queues = (queue,) if isinstance(queue, str) else tuple(dict.fromkeys(queue))
         self.queue = self.queues[0]
         self.burst = burst
@@ -152,15 +157,20 @@ class Worker:
         self.keeper = Keeper(self.identity, self.switch, lambda: self.store_factory(self.config), self.watchdog,
                              exit=self.exit, wake=self._wake, gpu=self.gpu_box,
                              sidecar=self.sidecar.status if self.sidecar is not None else lambda: None,
-                             prefetched=self.prefetched, leases=self.leases)
+                             prefetched=self.prefetched, leases=self.leases, outcomes=self.held)
         self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
+        if self.batch > 1:
+            self.completer = Completer(self.writer, lambda: self.store_factory(self.config))
+            self.completer.start()
         log.info("worker %s serving %s %s of project %r", self.holder, "queues" if len(self.queues) > 1 else "queue",
                  ", ".join(map(repr, self.queues)), self.config.project)
         try:
             while self.step():
                 pass
         finally:
+            if self.completer is not None:
+                self.completer.stop()
             self._hand_back_prefetched("its worker stopped before it started")
             self.watchdog.stop()
             self.keeper.stop()
@@ -266,10 +276,16 @@ class Worker:
 
     def _claim_batch(self) -> Job | None:
         for queue in self._serving():
-            taken = self._leasing(lambda: self.store.claim_batch(self._claim_request(queue), self.prefetch))
+            taken = self._leasing(lambda: self._take_batch(self._claim_request(queue)))
             if taken:
                 return self._hold_batch(taken)
         return None
+
+    def _take_batch(self, claim: Claim) -> list[Job]:
+        """A batch claim; a batching worker's carries the outcomes it holds, in one commit."""
+        if self.batch > 1:
+            return self.writer.write(self.store, claim_next=claim, limit=self.prefetch)
+        return self.store.claim_batch(claim, self.prefetch)
 
     def _leasing(self, claim: Callable[[], _Taken]) -> _Taken:
         """Run a statement that may claim jobs, noting when it was sent: the leases it grants
@@ -296,8 +312,16 @@ class Worker:
         return None
 
     def _hand_back_prefetched(self, reason: str) -> None:
-        """Give back every job claimed and not started (a stop, best effort: what cannot be
-        written lapses and is reclaimed, as after a crash)."""
+        """Give back every job claimed and not started, and write the outcomes held (a stop,
+        best effort: what cannot be written lapses and is reclaimed, as after a crash)."""
+        if self.batch > 1:
+            try:
+                self.writer.write(self.store, hand_back=self.prefetched.snapshot(), reason=reason)
+            except RowfleetError as exc:
+                log.warning("held outcomes and prefetched jobs not written (%s); their leases will lapse", exc)
+            self.leases.forget(self.prefetched.snapshot())
+            self.prefetched.discard(self.prefetched.snapshot())
+            return
         for job in self.prefetched.snapshot():
             try:
                 self.store.hand_back(job, reason)
@@ -349,10 +373,14 @@ class Worker:
         past that the job is reclaimed and run again anyway."""
         give_up = time.monotonic() + self.config.lease
         pause = 0.1
+        if self.batch > 1:
+            self.held.add(job, outcome)  # written with the next claim, or by the completer
         while True:
             serving = self._serving() if not self.stopping and self.switch.get() is None else []
             claim_next = self._claim_request(serving[0]) if serving else None  # the others: the next claim
             try:
+                if self.batch > 1:
+                    return self._finish_batched(claim_next)
                 if self.prefetch > 1:
                     return self._finish_prefetched(job, outcome, claim_next)
                 return self._leasing(lambda: self.store.finish(job, outcome, claim_next))
@@ -378,6 +406,25 @@ class Worker:
             return self._next_prefetched()
         return self._hold_batch(self._leasing(lambda: self.store.finish_prefetched(
             job, outcome, claim_next=claim_next, limit=self.prefetch)))
+
+    def _finish_batched(self, claim_next: Claim | None) -> Job | None:
+        """A batching worker's finish, its outcome held: the next job held runs next (the
+        outcomes written first once a batch's worth is held); none held, every outcome is
+        written with the next batch's claim; stopping or switched off, with the unstarted
+        jobs handed back, in one transaction."""
+        if claim_next is None:
+            unstarted = self.prefetched.snapshot()
+            reason = "its worker is stopping" if self.stopping else "its worker was switched off"
+            self.writer.write(self.store, hand_back=unstarted, reason=f"{reason} before it started")
+            self.leases.forget(unstarted)
+            self.prefetched.discard(unstarted)
+            return None
+        if len(self.prefetched):
+            if len(self.held) >= self.batch:
+                self.writer.write(self.store)
+            return self._next_prefetched()
+        return self._hold_batch(self._leasing(lambda: self.writer.write(self.store, claim_next=claim_next,
+                                                                         limit=self.prefetch)))
 
     def execute(self, job: Job) -> Outcome:
         """Run the handler; never raises for the handler's sake."""
