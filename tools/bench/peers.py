@@ -16,7 +16,8 @@ section says so in one row.
 Rows: jobs/s with 1 and 4 consumer processes on SQLite (``rowfleet worker``, with ``--procs
 4 --no-sampler`` for 4, vs ``huey_consumer -w N -k process``), the seconds from a process's
 start to its first finished job, and jobs/s with 4 processes on PostgreSQL (``rowfleet
-worker --procs 4 --no-sampler`` vs 4 pgqueuer processes). Each side's count is read from
+worker --procs 4 --no-sampler`` vs 4 pgqueuer processes); each jobs/s row also with
+``worker --batch 10`` (ten outcomes and the next ten claims a commit). Each side's count is read from
 outside, from its own database, every few milliseconds: the window opens at the first
 finished job and closes when all are done, so neither side is charged for its start in
 the jobs/s rows.
@@ -124,6 +125,7 @@ SCRIPTS = {"bench_huey_app.py": HUEY_APP, "bench_pgq_app.py": PGQ_APP, "bench_pg
 POLL = 0.005     # seconds between counts of finished jobs in a SQLite file ...
 PG_POLL = 0.02   # ... and on PostgreSQL, where each count is a query a backend runs on our 2 cores
 PG_PROCS = 4
+BATCH = 10  # the batched rows' `worker --batch`: as many jobs a commit as pgqueuer takes a dequeue
 DRAIN_LIMIT = 120.0  # seconds a side may take to finish its jobs
 
 LEGEND = """\
@@ -166,12 +168,18 @@ def _huey_rows(bench: Bench, python: str, app_dir: str) -> None:
     version = f"huey {peer_version(python, 'huey')}"
     jobs, rounds = peer_jobs(bench), bench.sizes.roundtrip_rounds
     for procs in (1, 4):
-        ours, theirs = in_turns(rounds, f"peers, {procs} process(es): Huey, then rowfleet, {jobs:,} jobs each",
-                                lambda: _huey(bench, python, app_dir, procs, jobs),
-                                lambda: _rowfleet(bench, procs, jobs))
-        a, b = median_rate(ours), median_rate(theirs)
-        bench.add(Row(f"real worker vs Huey consumer, {procs} proc{'s' if procs > 1 else ''} (jobs/s)", "FULL",
-                      count(a), count(b), ratio(a, b), f"{rounds_note(rounds)} of {jobs:,} jobs; {version}"))
+        theirs, ours, batched = in_turns(
+            rounds, f"peers, {procs} process(es): Huey, then rowfleet, then rowfleet --batch {BATCH}, "
+                    f"{jobs:,} jobs each",
+            lambda: _huey(bench, python, app_dir, procs, jobs), lambda: _rowfleet(bench, procs, jobs),
+            lambda: _rowfleet(bench, procs, jobs, BATCH))
+        b = median_rate(theirs)
+        plural = "s" if procs > 1 else ""
+        for label, runs in ((f"real worker vs Huey consumer, {procs} proc{plural} (jobs/s)", ours),
+                            (f"real worker --batch {BATCH} vs Huey, {procs} proc{plural} (jobs/s)", batched)):
+            a = median_rate(runs)
+            bench.add(Row(label, "FULL", count(a), count(b), ratio(a, b),
+                          f"{rounds_note(rounds)} of {jobs:,} jobs; {version}"))
         if procs == 1:
             a, b = median_start(ours), median_start(theirs)
             bench.add(Row("process start -> first job (s)", "FULL", f"{a:.2f}", f"{b:.2f}", ratio(a, b),
@@ -190,18 +198,23 @@ def _pgqueuer_row(bench: Bench, app_dir: str) -> None:
     try:
         durability = harness.durability(_server_settings(server))
         jobs, rounds = peer_jobs(bench), bench.sizes.roundtrip_rounds
-        ours, theirs = in_turns(rounds, f"peers, PostgreSQL, {PG_PROCS} processes: pgqueuer, then rowfleet, "
-                                        f"{jobs:,} jobs each",
-                                lambda: _pgqueuer(bench, server, python, app_dir, jobs),
-                                lambda: _rowfleet_pg(bench, server, python, app_dir, jobs))
+        theirs, ours, batched = in_turns(
+            rounds, f"peers, PostgreSQL, {PG_PROCS} processes: pgqueuer, then rowfleet, then rowfleet --batch "
+                    f"{BATCH}, {jobs:,} jobs each",
+            lambda: _pgqueuer(bench, server, python, app_dir, jobs),
+            lambda: _rowfleet_pg(bench, server, python, app_dir, jobs),
+            lambda: _rowfleet_pg(bench, server, python, app_dir, jobs, BATCH))
     finally:
         server.stop()
-    a, b = median_rate(ours), median_rate(theirs)
+    b = median_rate(theirs)
     versions = ", ".join(f"{name} {peer_version(python, name)}" for name in ("pgqueuer", "psycopg"))
-    bench.add(Row(label, durability, count(a), count(b), ratio(a, b),
-                  f"{rounds_note(rounds)} of {jobs:,} jobs; start -> first job {median_start(ours):.2f}/"
-                  f"{median_start(theirs):.2f} s; pgqueuer dequeues 10 jobs at a time, rowfleet claims one; "
-                  f"{versions}"))
+    for row_label, runs, how in ((label, ours, "rowfleet claims one"),
+                                 (f"pg real worker --batch {BATCH} vs pgqueuer, {PG_PROCS} procs (jobs/s)", batched,
+                                  f"rowfleet claims {BATCH} and commits their outcomes together")):
+        a = median_rate(runs)
+        bench.add(Row(row_label, durability, count(a), count(b), ratio(a, b),
+                      f"{rounds_note(rounds)} of {jobs:,} jobs; start -> first job {median_start(runs):.2f}/"
+                      f"{median_start(theirs):.2f} s; pgqueuer dequeues 10 jobs at a time, {how}; {versions}"))
 
 
 def peer_jobs(bench: Bench) -> int:
@@ -209,16 +222,15 @@ def peer_jobs(bench: Bench) -> int:
     return max(2_000, bench.sizes.roundtrip_jobs // 8)
 
 
-def in_turns(rounds: int, what: str, theirs: Callable[[], tuple[float, float]],
-             ours: Callable[[], tuple[float, float]]) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """``rounds`` runs of each side, the peer first in every round: (ours, theirs), each a list
-    of (jobs/s, seconds from the start to the first job)."""
-    mine, peer = [], []
+def in_turns(rounds: int, what: str, *sides: Callable[[], tuple[float, float]]) -> list[list[tuple[float, float]]]:
+    """``rounds`` runs of each side, in the order given in every round (the peer first): for
+    each side a list of (jobs/s, seconds from the start to the first job)."""
+    runs: list[list[tuple[float, float]]] = [[] for _ in sides]
     for round_no in range(rounds):
         progress(f"{what}, round {round_no + 1} of {rounds}")
-        peer.append(theirs())
-        mine.append(ours())
-    return mine, peer
+        for side, run_side in zip(runs, sides):
+            side.append(run_side())
+    return runs
 
 
 def median_rate(runs: list[tuple[float, float]]) -> float:
@@ -271,11 +283,11 @@ def _huey(bench: Bench, python: str, app_dir: str, procs: int, jobs: int) -> tup
     return _timed([consumer], env, folder, jobs, lambda: _count(path, "SELECT count(*) FROM kv"))
 
 
-def _rowfleet(bench: Bench, procs: int, jobs: int) -> tuple[float, float]:
-    path = bench.lab.database(f"peers-rowfleet-{procs}")
+def _rowfleet(bench: Bench, procs: int, jobs: int, batch: int = 1) -> tuple[float, float]:
+    path = bench.lab.database(f"peers-rowfleet-{procs}-{batch}")
     rowfleet.configure(db=path, project=PROJECT)
     rowfleet.enqueue_many(NOOP, [None] * jobs, queue=QUEUE)
-    return _timed([_worker_command(path, procs)], _worker_env(bench), os.path.dirname(path), jobs,
+    return _timed([_worker_command(path, procs, batch)], _worker_env(bench), os.path.dirname(path), jobs,
                   lambda: _count(path, "SELECT count(*) FROM jobs WHERE state = 'completed'"))
 
 
@@ -292,7 +304,8 @@ def _pgqueuer(bench: Bench, server: Any, python: str, app_dir: str, jobs: int) -
         server.drop_database(url)
 
 
-def _rowfleet_pg(bench: Bench, server: Any, python: str, app_dir: str, jobs: int) -> tuple[float, float]:
+def _rowfleet_pg(bench: Bench, server: Any, python: str, app_dir: str, jobs: int,
+                 batch: int = 1) -> tuple[float, float]:
     url = server.create_database("rowfleet_bench_peer")
     try:
         with open_store(Config(db=url, project=PROJECT), create=True) as store:
@@ -300,14 +313,16 @@ def _rowfleet_pg(bench: Bench, server: Any, python: str, app_dir: str, jobs: int
         rowfleet.configure(db=url, project=PROJECT)
         rowfleet.enqueue_many(NOOP, [None] * jobs, queue=QUEUE)
         with contextlib.closing(PgCounter(python, app_dir, url, "rowfleet")) as finished:
-            return _timed([_worker_command(url, PG_PROCS)], _worker_env(bench), bench.lab.folder("rowfleet-pg"),
+            return _timed([_worker_command(url, PG_PROCS, batch)], _worker_env(bench), bench.lab.folder("rowfleet-pg"),
                           jobs, finished, PG_POLL)
     finally:
         server.drop_database(url)
 
 
-def _worker_command(db: str, procs: int) -> list[str]:
+def _worker_command(db: str, procs: int, batch: int = 1) -> list[str]:
     worker = [sys.executable, "-m", "rowfleet", "--db", db, "worker", "--app", TASK_MODULE, "--queue", QUEUE]
+    if batch > 1:
+        worker += ["--batch", str(batch)]
     if procs > 1:  # a supervisor and its workers, as Huey's consumer runs its own; no telemetry sampler
         worker += ["--procs", str(procs), "--no-sampler"]
     return worker

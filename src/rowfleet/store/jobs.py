@@ -198,21 +198,19 @@ class JobStore(StoreCore):
         ``finish_prefetched``'s hand-back and next claim. An outcome whose token is stale is
         not written and its ``LeaseLost`` returned in ``Batch.lost``: the others commit all
         the same (with ``fenced``, the first stale token raises instead, writing nothing)."""
-        lost: list[LeaseLost] = []
         with self.transaction() as tx:
-            for job, outcome in done:
-                try:
-                    self._write_outcome(tx, job, outcome)
-                except LeaseLost as exc:
-                    # The guarded UPDATE matched nothing, so nothing of this job was written:
-                    # the transaction goes on without it, no savepoint needed.
-                    if fenced:
-                        raise
-                    lost.append(exc)
+            lost = self._write_outcomes(tx, done, fenced)
             for unstarted in hand_back:
                 self._hand_back(tx, unstarted, reason)
             claimed = [] if claim_next is None else self._claim_batch(tx, claim_next, limit)
         return Batch(claimed, lost)
+
+    def _write_outcomes(self, tx: Tx, done: Sequence[tuple[Job, Outcome]], fenced: bool) -> list[LeaseLost]:
+        """Write each outcome in ``tx``; the ``LeaseLost`` of each stale one (``fenced``: raised)."""
+        lost: list[LeaseLost] = []
+        for job, outcome in done:
+            refused_if_stale(lost, fenced, lambda: self._write_outcome(tx, job, outcome))
+        return lost
 
     def _write_outcome(self, tx: Tx, job: Job, outcome: Outcome) -> Outcome:
         """Write ``outcome`` (a re-queue of a node whose run has ended becomes cancelled);
@@ -574,6 +572,18 @@ class Batch:
 
     claimed: list[Job]
     lost: list[LeaseLost]
+
+
+def refused_if_stale(lost: list[LeaseLost], fenced: bool, write: Callable[[], Any]) -> None:
+    """Run one outcome's ``write`` in a batch: a stale token's ``LeaseLost`` is added to
+    ``lost`` (``fenced``: raised, and the batch writes nothing). A guarded write that matched
+    nothing wrote nothing of its job, so the transaction goes on without it: no savepoint."""
+    try:
+        write()
+    except LeaseLost as exc:
+        if fenced:
+            raise
+        lost.append(exc)
 
 
 def promotion_due(last: float | None, now: float, poll: float) -> bool:
