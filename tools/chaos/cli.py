@@ -57,6 +57,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=4, help="items of each run's map node (default 4)")
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the storm (default 60)")
     parser.add_argument("--procs", type=int, default=4, help="worker processes under the supervisor (default 4)")
+    parser.add_argument("--batch", type=int, default=1, metavar="N",
+                        help="the workers' --batch N: claim N jobs at a time and write their outcomes together "
+                             "(default 1), so that kills land while outcomes are held")
     parser.add_argument("--job-ms", type=float, default=None,
                         help="milliseconds each handler takes (default: enough that the work spans the storm)")
     parser.add_argument("--settle", type=float, default=180.0,
@@ -91,7 +94,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    for name, least in (("jobs", 1), ("runs", 0), ("width", 1), ("procs", 1)):
+    for name, least in (("jobs", 1), ("runs", 0), ("width", 1), ("procs", 1), ("batch", 1)):
         if getattr(args, name) < least:
             raise UsageError(f"--{name} must be at least {least}, got {getattr(args, name)}")
     for name in ("seconds", "settle"):
@@ -222,7 +225,7 @@ def storm(args: argparse.Namespace, folder: Path) -> check.Report:
         env = fleet_env(folder)
         for mode in staged:
             env = mode.environment(env)
-        fleet = Fleet(PYZ, db, folder, args.procs, timing, env)
+        fleet = Fleet(PYZ, db, folder, args.procs, timing, env, batch=args.batch)
         try:
             for mode in staged:
                 mode.started(fleet, seeded)

@@ -99,8 +99,9 @@ class Fleet:
     """The archive's processes for one storm, each logged to its own file in ``folder``."""
 
     def __init__(self, pyz: Path, db: str, folder: Path, procs: int, timing: Timing,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, batch: int = 1) -> None:
         self.pyz, self.db, self.folder, self.procs, self.timing = pyz, db, folder, procs, timing
+        self.batch = batch  # the workers' --batch: outcomes held and written together
         self.env = env or fleet_env(folder)
         self.launched = 0
         self.others: list[subprocess.Popen] = []  # more supervisors (the partition's box)
@@ -112,7 +113,7 @@ class Fleet:
         """A supervisor of ``procs`` worker children; ``prefix`` wraps the command (``ip netns
         exec NAME``), ``db`` is the URL as that box reaches the database."""
         return self._launch(label, "worker", "--procs", str(procs), "--app", "chaos_tasks", "--no-sampler",
-                            *self._leases(), "--restart-delay", "0.1", "--restart-delay-max", "1", *host,
+                            "--batch", str(self.batch), *self._leases(), "--restart-delay", "0.1", "--restart-delay-max", "1", *host,
                             db=db, prefix=prefix)
 
     def _leases(self) -> tuple[str, ...]:
