@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     names = chosen_sections(args)
+    harness.compile_sources()
     lab = Lab(args.dir)
     bench = Bench(lab, sizes_of(args), peers=args.peers)
     started = time.monotonic()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rowfleet import models, names, tasks
 from rowfleet.cli.output import warn
@@ -21,8 +21,10 @@ from rowfleet.config import (COMMAND, CONFIG_SETTINGS, ENV_PREFIX, GLOBAL, SETTI
                              Setting)
 from rowfleet.errors import ConfigError
 from rowfleet.gpu import routing
-from rowfleet.gpu.gpu_worker import GpuSettings, model_list
-from rowfleet.schedule import Schedule, schedules_of, vet_schedules
+
+if TYPE_CHECKING:
+    from rowfleet.gpu.gpu_worker import GpuSettings
+    from rowfleet.schedule import Schedule
 
 # The panel's address, whichever command serves it (panel, up --panel): this machine only,
 # unless told otherwise.
@@ -214,6 +216,8 @@ def gpu_settings_of(args: argparse.Namespace) -> GpuSettings | None:
         if given:
             raise ConfigError(f"{', '.join(given)} {_need(given)} --gpu: they route a GPU worker's claims")
         return None
+    from rowfleet.gpu.gpu_worker import GpuSettings, model_list  # here: a worker without --gpu never needs it
+
     chosen = model_list(args.models, [model.id for model in models.registered_models()])
     if not chosen:
         if given:
@@ -232,6 +236,8 @@ def vetted_schedules(files: list[str], apps: list[str], allow_modules: tuple[str
     """The schedules of the ``--schedule`` files and the ``--app`` modules (``schedules_of``),
     each task vetted by ``vet_schedules``: refused with ``--app``, else warned of once, here
     at the start (not at every tick)."""
+    from rowfleet.schedule import schedules_of, vet_schedules  # here: only the scheduler's commands read it
+
     schedules = schedules_of(files, apps)
     for warning in vet_schedules(schedules, allow_modules, strict=bool(apps)):
         warn(warning)

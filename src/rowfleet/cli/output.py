@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from rowfleet.terminal import escaped, report, say
-from rowfleet.views.snapshot import Services, Worker
+
+if TYPE_CHECKING:  # only named: a command that prints no listing starts without the snapshot's imports
+    from rowfleet.views.snapshot import Services, Worker
 
 __all__ = ["EscapingFormatter", "escaped", "print_json", "report", "say", "seen_text", "services_table", "short", "table", "warn"]
 

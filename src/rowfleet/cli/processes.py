@@ -17,7 +17,6 @@ from rowfleet.cli.output import print_json
 from rowfleet.errors import ConfigError, Conflict
 from rowfleet.gpu.sidecar import SidecarSpec
 from rowfleet.services import runner
-from rowfleet.services.orchestrator import Orchestrator
 from rowfleet.services.supervisor import workers
 from rowfleet.store import open_store
 from rowfleet.worker.loop import check_prefetch
@@ -130,6 +129,8 @@ def cmd_orchestrator(args: argparse.Namespace, config: configuration.Config) -> 
     if args.once:  # a one-shot command reports a database it cannot reach
         with open_store(config, create=True) as store:
             version = store.migrate()
+            from rowfleet.services.orchestrator import Orchestrator  # here: a worker's start skips it
+
             sweeps = Orchestrator(store, config, args.fail_unplaceable_after)
             print_json({"schema_version": version, **sweeps.run_once_settled().to_dict()})
         return exitcodes.OK

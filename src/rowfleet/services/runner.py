@@ -33,21 +33,21 @@ import os
 import signal
 import threading
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rowfleet import exitcodes, names
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, DatabaseUnreachable, DiskFull, RowfleetError, StoreUnavailable
-from rowfleet.gpu.gpu_worker import GpuSettings
-from rowfleet.schedule import Schedule
-from rowfleet.services.orchestrator import Orchestrator
-from rowfleet.services.scheduler import Scheduler
 from rowfleet.services.supervisor import Child, Supervisor
 from rowfleet.store import Store, open_store, sqlite_path
 from rowfleet.store import waiting
 from rowfleet.store.wake import StopEvent
 from rowfleet.terminal import report
 from rowfleet.worker.loop import Worker
+
+if TYPE_CHECKING:
+    from rowfleet.gpu.gpu_worker import GpuSettings
+    from rowfleet.schedule import Schedule
 
 # Stop stages: what feeds work stops first, what watches the drain last.
 SCHEDULER_STAGE, WORKER_STAGE, ORCHESTRATOR_STAGE, WATCHER_STAGE = range(4)
@@ -152,14 +152,27 @@ def run_orchestrator(config: Config, fail_unplaceable_after: float | None = None
     """The orchestrator in this process until it is stopped: the schema migrated first (a
     server that does not answer yet is waited for), then its sweeps on their timers."""
     return run_until_stopped(partial(migrated_store, config),
-                             lambda store, stop: Orchestrator(store, config, fail_unplaceable_after).run(stop))
+                             lambda store, stop: _orchestrator(store, config, fail_unplaceable_after).run(stop))
+
+
+def _orchestrator(store: Store, config: Config, fail_unplaceable_after: float | None) -> Any:
+    # Imported here, as the scheduler below: a worker's process starts without them.
+    from rowfleet.services.orchestrator import Orchestrator
+
+    return Orchestrator(store, config, fail_unplaceable_after)
+
+
+def _scheduler(config: Config, schedules: Sequence["Schedule"], store: Store) -> Any:
+    from rowfleet.services.scheduler import Scheduler
+
+    return Scheduler(config, schedules, store)
 
 
 def run_scheduler(config: Config, schedules: Sequence[Schedule]) -> int:
     """The scheduler in this process until it is stopped; like the other long-running
     processes it waits for the database and its schema first."""
     return run_until_stopped(partial(schema_store, config),
-                             lambda store, stop: Scheduler(config, schedules, store).run(stop))
+                             lambda store, stop: _scheduler(config, schedules, store).run(stop))
 
 
 def run_sampler(config: Config, holder: str | None = None) -> int:

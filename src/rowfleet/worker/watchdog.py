@@ -41,7 +41,6 @@ from rowfleet.config import Config
 from rowfleet.errors import LeaseLost, RowfleetError
 from rowfleet.job import Job
 from rowfleet.liveness import Reading, Trip
-from rowfleet.telemetry import gpu, memory
 
 log = logging.getLogger("rowfleet.watchdog")
 
@@ -236,6 +235,9 @@ class Watchdog(threading.Thread):
                          tuple(r for r in readings if r.at >= now - window))
 
     def _reading(self) -> Reading:
+        # Imported here: only a GPU job's watchdog reads them, and a plain worker starts sooner.
+        from rowfleet.telemetry import gpu, memory
+
         sample = gpu.sample_gpus(command=self.config.nvidia_smi, timeout=max(5.0, self.limits.stall_spacing))
         used = memory.memory_of(os.getpid())
         return Reading(time.monotonic(), gpu.max_utilization(sample.readings) if sample.readings else None,
