@@ -82,6 +82,7 @@ class Watchdog(threading.Thread):
         # Set by whatever gives the thread something to look at: with no job held it sleeps
         # until then, rather than ticking ten times a second through an idle worker's life.
         self._nudge = threading.Event()
+        self._idle = False  # the thread sleeps with no deadline (it saw no job): a new job must nudge it
         self._job: Job | None = None
         self._store: Any = None
         self._operator_stop: str | None = None  # kept across jobs: the process is going down
@@ -92,9 +93,13 @@ class Watchdog(threading.Thread):
     # --- called by the worker's main thread ---------------------------------------------
 
     def watch(self, job: Job) -> None:
+        # A thread already ticking looks at the new job at its next tick: a busy worker's
+        # jobs wake it once per tick at most, never once per job.
         with self._lock:
             self._reset(job)
-        self._nudge.set()
+            idle, self._idle = self._idle, False
+        if idle:
+            self._nudge.set()
 
     def release(self) -> None:
         with self._lock:
@@ -152,9 +157,12 @@ class Watchdog(threading.Thread):
     def run(self) -> None:
         try:
             while True:
-                # The job is read before the wait and the nudge cleared after it: a job
-                # handed over in between has set the nudge, so the wait returns at once.
-                self._nudge.wait(TICK if self.held() is not None else None)
+                # Idleness is decided under the lock that watch() takes, and the nudge cleared
+                # after the wait: a job handed over in between has set it, so the wait returns.
+                with self._lock:
+                    self._idle = self._job is None
+                    idle = self._idle
+                self._nudge.wait(None if idle else TICK)
                 self._nudge.clear()
                 if self._halt.is_set():
                     break
