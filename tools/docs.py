@@ -45,6 +45,7 @@ import ast
 import functools
 import html
 import http.server
+import itertools
 import json
 import re
 import signal
@@ -408,6 +409,23 @@ def gen_bench(src: Sources, page: str) -> str:
     return "\n".join(table) + ("\n" + pre(tail) if tail else "")
 
 
+# The rows of the recorded bench run the README shows: rowfleet's real worker beside the peers'.
+PEER_ROWS = re.compile(r"Huey|pgqueuer|^process start")
+
+
+def gen_bench_peers(src: Sources, page: str) -> str:
+    """The recorded bench run's peers rows, as the README's Markdown table (the rows as printed)."""
+    lines = bench_text(src).splitlines()
+    spans = [m.span() for m in re.finditer(r"-+", lines[1])]
+    table = itertools.takewhile(str.strip, lines[2:])  # the rows end at the first blank line
+    cells = [[line[a:b].strip() for a, b in spans[:-1]] for line in table if PEER_ROWS.search(line)]
+    if not cells:
+        return "No peers in the recorded run (`python make.py bench --peers`)."
+    head = ["benchmark", "durability", "rowfleet", "peer", "ratio"]
+    rows = [head, ["---"] * len(head), *cells]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
 def gen_chaos_run(database: str) -> Callable[[Sources, str], str]:
     def generate(src: Sources, page: str) -> str:
         chaos = src.numbers.get(f"chaos-{database}")
@@ -499,6 +517,7 @@ GENERATORS: dict[str, Callable[[Sources, str], str]] = {
     "sql-enqueue-postgres": gen_sql_enqueue("postgres"),
     "numbers": gen_numbers,
     "bench": gen_bench,
+    "bench-peers": gen_bench_peers,
     "chaos-sqlite": gen_chaos_run("sqlite"),
     "chaos-postgres": gen_chaos_run("postgres"),
     "scenario-list": gen_scenario_list,

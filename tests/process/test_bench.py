@@ -75,7 +75,7 @@ class BenchSmokeTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(result.stdout.startswith("benchmark"), result.stdout)
         self.assertIn("batch enqueue", result.stdout)
-        self.assertIn("  baselines   enqueue, batch and round trip", result.stdout)  # its legend lines ...
+        self.assertIn("  baselines   enqueue, batch, round trip and claim latency", result.stdout)  # its legend lines ...
         self.assertNotIn("  pg rows", result.stdout)  # ... and no other section's
 
     def test_the_make_task_runs_a_section_named_positionally(self):
@@ -99,6 +99,23 @@ class BenchSmokeTest(unittest.TestCase):
                 self.assertIn("N=100", note)
                 self.assertRegex(note, r"orchestrator CPU us/node [0-9][0-9,]*")
         self.assertIn("pg dag fan-out", result.stdout)  # not run with --quick, but named
+
+    def test_the_cpu_section_prints_cpu_per_job_and_a_profile_that_adds_up(self):
+        result = bench("--quick", "--section", "cpu")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in result.stdout.splitlines()}
+        for label in ("cpu per job, worker (us)", "cpu per job, worker, batch=10 (us)"):
+            with self.subTest(label):
+                self.assertIn(label, rows, result.stdout)
+                _, durability, ours, baseline, ratio, _ = rows[label]
+                self.assertEqual(durability, "NORMAL")
+                self.assertGreater(int(ours.replace(",", "")), 0)
+                self.assertGreater(int(baseline.replace(",", "")), 0)
+                self.assertRegex(ratio, r"^[0-9]+\.[0-9]{2}x$")
+        profile = {label: cells for label, cells in rows.items() if label.startswith("profile: ")}
+        self.assertIn("profile: SQLite: statements, commits, fetches (us/job)", profile, result.stdout)
+        shares = [int(re.match(r"(\d+)%", cells[-1]).group(1)) for cells in profile.values()]
+        self.assertTrue(95 <= sum(shares) <= 105, shares)  # whole percentages of one thread's time
 
     def test_the_gpu_section_compares_the_policies_with_verdicts(self):
         result = bench("--quick", "--only", "gpu")

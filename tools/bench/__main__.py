@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import dag, fleet, gpu, harness, metrics, panel, peers, pg_fleet, postgres, sqlite, status, telemetry, walpages
+from . import cpu, dag, fleet, gpu, harness, metrics, panel, peers, pg_fleet, postgres, sqlite, status, telemetry, walpages
 from .harness import Bench, Lab, Row, progress
 
 import rowfleet
@@ -47,6 +47,7 @@ SECTIONS: dict[str, Section] = {
     "batch": Section(sqlite.batch, sqlite.LEGEND),
     "roundtrip": Section(sqlite.roundtrip, sqlite.LEGEND),
     "peers": Section(peers.run, peers.LEGEND),
+    "cpu": Section(cpu.run, cpu.LEGEND),
     "wake": Section(sqlite.wake, sqlite.LEGEND),
     "claim": Section(sqlite.claim, sqlite.LEGEND),
     "walpages": Section(walpages.run, walpages.LEGEND),

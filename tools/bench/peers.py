@@ -15,9 +15,10 @@ section says so in one row.
 
 Rows: jobs/s with 1 and 4 consumer processes on SQLite (``rowfleet worker``, with ``--procs
 4 --no-sampler`` for 4, vs ``huey_consumer -w N -k process``), the seconds from a process's
-start to its first finished job, and jobs/s with 4 processes on PostgreSQL (``rowfleet
-worker --procs 4 --no-sampler`` vs 4 pgqueuer processes); each jobs/s row also with
-``worker --batch 10`` (ten outcomes and the next ten claims a commit). Each side's count is read from
+start to its first finished job, and jobs/s with 1 and 4 processes on PostgreSQL (``rowfleet
+worker``, ``--procs 4 --no-sampler`` for 4, vs as many pgqueuer processes); each jobs/s row
+also with ``worker --batch 10`` (ten outcomes and the next ten claims a commit). Each side's
+count is read from
 outside, from its own database, every few milliseconds: the window opens at the first
 finished job and closes when all are done, so neither side is charged for its start in
 the jobs/s rows.
@@ -124,7 +125,7 @@ SCRIPTS = {"bench_huey_app.py": HUEY_APP, "bench_pgq_app.py": PGQ_APP, "bench_pg
            "bench_pg_counter.py": PG_COUNTER}
 POLL = 0.005     # seconds between counts of finished jobs in a SQLite file ...
 PG_POLL = 0.02   # ... and on PostgreSQL, where each count is a query a backend runs on our 2 cores
-PG_PROCS = 4
+PG_PROCS = (1, 4)  # consumer processes of the PostgreSQL rows
 BATCH = 10  # the batched rows' `worker --batch`: as many jobs a commit as pgqueuer takes a dequeue
 DRAIN_LIMIT = 120.0  # seconds a side may take to finish its jobs
 
@@ -138,8 +139,9 @@ LEGEND = """\
               jobs/s over the window from the first finished job to the last; "start ->
               first job" = process start to its first finished job. Huey deletes a task
               when it takes it (at most once: a killed consumer loses it); rowfleet
-              leases, fences and keeps every attempt. "pg ... pgqueuer": the same with
-              `rowfleet worker --procs 4 --no-sampler` vs 4 pgqueuer processes, each
+              leases, fences and keeps every attempt. "--batch 10": the same worker
+              writing ten outcomes, with the next ten claims, in one commit. "pg ...
+              pgqueuer": the same with 1 and 4 processes vs as many pgqueuer processes, each
               pgqueuer.run() (what `pgq run` calls) over one psycopg connection with its
               defaults (a batch of 10 jobs per dequeue, completions logged in batches;
               its durable schema), on the harness's throwaway server (its durability in
@@ -161,7 +163,7 @@ def run(bench: Bench) -> None:
         with open(os.path.join(app_dir, name), "w", encoding="utf-8") as handle:
             handle.write(text)
     _huey_rows(bench, python, app_dir)
-    _pgqueuer_row(bench, app_dir)
+    _pgqueuer_rows(bench, app_dir)
 
 
 def _huey_rows(bench: Bench, python: str, app_dir: str) -> None:
@@ -186,35 +188,39 @@ def _huey_rows(bench: Bench, python: str, app_dir: str) -> None:
                           f"{rounds_note(rounds)}; `rowfleet worker` vs `huey_consumer`, 1 process; {version}"))
 
 
-def _pgqueuer_row(bench: Bench, app_dir: str) -> None:
-    label = f"pg real worker vs pgqueuer, {PG_PROCS} procs (jobs/s)"
+def _pgqueuer_rows(bench: Bench, app_dir: str) -> None:
     python, why = peer_python(HUEY + PGQUEUER)
     if python is None:
-        bench.add(Row(label, "-", "-", "-", "-", f"skipped: {why}"))
+        bench.add(Row("pg real worker vs pgqueuer", "-", "-", "-", "-", f"skipped: {why}"))
         return
-    server = harness.pg_server(bench, "peers", label)
+    server = harness.pg_server(bench, "peers", "pg real worker vs pgqueuer")
     if server is None:
         return
     try:
         durability = harness.durability(_server_settings(server))
         jobs, rounds = peer_jobs(bench), bench.sizes.roundtrip_rounds
-        theirs, ours, batched = in_turns(
-            rounds, f"peers, PostgreSQL, {PG_PROCS} processes: pgqueuer, then rowfleet, then rowfleet --batch "
-                    f"{BATCH}, {jobs:,} jobs each",
-            lambda: _pgqueuer(bench, server, python, app_dir, jobs),
-            lambda: _rowfleet_pg(bench, server, python, app_dir, jobs),
-            lambda: _rowfleet_pg(bench, server, python, app_dir, jobs, BATCH))
+        sides = {}
+        for procs in PG_PROCS:
+            sides[procs] = in_turns(
+                rounds, f"peers, PostgreSQL, {procs} process(es): pgqueuer, then rowfleet, then rowfleet --batch "
+                        f"{BATCH}, {jobs:,} jobs each",
+                lambda: _pgqueuer(bench, server, python, app_dir, jobs, procs),
+                lambda: _rowfleet_pg(bench, server, python, app_dir, jobs, procs),
+                lambda: _rowfleet_pg(bench, server, python, app_dir, jobs, procs, BATCH))
     finally:
         server.stop()
-    b = median_rate(theirs)
     versions = ", ".join(f"{name} {peer_version(python, name)}" for name in ("pgqueuer", "psycopg"))
-    for row_label, runs, how in ((label, ours, "rowfleet claims one"),
-                                 (f"pg real worker --batch {BATCH} vs pgqueuer, {PG_PROCS} procs (jobs/s)", batched,
+    for procs, (theirs, ours, batched) in sides.items():
+        b = median_rate(theirs)
+        plural = "s" if procs > 1 else ""
+        for label, runs, how in ((f"pg real worker vs pgqueuer, {procs} proc{plural} (jobs/s)", ours,
+                                  "rowfleet claims one"),
+                                 (f"pg real worker --batch {BATCH} vs pgqueuer, {procs} proc{plural} (jobs/s)", batched,
                                   f"rowfleet claims {BATCH} and commits their outcomes together")):
-        a = median_rate(runs)
-        bench.add(Row(row_label, durability, count(a), count(b), ratio(a, b),
-                      f"{rounds_note(rounds)} of {jobs:,} jobs; start -> first job {median_start(runs):.2f}/"
-                      f"{median_start(theirs):.2f} s; pgqueuer dequeues 10 jobs at a time, {how}; {versions}"))
+            a = median_rate(runs)
+            bench.add(Row(label, durability, count(a), count(b), ratio(a, b),
+                          f"{rounds_note(rounds)} of {jobs:,} jobs; start -> first job {median_start(runs):.2f}/"
+                          f"{median_start(theirs):.2f} s; pgqueuer dequeues 10 jobs at a time, {how}; {versions}"))
 
 
 def peer_jobs(bench: Bench) -> int:
@@ -291,20 +297,20 @@ def _rowfleet(bench: Bench, procs: int, jobs: int, batch: int = 1) -> tuple[floa
                   lambda: _count(path, "SELECT count(*) FROM jobs WHERE state = 'completed'"))
 
 
-def _pgqueuer(bench: Bench, server: Any, python: str, app_dir: str, jobs: int) -> tuple[float, float]:
+def _pgqueuer(bench: Bench, server: Any, python: str, app_dir: str, jobs: int, procs: int) -> tuple[float, float]:
     url = server.create_database("rowfleet_bench_pgqueuer")
     try:
         env = dict(os.environ, BENCH_PGQ_DSN=url, PYTHONPATH=app_dir)
         subprocess.run([python, os.path.join(app_dir, "bench_pgq_load.py"), str(jobs)], env=env, check=True,
                        capture_output=True, timeout=DRAIN_LIMIT)
-        consumers = [[python, os.path.join(app_dir, "bench_pgq_app.py")]] * PG_PROCS
+        consumers = [[python, os.path.join(app_dir, "bench_pgq_app.py")]] * procs
         with contextlib.closing(PgCounter(python, app_dir, url, "pgqueuer")) as finished:
             return _timed(consumers, env, bench.lab.folder("pgqueuer"), jobs, finished, PG_POLL)
     finally:
         server.drop_database(url)
 
 
-def _rowfleet_pg(bench: Bench, server: Any, python: str, app_dir: str, jobs: int,
+def _rowfleet_pg(bench: Bench, server: Any, python: str, app_dir: str, jobs: int, procs: int,
                  batch: int = 1) -> tuple[float, float]:
     url = server.create_database("rowfleet_bench_peer")
     try:
@@ -313,7 +319,7 @@ def _rowfleet_pg(bench: Bench, server: Any, python: str, app_dir: str, jobs: int
         rowfleet.configure(db=url, project=PROJECT)
         rowfleet.enqueue_many(NOOP, [None] * jobs, queue=QUEUE)
         with contextlib.closing(PgCounter(python, app_dir, url, "rowfleet")) as finished:
-            return _timed([_worker_command(url, PG_PROCS, batch)], _worker_env(bench), bench.lab.folder("rowfleet-pg"),
+            return _timed([_worker_command(url, procs, batch)], _worker_env(bench), bench.lab.folder("rowfleet-pg"),
                           jobs, finished, PG_POLL)
     finally:
         server.drop_database(url)

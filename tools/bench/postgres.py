@@ -72,8 +72,9 @@ LEGEND = """\
               transaction per statement. Round trip: claim UPDATE ... WHERE id = (SELECT
               ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING, then the complete UPDATE; a
               busy rowfleet worker finishes a job and claims the next in one statement.
-              With the most processes two more loops: "with --prefetch 10", rowfleet
-              workers claiming 10 jobs a statement, each finished in its own commit; and
+              With the most processes three more loops: "with --prefetch 10", rowfleet
+              workers claiming 10 jobs a statement, each finished in its own commit;
+              "with --batch 10", the same writing the 10 outcomes in one commit; and
               the "ceiling of one job per claim", that turn as one minimal statement on the
               minimal table: how far a claim of one job can beat the baseline here. Each
               run copies one template database (rowfleet's, or the minimal table's); its
@@ -157,6 +158,14 @@ def roundtrip_prefetching(url: str, task_dir: str, barrier: Any) -> None:
     """As ``roundtrip_worker``, claiming ``harness.PREFETCH`` jobs at a time (``--prefetch``)."""
     harness.import_tasks(task_dir)
     worker = Worker(Config(db=url, project=PROJECT), QUEUE, burst=True, prefetch=harness.PREFETCH)
+    barrier.wait()
+    worker.run()
+
+
+def roundtrip_batching(url: str, task_dir: str, barrier: Any) -> None:
+    """As ``roundtrip_prefetching``, writing each batch's outcomes in one commit (``--batch``)."""
+    harness.import_tasks(task_dir)
+    worker = Worker(Config(db=url, project=PROJECT), QUEUE, burst=True, batch=harness.PREFETCH)
     barrier.wait()
     worker.run()
 
@@ -353,7 +362,8 @@ class PostgresBench:
         for procs in worker_counts:
             kinds = [("bare", roundtrip_bare), ("rowfleet", roundtrip_worker)]
             if procs == max(worker_counts):
-                kinds += [("prefetch", roundtrip_prefetching), ("floor", roundtrip_floor)]
+                kinds += [("prefetch", roundtrip_prefetching), ("batch", roundtrip_batching),
+                          ("floor", roundtrip_floor)]
             runs: dict[str, list[Run]] = {kind: [] for kind, _ in kinds}
             for round_no in range(s.roundtrip_rounds):
                 progress(f"pg round trip, {procs} process(es), round {round_no + 1} of {s.roundtrip_rounds}: "
@@ -378,6 +388,10 @@ class PostgresBench:
             if "prefetch" in runs:
                 batched = median(runs["prefetch"], "rate")
                 notes.append(f"with --prefetch {harness.PREFETCH}: {count(batched)} jobs/s, {ratio(batched, b)} "
+                             f"the bare loop")
+            if "batch" in runs:
+                batched = median(runs["batch"], "rate")
+                notes.append(f"with --batch {harness.PREFETCH}: {count(batched)} jobs/s, {ratio(batched, b)} "
                              f"the bare loop")
             if "floor" in runs:
                 floor = median(runs["floor"], "rate")

@@ -68,7 +68,8 @@ LEGEND = """\
               finished_at) within a fixed window opening at the first claim, on a queue deep
               enough not to run dry. "first claim" = release to first claim, rowfleet/bare.
               "--prefetch 10": rowfleet's workers claim 10 jobs a statement and finish each
-              in its own commit (the batch's last with the next batch's claim).
+              in its own commit (the batch's last with the next batch's claim); "--batch
+              10": the same, the 10 outcomes written in one commit with the next claim.
               idle wake and CPU: rowfleet's worker hears its queue's doorbell and the WAL
               watch. Baselines: the same worker with its inotify push path switched off,
               so it naps 50 ms between data_version checks; or, with another queue busy,
@@ -154,6 +155,15 @@ def roundtrip_prefetching(path: str, synchronous: str, task_dir: str, barrier: A
     worker.run()
 
 
+def roundtrip_batching(path: str, synchronous: str, task_dir: str, barrier: Any) -> None:
+    """As ``roundtrip_prefetching``, writing the outcomes of each batch in one commit (``--batch``)."""
+    harness.import_tasks(task_dir)
+    worker = Worker(Config(db=path, project=PROJECT, synchronous=synchronous), QUEUE, burst=True,
+                    batch=harness.PREFETCH)
+    barrier.wait()
+    worker.run()
+
+
 def roundtrip_bare(path: str, synchronous: str, task_dir: str, barrier: Any) -> None:
     """The bare two-transaction loop on the yardstick's table (``yardstick.drain``), running
     the same no-op handler."""
@@ -232,15 +242,18 @@ def roundtrip(bench: Bench) -> None:
     load_queued(template, s.roundtrip_jobs)
     bare_template = os.path.join(bench.lab.folder("roundtrip-bare-template"), "bare.db")
     yardstick.load(bare_template, s.roundtrip_jobs)
-    cases = [("FULL", k, 1) for k in s.worker_counts]
-    cases += [("NORMAL", k, 1) for k in s.worker_counts if k in (1, max(s.worker_counts))]
-    cases += [("FULL", k, harness.PREFETCH) for k in (1, max(s.worker_counts))]
-    for sync, procs, prefetch in cases:
+    cases = [("FULL", k, "") for k in s.worker_counts]
+    cases += [("NORMAL", k, "") for k in s.worker_counts if k in (1, max(s.worker_counts))]
+    cases += [("FULL", k, "--prefetch") for k in (1, max(s.worker_counts))]
+    cases += [("FULL", k, "--batch") for k in (1, max(s.worker_counts))]
+    cases += [("NORMAL", 1, "--batch")]
+    workers = {"": roundtrip_worker, "--prefetch": roundtrip_prefetching, "--batch": roundtrip_batching}
+    for sync, procs, how in cases:
         ours, bare, our_shares, bare_shares, problems = [], [], [], [], set()
         our_start, bare_start = [], []
-        worker = roundtrip_worker if prefetch == 1 else roundtrip_prefetching
+        worker = workers[how]
         for round_no in range(s.roundtrip_rounds):
-            progress(f"round trip, {procs} process(es), {sync}, prefetch {prefetch}, round {round_no + 1} of "
+            progress(f"round trip, {procs} process(es), {sync}, {how or 'one job a claim'}, round {round_no + 1} of "
                      f"{s.roundtrip_rounds}: bare loop, then rowfleet, {s.roundtrip_window:g} s each")
             for target, rates, split, starts in ((roundtrip_bare, bare, bare_shares, bare_start),
                                                  (worker, ours, our_shares, our_start)):
@@ -259,7 +272,7 @@ def roundtrip(bench: Bench) -> None:
             notes.append(f"shares {shares(our_shares)}% (bare {shares(bare_shares)}%)")
         notes += sorted(problems)
         label = f"round trip, {procs} worker proc{'s' if procs > 1 else ''}" \
-                + (f", --prefetch {prefetch}" if prefetch > 1 else "") + " (jobs/s)"
+                + (f", {how} {harness.PREFETCH}" if how else "") + " (jobs/s)"
         bench.add(Row(label, sync, count(a), count(b), ratio(a, b), "; ".join(notes)))
 
 
