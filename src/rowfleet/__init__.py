@@ -15,11 +15,11 @@ configured database on first use.
 """
 
 from rowfleet.api import (cancel, cancel_run, enqueue, enqueue_many, get_job, get_run, init, load_workflow, model,
-                          periodic, prioritize, restart_run, start_run, submit, task, work, workflow)
+                          periodic, prioritize, restart_run, start_run, submit, task, wait, work, workflow)
 from rowfleet.config import Config, configure
 from rowfleet.dag import DefinitionError, Workflow
-from rowfleet.errors import (ConfigError, Conflict, DatabaseBroken, DatabaseBusy, DatabaseUnreachable, LeaseLost,
-                             MigrationError, ModelLoadFailed, NotFound, RowfleetError, SchemaMissing, StoreUnavailable,
+from rowfleet.errors import (ConfigError, Conflict, DatabaseBroken, DatabaseBusy, DatabaseUnreachable, JobFailed,
+                             LeaseLost, MigrationError, ModelLoadFailed, NotFound, RowfleetError, SchemaMissing, StoreUnavailable,
                              TaskRefused, UnknownModel, UnknownTask)
 from rowfleet.job import Cancel, Job, Retry
 from rowfleet.worker.handler import cancel_requested, current_job, progress
@@ -28,8 +28,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Cancel", "Config", "ConfigError", "Conflict", "DatabaseBroken", "DatabaseBusy", "DatabaseUnreachable",
-    "DefinitionError", "Job", "LeaseLost", "MigrationError", "ModelLoadFailed", "NotFound", "Retry", "RowfleetError",
+    "DefinitionError", "Job", "JobFailed", "LeaseLost", "MigrationError", "ModelLoadFailed", "NotFound", "Retry", "RowfleetError",
     "SchemaMissing", "StoreUnavailable", "TaskRefused", "UnknownModel", "UnknownTask",
     "Workflow", "__version__", "cancel", "cancel_requested", "cancel_run", "configure", "current_job", "enqueue", "enqueue_many", "get_job",
-    "get_run", "init", "load_workflow", "model", "periodic", "prioritize", "progress", "restart_run", "start_run", "submit", "task", "work", "workflow",
+    "get_run", "init", "load_workflow", "model", "periodic", "prioritize", "progress", "restart_run", "start_run", "submit", "task", "wait", "work", "workflow",
 ]

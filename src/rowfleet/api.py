@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from rowfleet import config as _config
 from rowfleet import dag, files, models, names, tasks
 from rowfleet.errors import ConfigError, UnknownTask
-from rowfleet.job import Job, JobSpec
+from rowfleet.job import Job, JobSpec, install_waiter
 from rowfleet.store import Store, open_store
 from rowfleet.store.runs import Run
 from rowfleet.worker.handler import current_job
@@ -157,6 +157,19 @@ def enqueue_many(task: Any, args_list: Iterable[Any], *, queue: str | None = Non
 def get_job(job_id: int, *, project: str | None = None) -> Job:
     """The job with this id in the configured project (or ``NotFound``)."""
     return default_store().get_job(_id("job id", job_id), _project(project))
+
+
+def wait(job_id: int, *, timeout: float | None = None, project: str | None = None) -> Any:
+    """Wait for a job to end (like ``rowfleet wait``): its result once completed;
+    ``rowfleet.JobFailed``, carrying its last error, once failed or cancelled; ``TimeoutError``
+    when it has not ended within ``timeout`` seconds (None: as long as it takes). Woken by the
+    job's end as a worker is by new work (a NOTIFY on PostgreSQL, the file watch on SQLite),
+    from any process or host, with a look at least every ``poll`` seconds behind that."""
+    limit = None if timeout is None else names.check_seconds("timeout", timeout)
+    return default_store().wait_for(_id("job id", job_id), _project(project), limit).ended_result()
+
+
+install_waiter(wait)  # what Job.wait() calls
 
 
 def cancel(job_id: int, *, reason: str = "cancelled by an operator", project: str | None = None) -> Job:

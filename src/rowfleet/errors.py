@@ -1,8 +1,10 @@
 """The exception family, chosen by what the caller does next.
 
 Driver exceptions (``sqlite3.*``, later ``psycopg.*``) are translated into these at the
-storage seam; nothing above it catches a driver's exception. A leaf: imports nothing.
+storage seam; nothing above it catches a driver's exception. A leaf: imports nothing of rowfleet.
 """
+
+from typing import Any
 
 
 class RowfleetError(Exception):
@@ -19,6 +21,15 @@ class NotFound(RowfleetError):
 
 class Conflict(RowfleetError):
     """The row exists but is in a state that does not allow the request."""
+
+
+class JobFailed(RowfleetError):
+    """A job waited for (``rowfleet.wait``) ended failed or cancelled: ``job`` is its row,
+    and the message carries its last error."""
+
+    def __init__(self, job: Any) -> None:
+        self.job = job
+        super().__init__(f"job {job.id} {job.state}: {job.error or 'no error was recorded'}")
 
 
 class LeaseLost(Conflict):

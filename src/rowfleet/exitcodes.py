@@ -11,6 +11,7 @@ REFUSED = 1       # the command ran and the answer is no: no such job, or not in
 USAGE = 2         # bad flags, bad JSON, bad configuration, a database that cannot be used
 INTERRUPTED = 130  # stopped by Ctrl-C before it finished
 BROKEN_PIPE = 141  # its output's reader went away (`rowfleet jobs | head`), as a shell reports SIGPIPE
+TIMED_OUT = 124   # `rowfleet wait`: the job had not ended within --timeout (as timeout(1) exits)
 
 # Watchdog exits: os._exit, because a wedged native call ignores cooperative cancels and
 # only the death of the process frees its memory and VRAM.
@@ -37,6 +38,7 @@ _MEANINGS = {
     CUT_OFF: "cut off: its job's lease could not be renewed in time",
     INTERRUPTED: "interrupted",
     BROKEN_PIPE: "its output was closed",
+    TIMED_OUT: "timed out",
     137: "killed (SIGKILL, or out of memory)",
 }
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Set
 from typing import Any, Callable
 
 from rowfleet import names
-from rowfleet.errors import ConfigError, UnknownTask
+from rowfleet.errors import ConfigError, JobFailed, UnknownTask
 
 QUEUED = "queued"
 RUNNING = "running"
@@ -140,7 +140,7 @@ _STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 _JSON_COLUMNS = frozenset({"args", "result"})
 _INTEGER_COLUMNS = frozenset({"id", "priority", "run_next", "attempts", "max_attempts", "lease_token", "run_id",
                               "node_item", "node_generation", "watchdog_retries", "delayed", "vram_mb",
-                              "warm_claim"})
+                              "warm_claim", "waited"})
 _TIME_COLUMNS = ("run_at", "lease_expires_at", "created_at", "updated_at", "started_at", "finished_at",
                  "progress_at", "cancel_requested_at", "unplaceable_at", "tallied_at")
 _NUMBER_COLUMNS = frozenset(_TIME_COLUMNS + ("timeout", "progress"))
@@ -348,6 +348,7 @@ class Job:
     unplaceable_at: float | None = None
     warm_claim: bool = False  # its last claim was by a worker that already held its model
     host: str | None = None  # the host it last ran on (kept when it is requeued or ends)
+    waited: bool = False  # somebody waits for its end (rowfleet.wait): on PostgreSQL the end notifies
     # The finish /metrics' tallies counted (its finished_at then): their bookkeeping, not the
     # job's state, so two reads of a job the orchestrator tallied between are still equal.
     tallied_at: float | None = dataclasses.field(default=None, compare=False)
@@ -373,10 +374,23 @@ class Job:
         counted = attempts_problem(values["attempts"], values["max_attempts"])
         if counted is not None:
             problems.append(counted)
-        for flag in ("run_next", "delayed", "warm_claim"):
+        for flag in ("run_next", "delayed", "warm_claim", "waited"):
             if isinstance(values[flag], int):
                 values[flag] = bool(values[flag])
         return cls(**values, unreadable="; ".join(problems) or None)
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Wait for this job to end, as ``rowfleet.wait`` does, on the configured database."""
+        if _waiter is None:
+            raise ConfigError("Job.wait() waits through rowfleet's API: import rowfleet first")
+        return _waiter(self.id, timeout=timeout, project=self.project)
+
+    def ended_result(self) -> Any:
+        """What waiting for this ended job gives: its result once completed, else
+        ``JobFailed`` carrying its last error (failed or cancelled)."""
+        if self.state == COMPLETED:
+            return self.result
+        raise JobFailed(self)
 
     def undecoded(self, column: str) -> bool:
         """Whether ``column`` could not be decoded, so that its field holds the text as stored."""
@@ -389,6 +403,15 @@ class Job:
         for name in _TIME_COLUMNS:
             data[name] = iso(data[name])
         return data
+
+
+# How ``Job.wait`` waits: ``rowfleet.wait``, which the API (a layer above) installs as it loads.
+_waiter: Callable[..., Any] | None = None
+
+
+def install_waiter(wait: Callable[..., Any]) -> None:
+    global _waiter
+    _waiter = wait
 
 
 _JOB_COLUMNS = tuple(field.name for field in dataclasses.fields(Job) if field.name != "unreadable")

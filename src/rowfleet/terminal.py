@@ -17,7 +17,7 @@ import sys
 from typing import Any, TextIO
 
 from rowfleet import exitcodes
-from rowfleet.errors import Conflict, NotFound, RowfleetError
+from rowfleet.errors import Conflict, JobFailed, NotFound, RowfleetError
 
 # What a terminal acts on rather than shows: the C0 controls (ESC starts the sequences that
 # move the cursor, clear the screen or retitle the window; BEL rings), DEL, the C1 controls
@@ -54,7 +54,7 @@ def say(text: Any = "", *, lines: bool = False, file: TextIO | None = None) -> N
 
 def report(exc: RowfleetError) -> int:
     """One line on stderr for a user-facing error; the exit code it deserves."""
-    if isinstance(exc, (NotFound, Conflict)):
+    if isinstance(exc, (NotFound, Conflict, JobFailed)):
         say(f"rowfleet: {exc}", file=sys.stderr)
         return exitcodes.REFUSED
     say(f"rowfleet: error: {exc}", file=sys.stderr)

@@ -25,6 +25,11 @@ def run(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=DEADLINE * 4)
 
 
+def table_rows(output: str) -> dict[str, list[str]]:
+    """The bench's table as printed: each row's cells by its label."""
+    return {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in output.splitlines()}
+
+
 def bench(*args: str) -> subprocess.CompletedProcess:
     return run("-m", "tools.bench", *args)
 
@@ -84,18 +89,23 @@ class BenchSmokeTest(unittest.TestCase):
         self.assertIn("batch enqueue", result.stdout)
         self.assertNotIn("enqueue, 1 job/transaction", result.stdout)
 
+    def assert_measured(self, rows: dict[str, list[str]], label: str, durability: str, output: str) -> str:
+        """The row ``label`` is there with ``durability``, two whole figures and a ratio; its note."""
+        self.assertIn(label, rows, output)
+        _, printed, ours, baseline, ratio, note = rows[label]
+        self.assertEqual(printed, durability)
+        self.assertRegex(ours, r"^[0-9][0-9,]*$")
+        self.assertRegex(baseline, r"^[0-9][0-9,]*$")
+        self.assertRegex(ratio, r"^[0-9]+\.[0-9]{2}x$")
+        return note
+
     def test_the_dag_section_prints_its_rows_with_numbers(self):
         result = bench("--quick", "--section", "dag")
         self.assertEqual(result.returncode, 0, result.stderr)
-        rows = {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in result.stdout.splitlines()}
+        rows = table_rows(result.stdout)
         for label in ("dag fan-out, 2 workers (nodes/s)", "dag map, 2 workers (nodes/s)"):
             with self.subTest(label):
-                self.assertIn(label, rows, result.stdout)
-                _, durability, ours, baseline, ratio, note = rows[label]
-                self.assertEqual(durability, "FULL")
-                self.assertRegex(ours, r"^[0-9][0-9,]*$")
-                self.assertRegex(baseline, r"^[0-9][0-9,]*$")
-                self.assertRegex(ratio, r"^[0-9]+\.[0-9]{2}x$")
+                note = self.assert_measured(rows, label, "FULL", result.stdout)
                 self.assertIn("N=100", note)
                 self.assertRegex(note, r"orchestrator CPU us/node [0-9][0-9,]*")
         self.assertIn("pg dag fan-out", result.stdout)  # not run with --quick, but named
@@ -103,15 +113,10 @@ class BenchSmokeTest(unittest.TestCase):
     def test_the_cpu_section_prints_cpu_per_job_and_a_profile_that_adds_up(self):
         result = bench("--quick", "--section", "cpu")
         self.assertEqual(result.returncode, 0, result.stderr)
-        rows = {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in result.stdout.splitlines()}
+        rows = table_rows(result.stdout)
         for label in ("cpu per job, worker (us)", "cpu per job, worker, batch=10 (us)"):
             with self.subTest(label):
-                self.assertIn(label, rows, result.stdout)
-                _, durability, ours, baseline, ratio, _ = rows[label]
-                self.assertEqual(durability, "NORMAL")
-                self.assertGreater(int(ours.replace(",", "")), 0)
-                self.assertGreater(int(baseline.replace(",", "")), 0)
-                self.assertRegex(ratio, r"^[0-9]+\.[0-9]{2}x$")
+                self.assert_measured(rows, label, "NORMAL", result.stdout)
         profile = {label: cells for label, cells in rows.items() if label.startswith("profile: ")}
         self.assertIn("profile: SQLite: statements, commits, fetches (us/job)", profile, result.stdout)
         shares = [int(re.match(r"(\d+)%", cells[-1]).group(1)) for cells in profile.values()]
@@ -120,7 +125,7 @@ class BenchSmokeTest(unittest.TestCase):
     def test_the_gpu_section_compares_the_policies_with_verdicts(self):
         result = bench("--quick", "--only", "gpu")
         self.assertEqual(result.returncode, 0, result.stderr)
-        rows = {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in result.stdout.splitlines()}
+        rows = table_rows(result.stdout)
         for label in ("gpu bursty: reloads", "gpu skewed: makespan (s)", "gpu skewed: warm-hit rate (%)"):
             with self.subTest(label):
                 self.assertIn(label, rows, result.stdout)
@@ -143,7 +148,7 @@ class BenchSmokeTest(unittest.TestCase):
         if "skipped, PostgreSQL unavailable" in result.stdout:
             unavailable(self, "PostgreSQL", result.stdout.split("unavailable: ", 1)[1].splitlines()[0],
                         "ROWFLEET_REQUIRE_PG")
-        rows = {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in result.stdout.splitlines()}
+        rows = table_rows(result.stdout)
         number = r"^[0-9][0-9,]*(\.[0-9]+)?$"
         for label in ("pg fleet idle, server CPU, 5 workers (% of a core)", "pg fleet wake of one job, 5 workers, "
                       "p50 (ms)", "pg fleet wake of one job, 5 workers, claims per job",

@@ -151,6 +151,13 @@ FLAGS: list[Flag] = [
          says="model 'ghost' is not registered by the --app modules"),
     flag("--vram-mb", "enqueue", "m:f", "--vram-mb", "0", says="argument --vram-mb"),
     flag("--vram-mb", "enqueue", "m:f", "--vram-mb", ARABIC_THREE, says="argument --vram-mb: invalid int value"),
+    flag("--wait", "enqueue", "m:f", "--wait", "--json", says="--wait prints the job's result and --json the job"),
+    flag("--wait-timeout", "enqueue", "m:f", "--wait-timeout", "5", says="--wait-timeout needs --wait"),
+    flag("--wait-timeout", "enqueue", "m:f", "--wait", "--wait-timeout", "nan", says="argument --wait-timeout"),
+
+    # wait
+    flag("id", "wait", str(INT64_MAX + 1), says="argument id: expected an integer from"),
+    flag("--timeout", "wait", "1", "--timeout", "0", says="argument --timeout"),
 
     # jobs, job, retry, cancel, prioritize
     flag("--state", "jobs", "--state", "bogus", says="argument --state: invalid choice"),
@@ -176,6 +183,9 @@ FLAGS: list[Flag] = [
     flag("--procs", "worker", "--procs", "0", "--burst", says="argument --procs"),
     flag("--prefetch", "worker", "--prefetch", "100000", "--burst", says="argument --prefetch: expected an integer of at least 1 and at most 1000"),
     flag("--prefetch", "worker", "--prefetch", "0", "--burst", says="argument --prefetch"),
+    flag("--batch", "worker", "--batch", "100000", "--burst", says="argument --batch: expected an integer of at least 1 and at most 1000"),
+    flag("--batch", "worker", "--batch", "2", "--sidecar", "x", "--burst",
+         says="--prefetch and --batch are for many short jobs"),
     flag("--sample-path", "worker", "--sample-path", "", "--burst", says="argument --sample-path"),
     flag("--models", "worker", "--gpu", "--models", "a b", "--burst", says="--models must be a non-empty word"),
     flag("--vram-mb", "worker", "--vram-mb", str(2 ** 31), "--burst", says="argument --vram-mb"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import json
 import os
 import signal
 import sqlite3
@@ -24,7 +25,7 @@ import urllib.parse
 
 from rowfleet.claim import Claim
 from rowfleet.errors import LeaseLost, StoreUnavailable
-from rowfleet.job import JobSpec, Outcome
+from rowfleet.job import Job, JobSpec, Outcome
 from rowfleet.store import open_store
 from support import DEADLINE, TempDirTestCase, proc_stat, process_alive, wait_until
 
@@ -90,6 +91,16 @@ def hang_first():
         _mark(f"started-{job.id}", str(os.getpid()))
         _wait(lambda: False)
     return "recovered"
+
+
+@rowfleet.task(name="answer")
+def answer(n=41):
+    return {"answer": n + 1, "pid": os.getpid()}
+
+
+@rowfleet.task(name="boom")
+def boom():
+    raise RuntimeError("boom: the disk is on fire")
 
 
 @rowfleet.task(name="die_first")
@@ -211,6 +222,16 @@ class ProcessContract:
         self.assertEqual(counts, {"completed": len(ids)})
         for job in self.store().reads.list_jobs("", limit=1_000_000):
             self.assertEqual((job.attempts, job.lease_token), (1, 1), f"job {job.id}")
+
+    def assert_handed_back_with(self, waiting: list[int], done: "Job") -> None:
+        """Each job of ``waiting`` queued again, unspent, by a stop's hand-back in the
+        transaction that finished ``done``."""
+        for job_id in waiting:
+            left = self.job(job_id)
+            self.assertEqual((left.state, left.attempts, left.claimed_by), ("queued", 0, None), f"job {job_id}")
+            [back] = [event for event in self.store().reads.events(job_id) if event.kind == "handed_back"]
+            self.assertIn("stopping", back.detail["reason"])
+            self.assertEqual(back.at, done.finished_at, "handed back in another transaction than the finish")
 
     def drain_exactly_once(self, start_workers, jobs: int = 2000, processes: int = 4, batch: int = 1) -> None:
         """``jobs`` jobs, ``processes`` processes racing for them: each job runs once and
@@ -353,12 +374,7 @@ class ProcessContract:
         self.assert_exits(worker, 0)
         done = self.job(running)
         self.assertEqual((done.state, done.result), ("completed", "finished after SIGTERM"))
-        for job_id in waiting:
-            left = self.job(job_id)
-            self.assertEqual((left.state, left.attempts, left.claimed_by), ("queued", 0, None), f"job {job_id}")
-            [back] = [event for event in self.store().reads.events(job_id) if event.kind == "handed_back"]
-            self.assertIn("stopping", back.detail["reason"])
-            self.assertEqual(back.at, done.finished_at, "handed back in another transaction than the finish")
+        self.assert_handed_back_with(waiting, done)
         self.assertEqual(self.ran(), collections.Counter())
 
     def test_a_hard_switch_hands_back_a_prefetching_workers_unstarted_jobs_with_its_stop(self):
@@ -430,13 +446,38 @@ class ProcessContract:
         done = self.job(running)
         self.assertEqual((done.state, done.result), ("completed", "finished after SIGTERM"))
         self.assertEqual(self.job(before).state, "completed")
-        for job_id in waiting:
-            left = self.job(job_id)
-            self.assertEqual((left.state, left.attempts, left.claimed_by), ("queued", 0, None), f"job {job_id}")
-            [back] = [event for event in self.store().reads.events(job_id) if event.kind == "handed_back"]
-            self.assertIn("stopping", back.detail["reason"])
-            self.assertEqual(back.at, done.finished_at, "handed back in another transaction than the finish")
+        self.assert_handed_back_with(waiting, done)
         self.assertEqual(self.ran(), collections.Counter([before]))
+
+    # --- waiting for a job (rowfleet wait, enqueue --wait) --------------------------------
+
+    def test_enqueue_wait_prints_the_result_a_worker_process_wrote(self):
+        self.store()  # the schema, before either process
+        worker = self.launch("worker", "--app", APP, "--poll", "30")  # only the push paths wake anyone
+        done = self.cli("enqueue", "answer", "--app", APP, "--args", '{"n": 1}', "--wait", "--wait-timeout",
+                        str(DEADLINE))
+        self.assertEqual(json.loads(done.stdout), {"answer": 2, "pid": worker.pid})
+        self.stop(worker)
+
+    def test_wait_exits_1_with_the_error_of_a_job_that_failed(self):
+        job_id = self.store().enqueue(JobSpec(task="boom", max_attempts=1)).id
+        worker = self.launch("worker", "--app", APP, "--poll", "30")
+        ended = self.cli("wait", str(job_id), "--timeout", str(DEADLINE), check=False)
+        self.stop(worker)
+        self.assertEqual(ended.returncode, 1, ended.stdout + ended.stderr)
+        self.assertEqual(ended.stdout, "")
+        [line] = ended.stderr.strip().splitlines()
+        self.assertEqual(line, f"rowfleet: job {job_id} failed: RuntimeError: boom: the disk is on fire")
+
+    def test_wait_exits_124_when_the_job_has_not_ended_in_time(self):
+        [job_id] = self.enqueue("note")  # no worker runs
+        started = time.monotonic()
+        waited = self.cli("wait", str(job_id), "--timeout", "0.3", check=False)
+        self.assertEqual(waited.returncode, 124, waited.stderr)
+        self.assertGreaterEqual(time.monotonic() - started, 0.3)
+        self.assertEqual(waited.stdout, "")
+        self.assertEqual(waited.stderr.strip().splitlines(), [f"rowfleet: job {job_id} is still queued after 0.3s"])
+        self.assertEqual(self.job(job_id).state, "queued")
 
     def test_supervisor_restarts_a_killed_child_and_stops_all_on_sigterm(self):
         hung_id = self.enqueue("hang_first")[0]

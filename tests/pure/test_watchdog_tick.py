@@ -20,13 +20,18 @@ class QuietWatchdogTest(unittest.TestCase):
     """A busy worker hands its watchdog a job per job; the watchdog looks at them on its own
     tick, and only a watchdog asleep with no job to watch is woken by a hand-over."""
 
-    def test_a_ticking_watchdog_is_not_woken_once_per_job(self):
-        looks = []
+    def started_dog(self) -> tuple[Watchdog, list]:
+        """A running watchdog that notes the job it holds at each of its looks."""
+        looks: list = []
         dog = Watchdog(Config(budget=60.0), lambda config: None, exit=lambda code: self.fail("it tripped"))
         original = dog._check
-        dog._check = lambda: (looks.append(time.monotonic()), original())[1]
+        dog._check = lambda: (looks.append(dog.held()), original())[1]
         dog.start()
         self.addCleanup(dog.stop)
+        return dog, looks
+
+    def test_a_ticking_watchdog_is_not_woken_once_per_job(self):
+        dog, looks = self.started_dog()
         dog.watch(_job(0))
         wait_until(lambda: looks, message="the watchdog's first look")
         started = time.monotonic()
@@ -37,12 +42,7 @@ class QuietWatchdogTest(unittest.TestCase):
         self.assertLessEqual(len(looks), 3 + 2 * ticks, f"{len(looks)} looks in {ticks:.1f} ticks")
 
     def test_a_job_handed_to_an_idle_watchdog_wakes_it(self):
-        looks = []
-        dog = Watchdog(Config(budget=60.0), lambda config: None, exit=lambda code: self.fail("it tripped"))
-        original = dog._check
-        dog._check = lambda: (looks.append(dog.held()), original())[1]
-        dog.start()
-        self.addCleanup(dog.stop)
+        dog, looks = self.started_dog()
         wait_until(lambda: dog._idle, message="the watchdog asleep with nothing to watch")
         job = _job(1)
         dog.watch(job)

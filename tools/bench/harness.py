@@ -351,6 +351,8 @@ def import_tasks(task_dir: str) -> None:
 
 # The batch a prefetching worker claims in the round-trip rows (worker --prefetch N).
 PREFETCH = 10
+# How a round trip's rowfleet workers take their jobs ('': one a claim): each the Worker's options.
+CLAIMING = {"": {}, "--prefetch": {"prefetch": PREFETCH}, "--batch": {"batch": PREFETCH}}
 
 # How an idle SQLite worker hears of work: its doorbells and the WAL watch (as shipped); the
 # WAL watch alone (no bells, as before doorbells: every commit wakes it); no push path at all

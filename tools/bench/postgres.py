@@ -36,6 +36,7 @@ claim and to LISTEN on the workers' channel.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import random
@@ -146,26 +147,11 @@ def cpu_seconds(pids: list[int]) -> float | None:
 # --- child processes (module level: spawned children import this file) ------------------
 
 
-def roundtrip_worker(url: str, task_dir: str, barrier: Any) -> None:
-    """One rowfleet worker (burst mode), released with the others by ``barrier``."""
+def roundtrip_worker(url: str, task_dir: str, barrier: Any, how: str = "") -> None:
+    """One rowfleet worker (burst mode), released with the others by ``barrier``, taking its
+    jobs as ``how`` says (``harness.CLAIMING``)."""
     harness.import_tasks(task_dir)
-    worker = Worker(Config(db=url, project=PROJECT), QUEUE, burst=True)
-    barrier.wait()
-    worker.run()
-
-
-def roundtrip_prefetching(url: str, task_dir: str, barrier: Any) -> None:
-    """As ``roundtrip_worker``, claiming ``harness.PREFETCH`` jobs at a time (``--prefetch``)."""
-    harness.import_tasks(task_dir)
-    worker = Worker(Config(db=url, project=PROJECT), QUEUE, burst=True, prefetch=harness.PREFETCH)
-    barrier.wait()
-    worker.run()
-
-
-def roundtrip_batching(url: str, task_dir: str, barrier: Any) -> None:
-    """As ``roundtrip_prefetching``, writing each batch's outcomes in one commit (``--batch``)."""
-    harness.import_tasks(task_dir)
-    worker = Worker(Config(db=url, project=PROJECT), QUEUE, burst=True, batch=harness.PREFETCH)
+    worker = Worker(Config(db=url, project=PROJECT), QUEUE, burst=True, **harness.CLAIMING[how])
     barrier.wait()
     worker.run()
 
@@ -362,8 +348,8 @@ class PostgresBench:
         for procs in worker_counts:
             kinds = [("bare", roundtrip_bare), ("rowfleet", roundtrip_worker)]
             if procs == max(worker_counts):
-                kinds += [("prefetch", roundtrip_prefetching), ("batch", roundtrip_batching),
-                          ("floor", roundtrip_floor)]
+                kinds += [("prefetch", functools.partial(roundtrip_worker, how="--prefetch")),
+                          ("batch", functools.partial(roundtrip_worker, how="--batch")), ("floor", roundtrip_floor)]
             runs: dict[str, list[Run]] = {kind: [] for kind, _ in kinds}
             for round_no in range(s.roundtrip_rounds):
                 progress(f"pg round trip, {procs} process(es), round {round_no + 1} of {s.roundtrip_rounds}: "

@@ -26,6 +26,7 @@ claim. The baselines' SQL is the yardstick's alone.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import random
 import sqlite3
@@ -138,28 +139,12 @@ def claim_plan(path: str) -> str:
 # --- child processes (module level: spawned children import this file) ------------------
 
 
-def roundtrip_worker(path: str, synchronous: str, task_dir: str, barrier: Any) -> None:
-    """One rowfleet worker (burst mode), released with the others by ``barrier``."""
-    harness.import_tasks(task_dir)
-    worker = Worker(Config(db=path, project=PROJECT, synchronous=synchronous), QUEUE, burst=True)
-    barrier.wait()
-    worker.run()
-
-
-def roundtrip_prefetching(path: str, synchronous: str, task_dir: str, barrier: Any) -> None:
-    """As ``roundtrip_worker``, claiming ``harness.PREFETCH`` jobs at a time (``--prefetch``)."""
+def roundtrip_worker(path: str, synchronous: str, task_dir: str, barrier: Any, how: str = "") -> None:
+    """One rowfleet worker (burst mode), released with the others by ``barrier``, taking its
+    jobs as ``how`` says (``harness.CLAIMING``)."""
     harness.import_tasks(task_dir)
     worker = Worker(Config(db=path, project=PROJECT, synchronous=synchronous), QUEUE, burst=True,
-                    prefetch=harness.PREFETCH)
-    barrier.wait()
-    worker.run()
-
-
-def roundtrip_batching(path: str, synchronous: str, task_dir: str, barrier: Any) -> None:
-    """As ``roundtrip_prefetching``, writing the outcomes of each batch in one commit (``--batch``)."""
-    harness.import_tasks(task_dir)
-    worker = Worker(Config(db=path, project=PROJECT, synchronous=synchronous), QUEUE, burst=True,
-                    batch=harness.PREFETCH)
+                    **harness.CLAIMING[how])
     barrier.wait()
     worker.run()
 
@@ -247,11 +232,10 @@ def roundtrip(bench: Bench) -> None:
     cases += [("FULL", k, "--prefetch") for k in (1, max(s.worker_counts))]
     cases += [("FULL", k, "--batch") for k in (1, max(s.worker_counts))]
     cases += [("NORMAL", 1, "--batch")]
-    workers = {"": roundtrip_worker, "--prefetch": roundtrip_prefetching, "--batch": roundtrip_batching}
     for sync, procs, how in cases:
         ours, bare, our_shares, bare_shares, problems = [], [], [], [], set()
         our_start, bare_start = [], []
-        worker = workers[how]
+        worker = functools.partial(roundtrip_worker, how=how)  # a spawned child unpickles it
         for round_no in range(s.roundtrip_rounds):
             progress(f"round trip, {procs} process(es), {sync}, {how or 'one job a claim'}, round {round_no + 1} of "
                      f"{s.roundtrip_rounds}: bare loop, then rowfleet, {s.roundtrip_window:g} s each")

@@ -34,7 +34,7 @@ __all__ = ["Parser", "UsageError", "build_parser", "main", "positive_int", "repo
 # imports no panel, view or GPU code it does not run: a worker starts the sooner.
 # tests/pure/test_cli_families.py checks this table against what each module adds.
 COMMAND_FAMILIES = {
-    "jobs": ("init", "enqueue", "status", "jobs", "job", "retry", "cancel", "prioritize"),
+    "jobs": ("init", "enqueue", "wait", "status", "jobs", "job", "retry", "cancel", "prioritize"),
     "processes": ("worker", "sampler", "orchestrator"),
     "up": ("up",),
     "workflows": ("run", "runs", "cancel-run", "restart", "submit"),

@@ -47,6 +47,16 @@ def add_commands(command: Callable[..., Parser]) -> None:
                      help="GPU memory (MiB) this job needs (default: what an --app module registered its model "
                           "with, else unknown)")
     sub.add_argument("--json", action="store_true", help="print the whole job")
+    sub.add_argument("--wait", action="store_true",
+                     help="wait for the job to end and print its result as JSON, as `rowfleet wait` does")
+    sub.add_argument("--wait-timeout", type=positive_float, default=None, metavar="SECONDS",
+                     help="with --wait: give up after this long (exit 124; default: wait as long as it takes)")
+
+    sub = command("wait", cmd_wait, "wait for a job to end; print its result as JSON (exit 1 when it failed or was "
+                  "cancelled, with its error; 124 when --timeout passed first)")
+    sub.add_argument("id", type=int64)
+    sub.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
+                     help="give up after this long (exit 124; default: wait as long as it takes)")
 
     sub = command("status", cmd_status, "job counts per project/queue/state, and workers")
     sub.add_argument("--json", action="store_true")
@@ -96,6 +106,10 @@ def cmd_init(args: argparse.Namespace, config: configuration.Config) -> int:
 
 def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
     config = trusted(config, args)
+    if args.wait and args.json:
+        raise ConfigError("--wait prints the job's result and --json the job as enqueued: give one of them")
+    if args.wait_timeout is not None and not args.wait:
+        raise ConfigError("--wait-timeout needs --wait")
     if args.model is not None:
         models.check(args.model)  # a model id is a name, as everywhere
     spec = JobSpec(task=args.task, args=json_flag("--args", args.args),
@@ -113,12 +127,32 @@ def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
                                vram_mb=stamp.vram_mb)
     with open_store(config) as store:
         job = store.enqueue(spec)
+        if warning:  # once written: a refused command says only why
+            warn(warning)
+        if args.wait:
+            return _print_when_ended(store, job.id, config.project, args.wait_timeout)
         if args.json:
             print_json(_job_dict(store, job))
         else:
             print(job.id)
-    if warning:  # once written: a refused command says only why
-        warn(warning)
+    return exitcodes.OK
+
+
+def cmd_wait(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        store.require_schema()
+        return _print_when_ended(store, args.id, config.project, args.timeout)
+
+
+def _print_when_ended(store: Store, job_id: int, project: str, timeout: float | None) -> int:
+    """Wait for the job to end and print its result as JSON; a failed or cancelled job is
+    ``JobFailed`` (exit 1, its error on stderr), a wait past ``timeout`` exit 124."""
+    try:
+        job = store.wait_for(job_id, project, timeout)
+    except TimeoutError as exc:
+        say(f"rowfleet: {exc}", file=sys.stderr)
+        return exitcodes.TIMED_OUT
+    print_json(job.ended_result())
     return exitcodes.OK
 
 

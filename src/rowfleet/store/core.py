@@ -136,6 +136,11 @@ class StoreCore(abc.ABC):
         """A way for an orchestrator to sleep until a dispatch event of ``project`` may exist."""
 
     @abc.abstractmethod
+    def job_waiter(self, job_id: int, project: str) -> Waiter:
+        """A way to sleep until job ``job_id`` may have ended (``rowfleet.wait``): made
+        before the caller's first look at the row, so that an end in between still wakes it."""
+
+    @abc.abstractmethod
     def changed(self) -> bool:
         """True when another connection has committed since the last call (cheap)."""
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
+import time
 from typing import Any, Callable, Iterable, Sequence
 
 from rowfleet import job as jobs
@@ -27,11 +29,16 @@ from rowfleet.config import Config
 from rowfleet.errors import ConfigError, Conflict, LeaseLost, NotFound
 from rowfleet.job import Job, JobSpec, Outcome
 from rowfleet.liveness import not_retried
+from rowfleet.store import waiting
 from rowfleet.store.core import StoreCore, Tx
 
 PROMOTE_BATCH = 1000  # delayed jobs one promotion moves into the claim index, at most
 DEMAND_GROUPS = 1000  # groups of model jobs placement reads per sweep, at most
 PLACEMENT_BATCH = 500  # jobs one placement write flags, clears or fails, at most
+# After a wake-up, a waiter for a job looks for the commit that raised it at these steps
+# (an idle worker's: a few cheap reads per commit, not hundreds).
+WAIT_SETTLE_STEP = 0.0002
+WAIT_SETTLE_STEP_MAX = 0.005
 
 
 class JobStore(StoreCore):
@@ -534,6 +541,29 @@ class JobStore(StoreCore):
 
     def get_job(self, job_id: int, project: str) -> Job:
         return self._get_job(self.reader(), job_id, project)
+
+    def wait_for(self, job_id: int, project: str, timeout: float | None = None) -> Job:
+        """The job once it has ended (completed, failed or cancelled), read as it ended;
+        ``TimeoutError`` when it has not after ``timeout`` seconds, ``NotFound`` when there is
+        no such job. Sleeps on ``job_waiter`` (a NOTIFY on PostgreSQL, the file watch on
+        SQLite), looking again at least every ``config.poll`` seconds, never in a tight loop."""
+        give_up = None if timeout is None else time.monotonic() + timeout
+        waiter = self.job_waiter(job_id, project)
+        try:
+            while True:
+                job = self.get_job(job_id, project)
+                if job.state in jobs.TERMINAL:
+                    return job
+                left = None if give_up is None else give_up - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"job {job_id} is still {job.state} after {timeout:g}s")
+                nap = self.config.poll if left is None else min(left, self.config.poll)
+                if waiter.wait(nap):
+                    # A wake-up may come before the commit that raised it is visible.
+                    waiting.settle(self.changed, waiter.settle_window, threading.Event(), WAIT_SETTLE_STEP,
+                                   WAIT_SETTLE_STEP_MAX)
+        finally:
+            waiter.close()
 
     def _get_job(self, tx: Tx, job_id: int, project: str) -> Job:
         row = tx.one("get_job", id=job_id, project=project)

@@ -283,6 +283,7 @@ class PostgresStore(Store):
     own_queries = frozenset({*(f"finish_and_claim{form}" for form in ("", "[routed]", "[newest]", "[warm]")),
                              "finish_terminal", "finish_many",
                              "database_time", "listen_jobs", "listen_dispatch", "listen_control",
+                             "listen_done", "mark_waited",
                              "session_bounds", "transaction_bounds", "migration_unbounded"})
     own_fragments = frozenset({"finished_turn"})  # fragments only this dialect's own queries include
 
@@ -463,6 +464,14 @@ class PostgresStore(Store):
 
     def waiter(self, queues: str | tuple[str, ...]) -> "ListenWaiter | Sleeper":
         return self._listener(queues, "listen_jobs")
+
+    def job_waiter(self, job_id: int, project: str) -> "ListenWaiter | Sleeper":
+        # Listening first, then the mark: the job's end after the mark notifies us, and an
+        # end before it is in the row the caller reads next.
+        waiter = self._listener(str(job_id), "listen_done")
+        with self.statement() as tx:
+            tx.run("mark_waited", id=job_id, project=project)
+        return waiter
 
     def dispatch_waiter(self, project: str) -> "ListenWaiter | Sleeper":
         return self._listener(project, "listen_dispatch")

@@ -459,6 +459,11 @@ class SQLiteStore(Store):
         # which rings this bell: the WAL would wake an orchestrator only for others' commits.
         return FileWaiter(self.path, self.config.poll, [self._bell("dispatch", project)], bells_only=True)
 
+    def job_waiter(self, job_id: int, project: str) -> Waiter:
+        # A job's end is a commit like any other: the file watch wakes the waiter at every
+        # commit, and it reads one row by its key each time.
+        return FileWaiter(self.path, self.config.poll)
+
     def control_waiter(self, host: str) -> Waiter:
         # Every commit to the file would wake a file watcher; a switch is read once per poll.
         return Sleeper()

@@ -605,12 +605,12 @@ def check_prefetch(prefetch: int, *, routed: bool, sidecar: bool) -> int:
     >>> check_prefetch(10, routed=True, sidecar=False)
     Traceback (most recent call last):
     ...
-    rowfleet.errors.ConfigError: --prefetch is for many short jobs: a worker that routes by model (--gpu with models) or owns a sidecar claims one job at a time
+    rowfleet.errors.ConfigError: --prefetch and --batch are for many short jobs: a worker that routes by model (--gpu with models) or owns a sidecar claims one job at a time
     """
     names.RULES["prefetch"].check("--prefetch", prefetch)
     if prefetch > 1 and (routed or sidecar):
-        raise ConfigError("--prefetch is for many short jobs: a worker that routes by model (--gpu with models) "
-                          "or owns a sidecar claims one job at a time")
+        raise ConfigError("--prefetch and --batch are for many short jobs: a worker that routes by model "
+                          "(--gpu with models) or owns a sidecar claims one job at a time")
     return prefetch
 
 

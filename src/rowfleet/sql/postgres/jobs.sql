@@ -495,6 +495,17 @@ WITH {{finished_turn}}, claimed AS (
 SELECT (SELECT count(*) FROM finished) AS finished, claimed.*
 FROM (SELECT 1) AS turn LEFT JOIN claimed ON true;
 
+-- name: listen_done
+-- A waiter for jobs (rowfleet.wait) waits on this channel; the jobs_notify_done trigger sends
+-- the id of each job marked waited as it ends.
+LISTEN rowfleet_done;
+
+-- name: mark_waited
+-- Mark a job that has not ended as waited for, so that its end notifies (after the waiter's
+-- LISTEN: an end before the mark is seen by the waiter's own read of the row).
+UPDATE jobs SET waited = 1
+WHERE id = %(id)s AND project = %(project)s AND waited = 0 AND state NOT IN ('completed', 'failed', 'cancelled');
+
 -- name: listen_jobs
 -- Idle workers wait on this channel; the jobs_notify_queued trigger sends the queue's name.
 LISTEN rowfleet_jobs;
