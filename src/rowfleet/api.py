@@ -127,7 +127,7 @@ def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: 
             run_next: bool = False, delay: float = 0.0, run_at: float | None = None,
             key: str | None = None, max_attempts: int = 5, project: str | None = None,
             timeout: float | None = None, model: str | None = None, vram_mb: int | None = None,
-            conn: Any = None) -> Job:
+            unique: str | None = None, debounce: float = 0.0, conn: Any = None) -> Job:
     """Enqueue one job and return it (``job.id``); see the README for each option.
 
     ``task`` is a task name or a ``@rowfleet.task`` function. With ``key``, a second
@@ -135,10 +135,13 @@ def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: 
     (your own ``sqlite3`` connection to the same database) the job is inserted in your
     transaction: it commits with your domain write, or not at all. ``model`` (default: the
     task's) is the model the job needs warm, ``vram_mb`` the GPU memory (MiB) it needs
-    (default: what that model was registered with, in this process).
+    (default: what that model was registered with, in this process). ``unique="queued"``
+    returns the job that waits with the same task and args (or ``key``) instead of writing
+    another, ``"active"`` also one that runs; ``debounce=SECONDS`` (implying "queued") pushes
+    the waiting job's start to that long after the newest duplicate.
     """
     spec = _spec(task, args, queue, priority, run_next, delay, run_at, key, max_attempts, project, timeout,
-                 model, vram_mb)
+                 model, vram_mb, unique, debounce)
     return default_store().enqueue(spec, conn=conn)
 
 
@@ -281,13 +284,15 @@ def _node_dict(node: dict[str, Any]) -> dict[str, Any]:
 
 def _spec(task: Any, args: Any, queue: str | None, priority: int, run_next: bool, delay: float,
           run_at: float | None, key: str | None, max_attempts: int, project: str | None,
-          timeout: float | None = None, model: str | None = None, vram_mb: int | None = None) -> JobSpec:
+          timeout: float | None = None, model: str | None = None, vram_mb: int | None = None,
+          unique: str | None = None, debounce: float = 0.0) -> JobSpec:
     if model is not None:
         models.check(model)  # a model id is a name, wherever it is given
     stamp = tasks.stamp(task, queue or None, timeout, model, vram_mb)
     return JobSpec(task=stamp.task, args=args, queue=stamp.queue, project=_project(project),
                    priority=priority, run_next=run_next, delay=delay, run_at=run_at, key=key,
-                   max_attempts=max_attempts, timeout=stamp.timeout, model=stamp.model, vram_mb=stamp.vram_mb)
+                   max_attempts=max_attempts, timeout=stamp.timeout, model=stamp.model, vram_mb=stamp.vram_mb,
+                   unique=unique, debounce=debounce)
 
 
 def _project(project: str | None) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
 import random
 import traceback as tb
@@ -32,6 +33,7 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 STATES = (QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED)
 TERMINAL = (COMPLETED, FAILED, CANCELLED)
+UNIQUE_MODES = (None, QUEUED, "active")  # JobSpec.unique: off, while a duplicate waits, while it waits or runs
 
 
 class Retry(Exception):
@@ -74,6 +76,10 @@ class JobSpec:
     timeout: float | None = None
     model: str | None = None
     vram_mb: int | None = None  # GPU memory the job needs, in MiB; None: unknown (fits anywhere)
+    # While a duplicate (same project, queue, task and args; or the same key) waits, or with
+    # "active" waits or runs, the enqueue returns it instead of writing another.
+    unique: str | None = None
+    debounce: float = 0.0  # a duplicate pushes the waiting job's start this far (implies unique="queued")
 
     def __post_init__(self) -> None:
         rule = names.RULES
@@ -98,9 +104,32 @@ class JobSpec:
             object.__setattr__(self, "_args_json", encode_json(self.args))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"args must be JSON-serialisable: {exc}") from None
+        object.__setattr__(self, "debounce", rule["delay"].check("debounce", self.debounce))
+        if self.unique is None and self.debounce > 0:
+            object.__setattr__(self, "unique", QUEUED)
+        if self.unique not in UNIQUE_MODES:
+            raise ConfigError(f"unique must be one of {', '.join(map(repr, UNIQUE_MODES[1:]))}, got {self.unique!r}")
 
     def args_json(self) -> str:
         return self._args_json  # encoded once, when the spec was validated
+
+    def unique_key(self) -> str | None:
+        """What makes another enqueue a duplicate of this one (with ``unique``): its
+        idempotency key when it has one, else its task and args (the args with their keys in
+        order, so that {"a": 1, "b": 2} and {"b": 2, "a": 1} are one job), as a digest.
+
+        >>> first = JobSpec("t", {"a": 1, "b": 2}, unique="queued").unique_key()
+        >>> first == JobSpec("t", {"b": 2, "a": 1}, unique="active").unique_key()
+        True
+        >>> JobSpec("t", key="order-7", unique="queued").unique_key(), JobSpec("t").unique_key()
+        ('key:order-7', None)
+        """
+        if self.unique is None:
+            return None
+        if self.key is not None:
+            return f"key:{self.key}"
+        canonical = json.dumps([self.task, self.args], sort_keys=True, separators=(",", ":"))
+        return "args:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
@@ -348,6 +377,7 @@ class Job:
     unplaceable_at: float | None = None
     warm_claim: bool = False  # its last claim was by a worker that already held its model
     host: str | None = None  # the host it last ran on (kept when it is requeued or ends)
+    unique_key: str | None = None  # enqueued unique: what makes another enqueue its duplicate
     waited: bool = False  # somebody waits for its end (rowfleet.wait): on PostgreSQL the end notifies
     # The finish /metrics' tallies counted (its finished_at then): their bookkeeping, not the
     # job's state, so two reads of a job the orchestrator tallied between are still equal.

@@ -27,7 +27,7 @@ from rowfleet.claim import Claim
 from rowfleet.errors import LeaseLost, StoreUnavailable
 from rowfleet.job import Job, JobSpec, Outcome
 from rowfleet.store import open_store
-from support import DEADLINE, TempDirTestCase, proc_stat, process_alive, wait_until
+from support import DEADLINE, TempDirTestCase, child_env, proc_stat, process_alive, wait_until
 
 APP = "fleetapp"
 
@@ -132,6 +132,20 @@ def until_term():
     _wait(lambda: seen)
     return "finished after SIGTERM"
 '''
+
+
+# A racer for one unique job: it marks itself ready, waits for the gate file, then enqueues.
+RACE_UNIQUE = """
+import os, sys, time
+import rowfleet
+db, gate, mode = sys.argv[1:]
+rowfleet.configure(db=db)
+rowfleet.api.default_store().require_schema()  # connected before the start line: the race is the enqueue's
+open(os.path.join(os.path.dirname(gate), f"ready-{os.getpid()}"), "w").close()
+while not os.path.exists(gate):
+    time.sleep(0.0002)
+print(rowfleet.enqueue("m:f", {"same": True}, unique=mode).id)
+"""
 
 
 class ProcessContract:
@@ -478,6 +492,25 @@ class ProcessContract:
         self.assertEqual(waited.stdout, "")
         self.assertEqual(waited.stderr.strip().splitlines(), [f"rowfleet: job {job_id} is still queued after 0.3s"])
         self.assertEqual(self.job(job_id).state, "queued")
+
+    # --- unique jobs (enqueue with unique=) ------------------------------------------------
+
+    def test_concurrent_enqueues_of_one_unique_job_write_one_job(self):
+        self.store()  # the schema, before the racers
+        racers = [subprocess.Popen(
+            [sys.executable, "-c", RACE_UNIQUE, self.db, os.path.join(self.dir, "go"), mode],
+            cwd=self.dir, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for mode in ("queued", "active") * 4]
+        wait_until(lambda: len([name for name in os.listdir(self.dir) if name.startswith("ready-")]) == len(racers),
+                   message="every racer at the start line")
+        open(os.path.join(self.dir, "go"), "w").close()
+        ids = set()
+        for racer in racers:
+            out, err = racer.communicate(timeout=DEADLINE)
+            self.assertEqual(racer.returncode, 0, err)
+            ids.add(int(out))
+        self.assertEqual(len(ids), 1, f"racers wrote {sorted(ids)}")
+        self.assertEqual([job.id for job in self.store().reads.list_jobs("", limit=100)], sorted(ids))
 
     def test_supervisor_restarts_a_killed_child_and_stops_all_on_sigterm(self):
         hung_id = self.enqueue("hang_first")[0]

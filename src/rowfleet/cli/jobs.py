@@ -37,6 +37,11 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--run-next", action="store_true", help="run before every priority")
     sub.add_argument("--delay", type=non_negative_float, default=0.0, help="seconds before it may run")
     sub.add_argument("--key", default=None, type=typed("key"), help="idempotency key: one job per key and project")
+    sub.add_argument("--unique", choices=("queued", "active"), default=None,
+                     help="print the id of the job that waits (queued), or waits or runs (active), with the same "
+                          "task and args (with --key: the same key) instead of enqueueing another")
+    sub.add_argument("--debounce", type=non_negative_float, default=0.0, metavar="SECONDS",
+                     help="with a duplicate waiting, push its start to SECONDS from now (implies --unique queued)")
     sub.add_argument("--max-attempts", type=typed("max attempts"), default=5)
     sub.add_argument("--timeout", type=positive_float, default=None,
                      help="seconds of wall clock this job may run (default: its task's when an --app module "
@@ -112,11 +117,12 @@ def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
         raise ConfigError("--wait-timeout needs --wait")
     if args.model is not None:
         models.check(args.model)  # a model id is a name, as everywhere
+    # Checked before any app is imported:
     spec = JobSpec(task=args.task, args=json_flag("--args", args.args),
                    queue="default" if args.queue is None else args.queue, project=config.project,
                    priority=args.priority, run_next=args.run_next, delay=args.delay, key=args.key,
                    max_attempts=args.max_attempts, timeout=args.timeout, model=args.model,
-                   vram_mb=args.vram_mb)  # checked before any app is imported
+                   vram_mb=args.vram_mb, unique=args.unique, debounce=args.debounce)
     tasks.import_apps(args.app)
     warning = tasks.vet(args.task, config.allow_modules, strict=bool(args.app))  # with --app: refuse
     if args.app and args.model is not None and models.registered(args.model) is None:

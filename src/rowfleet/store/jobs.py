@@ -63,6 +63,8 @@ class JobStore(StoreCore):
 
     def _enqueue(self, tx: Tx, spec: JobSpec, placement: dict[str, Any] | None = None) -> Job:
         """Insert a job (a workflow node's when ``placement`` names its run, node and generation)."""
+        if spec.unique is not None:
+            return self._enqueue_unique(tx, spec)
         # Look the key up first: an INSERT that loses to the key would still spend a job id.
         row = tx.one("job_by_key", project=spec.project, key=spec.key) if spec.key is not None else None
         if row is None:
@@ -72,11 +74,28 @@ class JobStore(StoreCore):
             row = tx.one("job_by_key", project=spec.project, key=spec.key)
         return Job.from_row(row)
 
+    def _enqueue_unique(self, tx: Tx, spec: JobSpec) -> Job:
+        """A unique job (``JobSpec.unique``): the duplicate that waits (or, "active", waits or
+        runs) if there is one, its start pushed by a debounce; else a new job. Concurrent
+        enqueues of one duplicate are serialized (``lock_unique``), so they write one job."""
+        key = {"project": spec.project, "queue": spec.queue, "unique_key": spec.unique_key()}
+        tx.one("lock_unique", **key)
+        pending = [Job.from_row(row) for row in tx.all("unique_pending", **key)]
+        duplicate = next((job for job in pending if job.state == jobs.QUEUED or spec.unique == "active"), None)
+        if duplicate is None:
+            row = tx.one("enqueue", **_enqueue_params(spec))
+            self._queued_into(tx, spec.queue)
+            return Job.from_row(row)
+        if spec.debounce > 0 and duplicate.state == jobs.QUEUED:
+            pushed = tx.one("debounce", id=duplicate.id, debounce=spec.debounce)
+            return duplicate if pushed is None else Job.from_row(pushed)
+        return duplicate
+
     def enqueue_many(self, spec: JobSpec, args_list: Iterable[Any], conn: Any = None) -> int:
         """Insert one job per item of ``args_list``, each otherwise as ``spec`` says, in one
         transaction (all or none); returns how many. Idempotency keys are one-by-one only."""
-        if spec.key is not None:
-            raise ConfigError("enqueue_many does not take an idempotency key: enqueue keyed jobs one by one")
+        if spec.key is not None or spec.unique is not None:
+            raise ConfigError("enqueue_many takes neither an idempotency key nor unique: enqueue those jobs one by one")
         with self._writing(conn) as tx:
             return self._enqueue_many(tx, spec, args_list)
 
@@ -579,9 +598,12 @@ class JobStore(StoreCore):
 
 
 def _enqueue_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> dict[str, Any]:
+    # A unique job's key makes it a duplicate while it waits or runs, not an idempotency key
+    # kept until pruned; a debounced job starts no sooner than its debounce.
     return {"project": spec.project, "queue": spec.queue, "task": spec.task, "args": spec.args_json(),
             "priority": spec.priority, "run_next": int(spec.run_next), "run_at": spec.run_at,
-            "delay": float(spec.delay), "max_attempts": spec.max_attempts, "key": spec.key,
+            "delay": max(float(spec.delay), spec.debounce), "max_attempts": spec.max_attempts,
+            "key": spec.key if spec.unique is None else None, "unique_key": spec.unique_key(),
             "timeout": spec.timeout, "model": spec.model, "vram_mb": spec.vram_mb,
             **(placement or {"run_id": None, "node_id": None, "node_generation": None})}
 

@@ -4,12 +4,12 @@
 -- A job due later is delayed: out of the claim index until a claim promotes it.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
-                  timeout, required_model, vram_mb, delayed)
+                  timeout, required_model, vram_mb, delayed, unique_key)
 VALUES (%(project)s, %(queue)s, %(task)s, %(args)s, %(priority)s, %(run_next)s, coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
         %(max_attempts)s, %(key)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s, %(node_id)s,
         %(node_generation)s, %(timeout)s, %(model)s, %(vram_mb)s,
         CASE WHEN coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s) > rowfleet_now(%(now)s)
-             THEN 1 ELSE 0 END)
+             THEN 1 ELSE 0 END, %(unique_key)s)
 ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
@@ -29,6 +29,25 @@ SELECT %(project)s, %(queue)s, %(task)s, batch.value, %(priority)s, %(run_next)s
             THEN 1 ELSE 0 END
 FROM jsonb_array_elements_text(%(args_list)s::jsonb) WITH ORDINALITY AS batch(value, n)
 ORDER BY batch.n;
+
+-- name: lock_unique
+-- Serialize the enqueues of one duplicate key across every connection until this
+-- transaction ends, so that two concurrent enqueues of a duplicate write one job.
+SELECT pg_advisory_xact_lock(hashtextextended(%(project)s || chr(31) || %(queue)s || chr(31) || %(unique_key)s, 0));
+
+-- name: unique_pending
+-- The jobs of a duplicate key that wait or run (jobs_unique).
+SELECT * FROM jobs
+WHERE project = %(project)s AND queue = %(queue)s AND unique_key = %(unique_key)s
+  AND unique_key IS NOT NULL AND state IN ('queued', 'running')
+ORDER BY id;
+
+-- name: debounce
+-- A duplicate enqueued within the debounce window pushes the waiting job's start: out of the
+-- claim index (delayed) until it falls due.
+UPDATE jobs SET run_at = greatest(run_at, rowfleet_now(%(now)s) + %(debounce)s), delayed = 1, updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'queued'
+RETURNING *;
 
 -- name: job_by_key
 SELECT * FROM jobs WHERE project = %(project)s AND idempotency_key = %(key)s;

@@ -4,10 +4,10 @@
 -- A job due later is delayed: out of the claim index until a claim promotes it.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
-                  timeout, required_model, vram_mb, delayed)
+                  timeout, required_model, vram_mb, delayed, unique_key)
 VALUES (:project, :queue, :task, :args, :priority, :run_next, coalesce(:run_at, :now + :delay),
         :max_attempts, :key, :now, :now, :run_id, :node_id, :node_generation, :timeout, :model, :vram_mb,
-        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END)
+        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END, :unique_key)
 ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
@@ -23,6 +23,25 @@ SELECT :project, :queue, :task, value, :priority, :run_next, coalesce(:run_at, :
        :node_generation, :timeout, :model, :vram_mb, CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END
 FROM json_each(:args_list)
 ORDER BY key;
+
+-- name: lock_unique
+-- Serialize the enqueues of one duplicate key: on SQLite the enqueue's BEGIN IMMEDIATE
+-- already holds the only write lock, so there is nothing more to take.
+SELECT 1 WHERE :unique_key IS NOT NULL;
+
+-- name: unique_pending
+-- The jobs of a duplicate key that wait or run (jobs_unique: its condition, term for term).
+SELECT * FROM jobs
+WHERE project = :project AND queue = :queue AND unique_key = :unique_key
+  AND unique_key IS NOT NULL AND state IN ('queued', 'running')
+ORDER BY id;
+
+-- name: debounce
+-- A duplicate enqueued within the debounce window pushes the waiting job's start: out of the
+-- claim index (delayed) until it falls due.
+UPDATE jobs SET run_at = max(run_at, :now + :debounce), delayed = 1, updated_at = :now
+WHERE id = :id AND state = 'queued'
+RETURNING *;
 
 -- name: job_by_key
 SELECT * FROM jobs WHERE project = :project AND idempotency_key = :key;
