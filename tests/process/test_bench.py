@@ -122,6 +122,20 @@ class BenchSmokeTest(unittest.TestCase):
         shares = [int(re.match(r"(\d+)%", cells[-1]).group(1)) for cells in profile.values()]
         self.assertTrue(95 <= sum(shares) <= 105, shares)  # whole percentages of one thread's time
 
+    def test_the_wait_section_times_a_real_workers_jobs_against_polling(self):
+        result = bench("--quick", "--section", "wait")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = table_rows(result.stdout)
+        for label in ("wait() after the job's commit, p50 (ms)", "wait() after the job's commit, p95 (ms)"):
+            with self.subTest(label):
+                self.assertIn(label, rows, result.stdout)
+                _, durability, ours, baseline, ratio, _ = rows[label]
+                self.assertEqual(durability, "FULL")
+                # Pushed, not polled: well under the 30 s poll the worker and the waiter run with.
+                self.assertLess(float(ours), 5000.0, result.stdout)
+                self.assertGreater(float(baseline), 0.0)
+                self.assertRegex(ratio, r"^[0-9]+\.[0-9]{2}x$")
+
     def test_the_gpu_section_compares_the_policies_with_verdicts(self):
         result = bench("--quick", "--only", "gpu")
         self.assertEqual(result.returncode, 0, result.stderr)

@@ -473,6 +473,19 @@ class ProcessContract:
         self.assertEqual(json.loads(done.stdout), {"answer": 2, "pid": worker.pid})
         self.stop(worker)
 
+    def test_a_wait_hears_each_end_of_a_real_workers_jobs_one_after_another(self):
+        # A fast job's claim and finish land within a millisecond: the waiter must not take
+        # the claim's wake-up for the end and then sleep through the finish until a poll
+        # (30 s here) or the worker's next heartbeat (10 s), far past each wait's 5 s.
+        self.store()
+        worker = self.launch("worker", "--app", APP, "--poll", "30")
+        wait_until(lambda: self.store().reads.workers(since=0), message="the worker idle, its first beat written")
+        waiter = self.open_store(migrate=False, poll=30.0)  # a client's store: it never migrated
+        for n in range(20):
+            job = waiter.enqueue(JobSpec(task="note"))
+            self.assertEqual(waiter.wait_for(job.id, "", timeout=5.0).result, worker.pid, f"job {n}")
+        self.stop(worker)
+
     def test_wait_exits_1_with_the_error_of_a_job_that_failed(self):
         job_id = self.store().enqueue(JobSpec(task="boom", max_attempts=1)).id
         worker = self.launch("worker", "--app", APP, "--poll", "30")

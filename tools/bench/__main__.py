@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import cpu, dag, fleet, gpu, harness, metrics, panel, peers, pg_fleet, postgres, sqlite, status, telemetry, walpages
+from . import cpu, dag, fleet, gpu, harness, metrics, panel, peers, pg_fleet, postgres, sqlite, status, telemetry, wait, walpages
 from .harness import Bench, Lab, Row, progress
 
 import rowfleet
@@ -49,6 +49,7 @@ SECTIONS: dict[str, Section] = {
     "peers": Section(peers.run, peers.LEGEND),
     "cpu": Section(cpu.run, cpu.LEGEND),
     "wake": Section(sqlite.wake, sqlite.LEGEND),
+    "wait": Section(wait.run, wait.LEGEND),
     "claim": Section(sqlite.claim, sqlite.LEGEND),
     "walpages": Section(walpages.run, walpages.LEGEND),
     "fleet": Section(fleet.run, fleet.LEGEND),

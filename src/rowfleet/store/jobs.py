@@ -569,18 +569,20 @@ class JobStore(StoreCore):
         give_up = None if timeout is None else time.monotonic() + timeout
         waiter = self.job_waiter(job_id, project)
         try:
-            while True:
-                job = self.get_job(job_id, project)
-                if job.state in jobs.TERMINAL:
-                    return job
+            job = self.get_job(job_id, project)
+            while job.state not in jobs.TERMINAL:
                 left = None if give_up is None else give_up - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"job {job_id} is still {job.state} after {timeout:g}s")
-                nap = self.config.poll if left is None else min(left, self.config.poll)
-                if waiter.wait(nap):
-                    # A wake-up may come before the commit that raised it is visible.
-                    waiting.settle(self.changed, waiter.settle_window, threading.Event(), WAIT_SETTLE_STEP,
-                                   WAIT_SETTLE_STEP_MAX)
+                if waiter.wait(self.config.poll if left is None else min(left, self.config.poll)):
+                    # A wake-up may come before the commit that raised it is visible (SQLite's
+                    # WAL is written before its index), and the file watch folds the writes
+                    # of a claim and a finish close together into one event: look again a
+                    # little while for the end itself, or it is heard only at the next poll.
+                    waiting.settle(lambda: self.get_job(job_id, project).state in jobs.TERMINAL,
+                                   waiter.settle_window, threading.Event(), WAIT_SETTLE_STEP, WAIT_SETTLE_STEP_MAX)
+                job = self.get_job(job_id, project)
+            return job
         finally:
             waiter.close()
 
