@@ -5,6 +5,7 @@ play that order of events; the process tests and the bench's ``wait`` rows run t
 
 from __future__ import annotations
 
+import time
 import unittest
 from types import SimpleNamespace
 
@@ -42,10 +43,39 @@ class WaitForTest(unittest.TestCase):
         waiter = OneWakeUp()
         store = SimpleNamespace(config=SimpleNamespace(poll=30.0), get_job=get_job, changed=lambda: True,
                                 job_waiter=lambda job_id, project: waiter)
+        store._end_in_sight = lambda *args: JobStore._end_in_sight(store, *args)
         ended = JobStore.wait_for(store, 7, "", timeout=60.0)
         self.assertEqual(ended.state, "completed")
         self.assertEqual(waiter.waits, 1, "the end was left to a later wait: heard only at the poll")
         self.assertGreaterEqual(len(reads), 3)
+
+
+    def test_an_end_that_becomes_visible_long_after_its_event_is_still_heard(self):
+        # On a loaded box the finish's commit becomes visible well after the event its WAL
+        # write raised (here 0.1 s, past the 30 ms a worker settles for), and no other event
+        # follows: only the commit's visibility says when to look.
+        waiter = OneWakeUp()
+        visible_at = time.monotonic() + 0.1
+
+        def state() -> str:
+            if not waiter.waits:
+                return "queued"
+            return "completed" if time.monotonic() >= visible_at else "running"
+
+        seen = []
+
+        def changed() -> bool:  # data_version moves once, when the commit becomes visible
+            moved = time.monotonic() >= visible_at and not seen
+            if moved:
+                seen.append(True)
+            return moved
+
+        store = SimpleNamespace(config=SimpleNamespace(poll=30.0), changed=changed,
+                                get_job=lambda job_id, project: SimpleNamespace(id=job_id, state=state()),
+                                job_waiter=lambda job_id, project: waiter)
+        store._end_in_sight = lambda *args: JobStore._end_in_sight(store, *args)
+        self.assertEqual(JobStore.wait_for(store, 7, "", timeout=60.0).state, "completed")
+        self.assertEqual(waiter.waits, 1, "the end was left to a later wait: heard only at the poll")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
 
@@ -29,14 +28,14 @@ from rowfleet.config import Config
 from rowfleet.errors import ConfigError, Conflict, LeaseLost, NotFound
 from rowfleet.job import Job, JobSpec, Outcome
 from rowfleet.liveness import not_retried
-from rowfleet.store import waiting
 from rowfleet.store.core import StoreCore, Tx
 
 PROMOTE_BATCH = 1000  # delayed jobs one promotion moves into the claim index, at most
 DEMAND_GROUPS = 1000  # groups of model jobs placement reads per sweep, at most
 PLACEMENT_BATCH = 500  # jobs one placement write flags, clears or fails, at most
-# After a wake-up, a waiter for a job looks for the commit that raised it at these steps
-# (an idle worker's: a few cheap reads per commit, not hundreds).
+# After a file watch's wake-up, a waiter for a job looks for the commits that become visible
+# this long (``_end_in_sight``), at these steps (an idle worker's: a few pragmas a commit).
+WAIT_SETTLE_WINDOW = 1.0
 WAIT_SETTLE_STEP = 0.0002
 WAIT_SETTLE_STEP_MAX = 0.005
 
@@ -90,6 +89,25 @@ class JobStore(StoreCore):
             pushed = tx.one("debounce", id=duplicate.id, debounce=spec.debounce)
             return duplicate if pushed is None else Job.from_row(pushed)
         return duplicate
+
+    def _end_in_sight(self, job_id: int, project: str, window: float) -> Job:
+        """After a file watch's wake-up: the job, read again at each commit that becomes
+        visible within ``window`` seconds until it has ended. The event comes with the WAL's
+        write, before the commit is visible (the WAL index lives in shared memory, which raises
+        no event), and one event may stand for a fast job's claim and finish together; on a
+        loaded box the finish can become visible long after: its event is spent by then, and
+        only the commit's visibility (``changed``, a cheap pragma) tells when to look."""
+        give_up = time.monotonic() + window
+        step = WAIT_SETTLE_STEP
+        while True:
+            job = self.get_job(job_id, project)
+            if job.state in jobs.TERMINAL:
+                return job
+            while not self.changed():
+                if time.monotonic() >= give_up:
+                    return job
+                time.sleep(step)
+                step = min(step * 2, WAIT_SETTLE_STEP_MAX)
 
     def enqueue_many(self, spec: JobSpec, args_list: Iterable[Any], conn: Any = None) -> int:
         """Insert one job per item of ``args_list``, each otherwise as ``spec`` says, in one
@@ -574,14 +592,11 @@ class JobStore(StoreCore):
                 left = None if give_up is None else give_up - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"job {job_id} is still {job.state} after {timeout:g}s")
-                if waiter.wait(self.config.poll if left is None else min(left, self.config.poll)):
-                    # A wake-up may come before the commit that raised it is visible (SQLite's
-                    # WAL is written before its index), and the file watch folds the writes
-                    # of a claim and a finish close together into one event: look again a
-                    # little while for the end itself, or it is heard only at the next poll.
-                    waiting.settle(lambda: self.get_job(job_id, project).state in jobs.TERMINAL,
-                                   waiter.settle_window, threading.Event(), WAIT_SETTLE_STEP, WAIT_SETTLE_STEP_MAX)
-                job = self.get_job(job_id, project)
+                woken = waiter.wait(self.config.poll if left is None else min(left, self.config.poll))
+                if woken and waiter.settle_window > 0:
+                    job = self._end_in_sight(job_id, project, min(WAIT_SETTLE_WINDOW, left or WAIT_SETTLE_WINDOW))
+                else:
+                    job = self.get_job(job_id, project)
             return job
         finally:
             waiter.close()
