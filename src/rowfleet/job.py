@@ -113,6 +113,12 @@ class JobSpec:
     def args_json(self) -> str:
         return self._args_json  # encoded once, when the spec was validated
 
+    @property
+    def idempotency_key(self) -> str | None:
+        """The key that returns its job for as long as the job is kept: ``key``, unless the
+        job is unique, whose key makes a duplicate only while the job waits or runs."""
+        return self.key if self.unique is None else None
+
     def unique_key(self) -> str | None:
         """What makes another enqueue a duplicate of this one (with ``unique``): its
         idempotency key when it has one, else its task and args (the args with their keys in

@@ -62,41 +62,40 @@ class JobStore(StoreCore):
 
     def _enqueue(self, tx: Tx, spec: JobSpec, placement: dict[str, Any] | None = None) -> Job:
         """Insert a job (a workflow node's when ``placement`` names its run, node and generation)."""
-        if spec.unique is not None:
-            return self._enqueue_unique(tx, spec)
+        if spec.unique is not None and (duplicate := self._duplicate(tx, spec)) is not None:
+            return duplicate
+        key = spec.idempotency_key
         # Look the key up first: an INSERT that loses to the key would still spend a job id.
-        row = tx.one("job_by_key", project=spec.project, key=spec.key) if spec.key is not None else None
+        row = tx.one("job_by_key", project=spec.project, key=key) if key is not None else None
         if row is None:
             row = tx.one("enqueue", **_enqueue_params(spec, placement))
             self._queued_into(tx, spec.queue)
         if row is None:  # a concurrent insert won the key (possible on a caller's connection)
-            row = tx.one("job_by_key", project=spec.project, key=spec.key)
+            row = tx.one("job_by_key", project=spec.project, key=key)
         return Job.from_row(row)
 
-    def _enqueue_unique(self, tx: Tx, spec: JobSpec) -> Job:
-        """A unique job (``JobSpec.unique``): the duplicate that waits (or, "active", waits or
-        runs) if there is one, its start pushed by a debounce; else a new job. Concurrent
-        enqueues of one duplicate are serialized (``lock_unique``), so they write one job."""
+    def _duplicate(self, tx: Tx, spec: JobSpec) -> Job | None:
+        """A unique job's duplicate (``JobSpec.unique``): the one that waits (or, "active",
+        waits or runs), its start pushed by a debounce; None when there is none. Concurrent
+        enqueues of one duplicate key are serialized (``lock_unique``) until this transaction
+        ends, so they write one job."""
         key = {"project": spec.project, "queue": spec.queue, "unique_key": spec.unique_key()}
         tx.one("lock_unique", **key)
         pending = [Job.from_row(row) for row in tx.all("unique_pending", **key)]
         duplicate = next((job for job in pending if job.state == jobs.QUEUED or spec.unique == "active"), None)
-        if duplicate is None:
-            row = tx.one("enqueue", **_enqueue_params(spec))
-            self._queued_into(tx, spec.queue)
-            return Job.from_row(row)
-        if spec.debounce > 0 and duplicate.state == jobs.QUEUED:
+        if duplicate is not None and spec.debounce > 0 and duplicate.state == jobs.QUEUED:
             pushed = tx.one("debounce", id=duplicate.id, debounce=spec.debounce)
             return duplicate if pushed is None else Job.from_row(pushed)
         return duplicate
 
     def _end_in_sight(self, job_id: int, project: str, window: float) -> Job:
-        """After a file watch's wake-up: the job, read again at each commit that becomes
-        visible within ``window`` seconds until it has ended. The event comes with the WAL's
-        write, before the commit is visible (the WAL index lives in shared memory, which raises
-        no event), and one event may stand for a fast job's claim and finish together; on a
-        loaded box the finish can become visible long after: its event is spent by then, and
-        only the commit's visibility (``changed``, a cheap pragma) tells when to look."""
+        """After a file watch's wake-up (and at the first look): the job, read again at each
+        commit that becomes visible within ``window`` seconds until it has ended. The event
+        comes with the WAL's write, before the commit is visible (the WAL index lives in
+        shared memory, which raises no event); one event may stand for a fast job's claim and
+        finish together; and a finish written before the watch began raised none for it. On a
+        loaded box the finish can become visible long after its write: only the commit's
+        visibility (``changed``, a cheap pragma) tells when to look."""
         give_up = time.monotonic() + window
         step = WAIT_SETTLE_STEP
         while True:
@@ -587,17 +586,22 @@ class JobStore(StoreCore):
         give_up = None if timeout is None else time.monotonic() + timeout
         waiter = self.job_waiter(job_id, project)
         try:
-            job = self.get_job(job_id, project)
-            while job.state not in jobs.TERMINAL:
+            # The first look is as after a wake-up: a commit written before the watch began
+            # (and not yet visible) raised no event the waiter will hear.
+            woken = True
+            while True:
+                left = None if give_up is None else give_up - time.monotonic()
+                if woken and waiter.settle_window > 0:
+                    window = WAIT_SETTLE_WINDOW if left is None else max(0.0, min(WAIT_SETTLE_WINDOW, left))
+                    job = self._end_in_sight(job_id, project, window)
+                else:
+                    job = self.get_job(job_id, project)
+                if job.state in jobs.TERMINAL:
+                    return job
                 left = None if give_up is None else give_up - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"job {job_id} is still {job.state} after {timeout:g}s")
                 woken = waiter.wait(self.config.poll if left is None else min(left, self.config.poll))
-                if woken and waiter.settle_window > 0:
-                    job = self._end_in_sight(job_id, project, min(WAIT_SETTLE_WINDOW, left or WAIT_SETTLE_WINDOW))
-                else:
-                    job = self.get_job(job_id, project)
-            return job
         finally:
             waiter.close()
 
@@ -615,12 +619,11 @@ class JobStore(StoreCore):
 
 
 def _enqueue_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> dict[str, Any]:
-    # A unique job's key makes it a duplicate while it waits or runs, not an idempotency key
-    # kept until pruned; a debounced job starts no sooner than its debounce.
+    # A debounced job starts no sooner than its debounce.
     return {"project": spec.project, "queue": spec.queue, "task": spec.task, "args": spec.args_json(),
             "priority": spec.priority, "run_next": int(spec.run_next), "run_at": spec.run_at,
             "delay": max(float(spec.delay), spec.debounce), "max_attempts": spec.max_attempts,
-            "key": spec.key if spec.unique is None else None, "unique_key": spec.unique_key(),
+            "key": spec.idempotency_key, "unique_key": spec.unique_key(),
             "timeout": spec.timeout, "model": spec.model, "vram_mb": spec.vram_mb,
             **(placement or {"run_id": None, "node_id": None, "node_generation": None})}
 

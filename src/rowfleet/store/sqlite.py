@@ -461,7 +461,7 @@ class SQLiteStore(Store):
 
     def job_waiter(self, job_id: int, project: str) -> Waiter:
         # A job's end is a commit like any other: the file watch wakes the waiter at every
-        # commit, and it reads one row by its key each time.
+        # commit, and it reads one row by its key (see ``wait_for``).
         return FileWaiter(self.path, self.config.poll)
 
     def control_waiter(self, host: str) -> Waiter:
