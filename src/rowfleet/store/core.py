@@ -200,12 +200,19 @@ class StoreCore(abc.ABC):
         names rowfleet's schema needs (``foreign_schema``), read from its tables' columns
         and the version its ``schema_migrations`` records, if that table is rowfleet's."""
         tx = self.reader()
-        found: dict[str, set[str]] = {}
-        for row in tx.all("schema_columns"):
-            found.setdefault(row["table_name"], set()).add(row["column_name"])
+        found = _schema_columns(tx)
         problem = foreign_bookkeeping(found)
         if problem is None and found:
             version = recorded_version(tx) if MIGRATIONS_TABLE in found else 0
+            # Columns and version are read one statement apart: a migration that commits in
+            # between (another process's init) would pair the old columns with the new
+            # version. Columns unchanged after the version's read say it was theirs.
+            for _ in range(SCHEMA_READS):
+                again = _schema_columns(tx)
+                if again == found:
+                    break
+                found = again
+                version = recorded_version(tx) if MIGRATIONS_TABLE in found else 0
             problem = foreign_schema(found, version, expected_tables(version, latest_version(self.dialect)))
         if problem is not None:
             raise DatabaseBroken(f"the database {self.config.db_shown!r} is not a rowfleet database: {problem}; "
@@ -278,6 +285,7 @@ def savepoint(tx: Tx) -> Iterator[Tx]:
 
 
 MIGRATIONS_TABLE = "schema_migrations"
+SCHEMA_READS = 20  # reads of a schema that a migration changes meanwhile, at most (one per migration)
 # The columns of rowfleet's own bookkeeping table (``migrations_table``): a table of that name
 # without them is another program's (web frameworks keep one of the same name).
 MIGRATIONS_COLUMNS = frozenset({"version", "name", "applied_at"})
@@ -350,6 +358,14 @@ def expected_tables(version: Any, latest: int) -> Mapping[str, Set[str]]:
     if version == latest:
         return {"jobs": JOB_COLUMNS, "job_events": EVENT_COLUMNS}
     return {}
+
+
+def _schema_columns(tx: Tx) -> dict[str, set[str]]:
+    """Each table of the database with its column names."""
+    found: dict[str, set[str]] = {}
+    for row in tx.all("schema_columns"):
+        found.setdefault(row["table_name"], set()).add(row["column_name"])
+    return found
 
 
 def recorded_version(tx: Tx) -> int:
