@@ -127,7 +127,8 @@ def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: 
             run_next: bool = False, delay: float = 0.0, run_at: float | None = None,
             key: str | None = None, max_attempts: int = 5, project: str | None = None,
             timeout: float | None = None, model: str | None = None, vram_mb: int | None = None,
-            unique: str | None = None, debounce: float = 0.0, conn: Any = None) -> Job:
+            unique: str | None = None, debounce: float = 0.0, concurrency_key: str | None = None,
+            conn: Any = None) -> Job:
     """Enqueue one job and return it (``job.id``); see the README for each option.
 
     ``task`` is a task name or a ``@rowfleet.task`` function. With ``key``, a second
@@ -138,21 +139,22 @@ def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: 
     (default: what that model was registered with, in this process). ``unique="queued"``
     returns the job that waits with the same task and args (or ``key``) instead of writing
     another, ``"active"`` also one that runs; ``debounce=SECONDS`` (implying "queued") pushes
-    the waiting job's start to that long after the newest duplicate.
+    the waiting job's start to that long after the newest duplicate. ``concurrency_key`` (a
+    customer, a tenant) is what the queue's per-key limits and fair share count it by.
     """
     spec = _spec(task, args, queue, priority, run_next, delay, run_at, key, max_attempts, project, timeout,
-                 model, vram_mb, unique, debounce)
+                 model, vram_mb, unique, debounce, concurrency_key)
     return default_store().enqueue(spec, conn=conn)
 
 
 def enqueue_many(task: Any, args_list: Iterable[Any], *, queue: str | None = None, priority: int = 0,
                  run_next: bool = False, delay: float = 0.0, max_attempts: int = 5,
                  project: str | None = None, model: str | None = None, vram_mb: int | None = None,
-                 conn: Any = None) -> int:
+                 concurrency_key: str | None = None, conn: Any = None) -> int:
     """Enqueue one job per item of ``args_list`` in one transaction (all or none); returns
     how many. Faster than a loop of ``enqueue`` by far; idempotency keys are not taken."""
     spec = _spec(task, None, queue, priority, run_next, delay, None, None, max_attempts, project, None,
-                 model, vram_mb)
+                 model, vram_mb, concurrency_key=concurrency_key)
     checked = (names.check_json("args", args) for args in args_list)  # as the store encodes each
     return default_store().enqueue_many(spec, checked, conn=conn)
 
@@ -285,14 +287,14 @@ def _node_dict(node: dict[str, Any]) -> dict[str, Any]:
 def _spec(task: Any, args: Any, queue: str | None, priority: int, run_next: bool, delay: float,
           run_at: float | None, key: str | None, max_attempts: int, project: str | None,
           timeout: float | None = None, model: str | None = None, vram_mb: int | None = None,
-          unique: str | None = None, debounce: float = 0.0) -> JobSpec:
+          unique: str | None = None, debounce: float = 0.0, concurrency_key: str | None = None) -> JobSpec:
     if model is not None:
         models.check(model)  # a model id is a name, wherever it is given
     stamp = tasks.stamp(task, queue or None, timeout, model, vram_mb)
     return JobSpec(task=stamp.task, args=args, queue=stamp.queue, project=_project(project),
                    priority=priority, run_next=run_next, delay=delay, run_at=run_at, key=key,
                    max_attempts=max_attempts, timeout=stamp.timeout, model=stamp.model, vram_mb=stamp.vram_mb,
-                   unique=unique, debounce=debounce)
+                   unique=unique, debounce=debounce, concurrency_key=concurrency_key)
 
 
 def _project(project: str | None) -> str:

@@ -68,6 +68,8 @@ class Claim:
     vram_free_mb: int | None = dataclasses.field(default=None, kw_only=True)
     newest_first: bool = dataclasses.field(default=False, kw_only=True)
     gpu_locked_to: str | None = dataclasses.field(default=None, kw_only=True)
+    # Limit rows hold the queue (rowfleet.flow): the store reads and applies them in the claim.
+    limited: bool = dataclasses.field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.lane not in LANES:

@@ -80,6 +80,7 @@ class JobSpec:
     # "active" waits or runs, the enqueue returns it instead of writing another.
     unique: str | None = None
     debounce: float = 0.0  # a duplicate pushes the waiting job's start this far (implies unique="queued")
+    concurrency_key: str | None = None  # what per-key limits and fair share count by (rowfleet.flow)
 
     def __post_init__(self) -> None:
         rule = names.RULES
@@ -97,6 +98,8 @@ class JobSpec:
             object.__setattr__(self, "timeout", rule["seconds"].check("timeout", self.timeout))
         if self.model is not None:
             rule["model"].check("a required model", self.model)
+        if self.concurrency_key is not None:
+            rule["key"].check("a concurrency key", self.concurrency_key)
         if self.vram_mb is not None:
             rule["vram mb"].check("vram_mb", self.vram_mb)
         rule["args"].check("args", self.args)
@@ -385,6 +388,7 @@ class Job:
     host: str | None = None  # the host it last ran on (kept when it is requeued or ends)
     unique_key: str | None = None  # enqueued unique: what makes another enqueue its duplicate
     waited: bool = False  # somebody waits for its end (rowfleet.wait): on PostgreSQL the end notifies
+    concurrency_key: str | None = None  # what per-key limits and fair share count it by
     # The finish /metrics' tallies counted (its finished_at then): their bookkeeping, not the
     # job's state, so two reads of a job the orchestrator tallied between are still equal.
     tallied_at: float | None = dataclasses.field(default=None, compare=False)

@@ -69,7 +69,9 @@ ROW_TYPES = (
 # Telemetry's tables too: a sample's readings are decoded where they are read
 # (store.telemetry.sample_of), the samplers' leases and the tallies are read as dicts.
 DICT_TABLES = frozenset({"workers", "run_nodes", "dispatch_events", "schedules", "schedule_slots", "orchestrators",
-                         "model_stats", "host_samples", "host_samplers", "job_tallies"})
+                         "model_stats", "host_samples", "host_samplers", "job_tallies",
+                         "flow_keys",
+                         "flow_limits"})  # read by flow.Limit.from_row, whose rates pair two columns each
 BOOKKEEPING = frozenset({"schema_migrations"})  # the migrations' own record
 
 FLOW = dag.parse_workflow({"name": "rows", "nodes": [{"id": "fetch", "task": "rows:fetch"},

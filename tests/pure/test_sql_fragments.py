@@ -56,11 +56,26 @@ class ClaimRuleWrittenOnceTest(unittest.TestCase):
         for dialect in DIALECTS:
             rule, delayed = (queries.fragments(dialect)[name] for name in ("claim_candidates", "promotion_candidates"))
             for name, sql in claim_forms(dialect).items():
+                if name == "claim_job":  # takes the job a limited claim picked (next test)
+                    continue
                 with self.subTest(dialect=dialect, query=name):
                     probes = re.findall(r"\bFROM jobs(?: INDEXED BY \w+)?\s+WHERE\s+(.{%d})" % len(rule), sql)
                     self.assertIn(rule, probes)
                     others = [probe for probe in probes if probe != rule]
                     self.assertEqual(others, [delayed] if name.startswith("has_due") else [])
+
+    def test_a_limited_claims_picks_walk_by_the_candidate_rule_and_its_take_checks_it_again(self):
+        # A limited claim picks in reads of its own (flow_ahead, flow_pick) and takes the
+        # picked id by claim_job: every probe of the picks is the rule, and the take repeats it.
+        for dialect in DIALECTS:
+            rule = queries.fragments(dialect)["claim_candidates"]
+            named = queries.queries(dialect)
+            for name in ("flow_ahead", "flow_pick"):
+                with self.subTest(dialect=dialect, query=name):
+                    probes = re.findall(r"\bFROM jobs\s+WHERE\s+(.{%d})" % len(rule), named[name])
+                    self.assertGreaterEqual(len(probes), 1)
+                    self.assertEqual(set(probes), {rule})
+            self.assertTrue(re.search(r"WHERE id = \S+ AND " + re.escape(rule), named["claim_job"]))
 
     def test_every_gpu_claim_form_holds_the_memory_fit(self):
         for dialect in DIALECTS:

@@ -42,6 +42,8 @@ def add_commands(command: Callable[..., Parser]) -> None:
                           "task and args (with --key: the same key) instead of enqueueing another")
     sub.add_argument("--debounce", type=non_negative_float, default=0.0, metavar="SECONDS",
                      help="with a duplicate waiting, push its start to SECONDS from now (implies --unique queued)")
+    sub.add_argument("--concurrency-key", default=None, type=typed("key"), metavar="K",
+                     help="what the queue's per-key limits and fair share count this job by (a customer, a tenant)")
     sub.add_argument("--max-attempts", type=typed("max attempts"), default=5)
     sub.add_argument("--timeout", type=positive_float, default=None,
                      help="seconds of wall clock this job may run (default: its task's when an --app module "
@@ -122,7 +124,8 @@ def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
                    queue="default" if args.queue is None else args.queue, project=config.project,
                    priority=args.priority, run_next=args.run_next, delay=args.delay, key=args.key,
                    max_attempts=args.max_attempts, timeout=args.timeout, model=args.model,
-                   vram_mb=args.vram_mb, unique=args.unique, debounce=args.debounce)
+                   vram_mb=args.vram_mb, unique=args.unique, debounce=args.debounce,
+                   concurrency_key=args.concurrency_key)
     tasks.import_apps(args.app)
     warning = tasks.vet(args.task, config.allow_modules, strict=bool(args.app))  # with --app: refuse
     if args.app and args.model is not None and models.registered(args.model) is None:

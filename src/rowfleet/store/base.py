@@ -3,7 +3,8 @@
 Each part is written once for every dialect against named queries: ``JobStore``
 (``store/jobs.py``), ``RunStore`` (workflow runs and the outbox, ``store/runs.py``),
 ``ScheduleStore`` (``store/schedules.py``), ``FleetStore`` (workers, switches,
-orchestrators, ``store/fleet.py``) and ``TelemetryStore`` (host samples and job tallies,
+orchestrators, ``store/fleet.py``), ``FlowStore`` (limits and the limited claim,
+``store/flow.py``) and ``TelemetryStore`` (host samples and job tallies,
 ``store/telemetry.py``), each over ``StoreCore`` (``store/core.py``: the transaction
 interface a dialect implements, the schema, and the steps one part asks of another). A
 dialect (``store/sqlite.py``, ``store/postgres.py``) subclasses ``Store``. Only what spans
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from rowfleet.store.core import StoreCore, Tx
 from rowfleet.store.fleet import FleetStore
+from rowfleet.store.flow import FlowStore
 from rowfleet.store.jobs import JobStore
 from rowfleet.store.runs import RunStore
 from rowfleet.store.schedules import ScheduleStore
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["Store", "StoreCore", "Tx"]
 
 
-class Store(JobStore, RunStore, ScheduleStore, FleetStore, TelemetryStore, abc.ABC):
+class Store(JobStore, RunStore, ScheduleStore, FleetStore, FlowStore, TelemetryStore, abc.ABC):
     """One database connection and everything rowfleet does with it. Not thread-safe:
     each thread opens its own."""
 
@@ -57,6 +59,7 @@ class Store(JobStore, RunStore, ScheduleStore, FleetStore, TelemetryStore, abc.A
                 deleted = tx.run("prune_jobs", retention=retention, limit=batch)
                 tx.run("prune_workers", retention=retention)
                 tx.run("prune_orchestrators", retention=retention)
+                tx.run("prune_flow_keys", retention=retention)
                 tx.run("prune_dispatch", retention=retention, limit=batch)
                 tx.run("prune_run_nodes", retention=retention, limit=batch)
                 deleted += tx.run("prune_runs", retention=retention, limit=batch)

@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Mapping, Set
 from typing import Any, Callable, Iterable, Iterator
 
+from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.errors import DatabaseBroken, MigrationError, RowfleetError, SchemaMissing
 from rowfleet.job import EVENT_COLUMNS, JOB_COLUMNS, Job, JobSpec
@@ -154,6 +155,26 @@ class StoreCore(abc.ABC):
         self.close()
 
     # --- what one part of the store asks of another ------------------------------------
+
+    @abc.abstractmethod
+    def _flow_take(self, tx: Tx, claim: Claim) -> Job | None:
+        """A limited claim (the flow part's): the jobs part runs it for a ``limited`` claim."""
+
+    @abc.abstractmethod
+    def _flow_due(self, tx: Tx, claim: Claim) -> bool:
+        """``has_due`` for a limited claim (the flow part's)."""
+
+    @abc.abstractmethod
+    def _plain_take(self, tx: Tx, claim: Claim, held_keys: list[str] | None) -> Job | None:
+        """The claim by its own forms (the jobs part's), passing over ``held_keys``' jobs."""
+
+    @abc.abstractmethod
+    def _plain_due(self, tx: Tx, claim: Claim, held_keys: list[str] | None) -> bool:
+        """``has_due`` by the claim's own forms (the jobs part's)."""
+
+    @abc.abstractmethod
+    def local_clock(self) -> float:
+        """This host's clock (the jobs part's)."""
 
     @abc.abstractmethod
     def _enqueue(self, tx: Tx, spec: JobSpec, placement: dict[str, Any] | None = None) -> Job:

@@ -144,7 +144,14 @@ class JobStore(StoreCore):
         return job
 
     def _take(self, tx: Tx, claim: Claim) -> Job | None:
-        params = claim_params(claim)
+        if claim.limited:
+            return self._flow_take(tx, claim)
+        return self._plain_take(tx, claim, None)
+
+    def _plain_take(self, tx: Tx, claim: Claim, held_keys: list[str] | None) -> Job | None:
+        """The claim by its own forms, passing over jobs of ``held_keys`` (a routed claim's
+        per-key limits; None: none held)."""
+        params = claim_params(claim, held_keys)
         row = next((row for query in claim_forms("claim", claim) if (row := tx.one(query, **params)) is not None),
                    None)
         if row is None:
@@ -170,6 +177,8 @@ class JobStore(StoreCore):
         return taken
 
     def _take_batch(self, tx: Tx, claim: Claim, limit: int) -> list[Job]:
+        if claim.limited:  # one at a time: each start is counted against the limits before the next
+            return [job] if (job := self._take(tx, claim)) is not None else []
         rows = tx.all("claim_batch", limit=limit, **claim_params(claim))
         return sorted((Job.from_row(row) for row in rows), key=claim_order)
 
@@ -200,7 +209,13 @@ class JobStore(StoreCore):
         """A cheap read: would ``claim`` find a job now (a delayed job fallen due included, as
         the claim promotes it)? Takes no lock. It takes the whole claim, not its queue alone,
         so that every input that narrows a claim narrows this too."""
-        return self.reader().one(claim_forms("has_due", claim)[-1], **claim_params(claim)) is not None
+        if claim.limited:
+            with self._one_read() as tx:
+                return self._flow_due(tx, claim)
+        return self._plain_due(self.reader(), claim, None)
+
+    def _plain_due(self, tx: Tx, claim: Claim, held_keys: list[str] | None) -> bool:
+        return tx.one(claim_forms("has_due", claim)[-1], **claim_params(claim, held_keys)) is not None
 
     def renew(self, job: Job, lease: float) -> "Renewal":
         """Extend the lease of a job still held with ``job.lease_token``: the new deadline,
@@ -623,7 +638,7 @@ def _enqueue_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> d
     return {"project": spec.project, "queue": spec.queue, "task": spec.task, "args": spec.args_json(),
             "priority": spec.priority, "run_next": int(spec.run_next), "run_at": spec.run_at,
             "delay": max(float(spec.delay), spec.debounce), "max_attempts": spec.max_attempts,
-            "key": spec.idempotency_key, "unique_key": spec.unique_key(),
+            "key": spec.idempotency_key, "unique_key": spec.unique_key(), "concurrency_key": spec.concurrency_key,
             "timeout": spec.timeout, "model": spec.model, "vram_mb": spec.vram_mb,
             **(placement or {"run_id": None, "node_id": None, "node_generation": None})}
 
@@ -708,11 +723,12 @@ def claim_order(job: Job) -> tuple[int, int, float, int]:
     return (-int(job.run_next is True), number(job.priority), number(job.run_at), number(job.id))
 
 
-def claim_params(claim: Claim) -> dict[str, Any]:
+def claim_params(claim: Claim, held_keys: list[str] | None = None) -> dict[str, Any]:
     """The bound parameters of every claim query (claim, has_due, and a dialect's own): the
     claim's scalar fields, its gate (``Claim.gate``) as one JSON object of model ->
     preference (one bound parameter, never SQL text; None: no gate) with plain jobs'
-    preference. (Newest first is a form of the statement, ``claim_forms``, not a parameter.)
+    preference, and the keys a limited routed claim passes over (``held_keys``, a JSON array;
+    None: none). (Newest first is a form of the statement, ``claim_forms``, not a parameter.)
 
     >>> claim_params(Claim("", "default", "box:7", 600.0))["gate"] is None
     True
@@ -725,7 +741,8 @@ def claim_params(claim: Claim) -> dict[str, Any]:
     return {"project": claim.project, "queue": claim.queue, "holder": claim.holder, "host": claim.host,
             "lease": claim.lease,
             "warm_model": claim.warm_model, "vram_free_mb": claim.vram_free_mb,
-            "gate": gate, "plain_preference": plain}
+            "gate": gate, "plain_preference": plain,
+            "held_keys": None if held_keys is None else jobs.encode_json(held_keys)}
 
 
 @functools.lru_cache(maxsize=256)

@@ -343,7 +343,10 @@ class PostgresStore(Store):
         """As ``Store.claim``, in one statement: on Postgres round trips are the cost. When a
         promotion of fallen-due delayed jobs is due (about once per poll), it and the claim
         share a transaction instead; a claim that finds nothing promotes, and tries again.
-        Each form of the claim (``claim_forms``) is tried in turn."""
+        Each form of the claim (``claim_forms``) is tried in turn. A limited claim reads and
+        locks its limits first: ``Store``'s, in a transaction."""
+        if claim.limited:
+            return super().claim(claim)
         row, promoted = self._claiming(claim_forms("claim", claim), claim, **claim_params(claim))
         if row is None:
             return None if promoted else self._claim_after_promotion(claim)
@@ -375,7 +378,7 @@ class PostgresStore(Store):
     def finish(self, job: Job, outcome: Outcome, claim_next: Claim | None = None) -> Job | None:
         """As ``Store.finish``; a terminal outcome followed by a claim is one statement here,
         since on Postgres a busy worker is bound by round trips, not by commits."""
-        if outcome.state not in TERMINAL:
+        if outcome.state not in TERMINAL or (claim_next is not None and claim_next.limited):
             return super().finish(job, outcome, claim_next)
         if claim_next is None:
             self._finish_terminal(job, outcome)

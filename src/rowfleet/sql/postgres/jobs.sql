@@ -4,12 +4,12 @@
 -- A job due later is delayed: out of the claim index until a claim promotes it.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
-                  timeout, required_model, vram_mb, delayed, unique_key)
+                  timeout, required_model, vram_mb, delayed, unique_key, concurrency_key)
 VALUES (%(project)s, %(queue)s, %(task)s, %(args)s, %(priority)s, %(run_next)s, coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
         %(max_attempts)s, %(key)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s, %(node_id)s,
         %(node_generation)s, %(timeout)s, %(model)s, %(vram_mb)s,
         CASE WHEN coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s) > rowfleet_now(%(now)s)
-             THEN 1 ELSE 0 END, %(unique_key)s)
+             THEN 1 ELSE 0 END, %(unique_key)s, %(concurrency_key)s)
 ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
@@ -19,14 +19,15 @@ RETURNING *;
 -- items are numbered by their place in the array.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   created_at, updated_at, run_id, node_id, node_item, node_generation,
-                  timeout, required_model, vram_mb, delayed)
+                  timeout, required_model, vram_mb, delayed, concurrency_key)
 SELECT %(project)s, %(queue)s, %(task)s, batch.value, %(priority)s, %(run_next)s,
        coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
        %(max_attempts)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s::bigint, %(node_id)s::text,
        CASE WHEN %(run_id)s::bigint IS NOT NULL THEN batch.n - 1 END, %(node_generation)s::integer,
        %(timeout)s::double precision, %(model)s::text, %(vram_mb)s::integer,
        CASE WHEN coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s) > rowfleet_now(%(now)s)
-            THEN 1 ELSE 0 END
+            THEN 1 ELSE 0 END,
+       %(concurrency_key)s::text
 FROM jsonb_array_elements_text(%(args_list)s::jsonb) WITH ORDINALITY AS batch(value, n)
 ORDER BY batch.n;
 
@@ -77,7 +78,7 @@ state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s
 -- fragment: kind_candidates
 -- A routed claim's candidates of one model (kind.model) that fit the free memory: what
 -- each probe of jobs_model looks for.
-{{claim_candidates}} AND required_model = kind.model AND {{memory_fit}}
+{{claim_candidates}} AND required_model = kind.model AND {{memory_fit}} AND {{key_free}}
 
 -- fragment: plain_kind
 -- Plain jobs' (model NULL) best job that fits the free memory, in claim order, locked (SKIP
@@ -86,7 +87,7 @@ state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s
 SELECT plain.*, %(plain_preference)s::integer FROM (
     SELECT id, run_next, priority, run_at FROM jobs
     WHERE {{claim_candidates}}
-      AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
+      AND required_model IS NULL AND {{memory_fit}} AND {{key_free}} AND %(plain_preference)s::integer IS NOT NULL
     ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) AS plain
 
 -- fragment: plain_kind [newest]
@@ -94,11 +95,11 @@ SELECT plain.*, %(plain_preference)s::integer FROM (
 SELECT plain.*, %(plain_preference)s::integer FROM (
     SELECT id, run_next, priority, run_at FROM jobs
     WHERE {{claim_candidates}}
-      AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
+      AND required_model IS NULL AND {{memory_fit}} AND {{key_free}} AND %(plain_preference)s::integer IS NOT NULL
       AND (run_next, priority) = (
           SELECT run_next, priority FROM jobs
           WHERE {{claim_candidates}}
-            AND required_model IS NULL AND {{memory_fit}} AND %(plain_preference)s::integer IS NOT NULL
+            AND required_model IS NULL AND {{memory_fit}} AND {{key_free}} AND %(plain_preference)s::integer IS NOT NULL
           ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
     ORDER BY run_next DESC, priority, run_at DESC, id DESC LIMIT 1 FOR UPDATE SKIP LOCKED) AS plain
 
@@ -172,7 +173,7 @@ state = 'queued' AND delayed = 1 AND project = %(project)s AND queue = %(queue)s
 -- locked (SKIP LOCKED). NULL when that does not hold: the store then runs the routed form.
 (SELECT id FROM jobs
  WHERE {{claim_candidates}}
-   AND required_model = %(warm_model)s::text AND {{memory_fit}}
+   AND required_model = %(warm_model)s::text AND {{memory_fit}} AND {{key_free}}
    AND NOT EXISTS (SELECT 1 FROM jobs WHERE {{claim_candidates}} AND run_next >= 1)
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 
@@ -191,7 +192,7 @@ EXISTS (SELECT 1 FROM jsonb_object_keys(%(gate)s::jsonb) AS kind(model)
 OR (%(plain_preference)s::integer IS NOT NULL
     AND EXISTS (SELECT 1 FROM jobs
                 WHERE {{claim_candidates}}
-                  AND required_model IS NULL AND {{memory_fit}}))
+                  AND required_model IS NULL AND {{memory_fit}} AND {{key_free}}))
 
 -- fragment: promotion_allowed
 -- A fallen-due delayed job counts for has_due only if the claim may take it once promoted:

@@ -4,10 +4,10 @@
 -- A job due later is delayed: out of the claim index until a claim promotes it.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
-                  timeout, required_model, vram_mb, delayed, unique_key)
+                  timeout, required_model, vram_mb, delayed, unique_key, concurrency_key)
 VALUES (:project, :queue, :task, :args, :priority, :run_next, coalesce(:run_at, :now + :delay),
         :max_attempts, :key, :now, :now, :run_id, :node_id, :node_generation, :timeout, :model, :vram_mb,
-        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END, :unique_key)
+        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END, :unique_key, :concurrency_key)
 ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
@@ -17,10 +17,11 @@ RETURNING *;
 -- items are numbered by their place in the array.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   created_at, updated_at, run_id, node_id, node_item, node_generation,
-                  timeout, required_model, vram_mb, delayed)
+                  timeout, required_model, vram_mb, delayed, concurrency_key)
 SELECT :project, :queue, :task, value, :priority, :run_next, coalesce(:run_at, :now + :delay),
        :max_attempts, :now, :now, :run_id, :node_id, CASE WHEN :run_id IS NOT NULL THEN key END,
-       :node_generation, :timeout, :model, :vram_mb, CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END
+       :node_generation, :timeout, :model, :vram_mb, CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END,
+       :concurrency_key
 FROM json_each(:args_list)
 ORDER BY key;
 
@@ -71,7 +72,7 @@ state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND r
 -- fragment: kind_candidates
 -- A routed claim's candidates of one kind of job (kind.model, NULL for plain jobs) that fit
 -- the free memory: what each probe of jobs_model looks for.
-{{claim_candidates}} AND required_model IS kind.model AND {{memory_fit}}
+{{claim_candidates}} AND required_model IS kind.model AND {{memory_fit}} AND {{key_free}}
 
 -- fragment: plain_kind
 -- Plain jobs (model NULL) as one more kind of a routed claim's, at :plain_preference, unless
@@ -148,7 +149,7 @@ state = 'queued' AND delayed = 1 AND project = :project AND queue = :queue AND r
 -- NULL when that does not hold: the store then runs the routed form.
 (SELECT id FROM jobs
  WHERE {{claim_candidates}}
-   AND required_model = :warm_model AND {{memory_fit}}
+   AND required_model = :warm_model AND {{memory_fit}} AND {{key_free}}
    AND NOT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_claim WHERE {{claim_candidates}} AND run_next >= 1)
  ORDER BY run_next DESC, priority, run_at, id LIMIT 1)
 

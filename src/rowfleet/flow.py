@@ -1,0 +1,317 @@
+"""Flow control: the limits an operator sets on a (project, queue), and the rules a claim
+applies under them, each written here once.
+
+A limit is one row of ``flow_limits`` per (project, queue); its project ``*`` (``ANY``)
+makes it span every project of the database. Every rule of every row that applies to a
+claim must hold (a project's own row and the every-project row both count):
+
+- ``concurrency``: at most N jobs of the queue running at once, fleet-wide.
+- ``per_key``: at most N running jobs of one ``concurrency_key`` (a job without a key is
+  held by no per-key rule).
+- ``rate``: at most N starts per W seconds for the queue; ``key_rate``: for each key.
+  The bucket is GCRA, the token bucket written as one time per bucket: its theoretical
+  arrival time (``tat``). A start is allowed while ``tat <= now + W - W/N`` and moves ``tat``
+  to ``max(tat, now) + W/N``: N starts may go at once (the bucket is full), then one every
+  W/N seconds, and an empty bucket is a time an index can range over. Why: one value read
+  and written per start, no refill arithmetic on counts, and a key whose bucket is spent
+  is found as ``tat > threshold`` without reading every key's row.
+- ``fair``: among the jobs of equal run-next and priority, a claim takes the key that
+  started least recently (a key never started first), so one key's backlog cannot starve
+  the others. Jobs without a key are one more key here.
+
+A keyed claim (per-key rules or fair share) finds each key's best job by the ``jobs_flow``
+index, one probe per key with due jobs; a job without a key is found among the first
+``UNKEYED_LOOKAHEAD`` of claim order.
+
+A job over a limit is simply not claimable: it is never claimed and handed back and never
+spends an attempt. Running counts are read in the claim's transaction (a job held by a
+dead worker counts until its lease is reclaimed). Pure: imports nothing of rowfleet's
+below the leaves, and no driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterable, Mapping
+
+from rowfleet import names
+from rowfleet.errors import ConfigError
+
+ANY = "*"  # a limit's project: every project of the database
+KEY_LOOKAHEAD = 16  # jobs a keyed claim reads in claim order before probing key by key
+# How far into claim order a keyed claim looks for a job without a key once it probes key by
+# key: keyed jobs have an index by key (jobs_flow); jobs without one do not, so that a queue
+# with no keyed rule pays nothing for it. Give every job of a keyed queue a key.
+UNKEYED_LOOKAHEAD = 256
+LIMIT_FIELDS = ("concurrency", "per_key", "rate", "key_rate", "fair")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rate:
+    """At most ``count`` starts per ``seconds``.
+
+    >>> Rate.parse("--rate", "10/1"), str(Rate(100, 60.0))
+    (Rate(count=10, seconds=1.0), '100/60s')
+    >>> Rate.parse("--rate", "10")
+    Traceback (most recent call last):
+    rowfleet.errors.ConfigError: --rate must be N/SECONDS (starts per window), such as 10/1 or 100/60, got '10'
+    """
+
+    count: int
+    seconds: float
+
+    def __post_init__(self) -> None:
+        names.RULES["count"].check("a rate's count", self.count)
+        names.RULES["seconds"].check("a rate's window", self.seconds)
+
+    @classmethod
+    def parse(cls, what: str, text: str) -> "Rate":
+        count, slash, seconds = str(text).partition("/")
+        if not slash:
+            raise ConfigError(f"{what} must be N/SECONDS (starts per window), such as 10/1 or 100/60, got {text!r}")
+        return cls(names.RULES["count"].parse(f"{what}'s count", count.strip()),
+                   names.RULES["seconds"].parse(f"{what}'s window", seconds.strip()))
+
+    @property
+    def interval(self) -> float:
+        """Seconds between starts once the bucket is spent."""
+        return self.seconds / self.count
+
+    def allows(self, tat: float | None, now: float) -> bool:
+        """Whether a start at ``now`` fits the bucket whose arrival time is ``tat`` (None:
+        never used, so full).
+
+        >>> r = Rate(2, 1.0)
+        >>> r.allows(None, 100.0), r.allows(100.5, 100.0), r.allows(100.51, 100.0)
+        (True, True, False)
+        """
+        return tat is None or tat - self.seconds + self.interval <= now + 1e-9
+
+    def ready_at(self, tat: float | None, now: float) -> float:
+        """When the bucket next allows a start (``now`` if it does now).
+
+        >>> Rate(2, 1.0).ready_at(101.0, 100.0), Rate(2, 1.0).ready_at(99.0, 100.0)
+        (100.5, 100.0)
+        """
+        return now if tat is None else max(now, tat - self.seconds + self.interval)
+
+    def spent_after(self, now: float) -> float:
+        """A bucket whose ``tat`` is past this is spent at ``now``: the threshold a key
+        rate's blocked keys are read by."""
+        return now + self.seconds - self.interval
+
+    def started(self, tat: float | None, now: float) -> float:
+        """The bucket's arrival time after a start at ``now``.
+
+        >>> Rate(2, 1.0).started(None, 100.0), Rate(2, 1.0).started(100.5, 100.0)
+        (100.5, 101.0)
+        """
+        return max(now if tat is None else tat, now) + self.interval
+
+    def per_second(self) -> str:
+        """The rate as operators say it: ``10/s``, ``100/60s``."""
+        return f"{self.count}/s" if self.seconds == 1 else str(self)
+
+    def __str__(self) -> str:
+        return f"{self.count}/{self.seconds:g}s"
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """One ``flow_limits`` row: the rules on one queue of one project (``ANY``: every project)."""
+
+    project: str
+    queue: str
+    concurrency: int | None = None
+    per_key: int | None = None
+    rate: Rate | None = None
+    key_rate: Rate | None = None
+    fair: bool = False
+    updated_at: float | None = None
+    updated_by: str = ""
+
+    def __post_init__(self) -> None:
+        if self.project != ANY:
+            names.RULES["project"].check("a limit's project", self.project)
+        names.RULES["queue"].check("a limit's queue", self.queue)
+        for field in ("concurrency", "per_key"):
+            if getattr(self, field) is not None:
+                names.RULES["count"].check(f"a limit's {field}", getattr(self, field))
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "Limit":
+        """Build from a ``flow_limits`` row; ``ConfigError`` naming the bad column when plain
+        SQL wrote one no rule allows (the claim then ignores the row, saying so)."""
+        try:
+            return cls(row["project"], row["queue"], row["concurrency"], row["per_key"],
+                       _rate(row["rate_count"], row["rate_seconds"]),
+                       _rate(row["key_rate_count"], row["key_rate_seconds"]),
+                       _flag(row["fair"]), row["updated_at"], row["updated_by"] or "")
+        except (TypeError, ValueError) as exc:  # ConfigError is a ValueError
+            raise ConfigError(f"limit row ({row['project']!r}, {row['queue']!r}) is unusable: {exc}") from None
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the rule looks at jobs' keys (so the claim picks key by key)."""
+        return self.per_key is not None or self.key_rate is not None or self.fair
+
+    @property
+    def empty(self) -> bool:
+        return not (self.concurrency or self.per_key or self.rate or self.key_rate or self.fair)
+
+    def scope(self) -> str:
+        """``queue api`` or ``queue gpu of every project``."""
+        return f"queue {self.queue}" + (" of every project" if self.project == ANY else "")
+
+    def rules(self) -> list[str]:
+        """The rules in words, for lists.
+
+        >>> Limit("", "api", concurrency=4, rate=Rate(10, 1.0), fair=True).rules()
+        ['at most 4 running', 'rate 10/s', 'fair by key']
+        """
+        said = []
+        if self.concurrency is not None:
+            said.append(f"at most {self.concurrency} running")
+        if self.per_key is not None:
+            said.append(f"at most {self.per_key} running per key")
+        if self.rate is not None:
+            said.append(f"rate {self.rate.per_second()}")
+        if self.key_rate is not None:
+            said.append(f"rate {self.key_rate.per_second()} per key")
+        if self.fair:
+            said.append("fair by key")
+        return said
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"project": self.project, "queue": self.queue, "all_projects": self.project == ANY,
+                "concurrency": self.concurrency, "per_key": self.per_key,
+                "rate": None if self.rate is None else str(self.rate),
+                "key_rate": None if self.key_rate is None else str(self.key_rate), "fair": self.fair,
+                "updated_at": self.updated_at, "updated_by": self.updated_by}
+
+
+def _rate(count: Any, seconds: Any) -> Rate | None:
+    if count is None and seconds is None:
+        return None
+    if count is None or seconds is None:
+        raise ValueError("a rate needs both its count and its window")
+    return Rate(count, float(seconds) if isinstance(seconds, int) and not isinstance(seconds, bool) else seconds)
+
+
+def _flag(value: Any) -> bool:
+    if value in (0, 1, True, False):
+        return bool(value)
+    raise ValueError(f"fair must be 0 or 1, got {value!r}")
+
+
+def changed(limit: Limit | None, project: str, queue: str, *, clear: bool = False, **given: Any) -> Limit | None:
+    """The limit after an operator's change: ``given`` fields set (a field not given keeps
+    its value; ``--clear`` starts from none); None when no rule is left (the row goes).
+
+    >>> changed(None, "", "api", concurrency=4).rules()
+    ['at most 4 running']
+    >>> changed(Limit("", "api", concurrency=4), "", "api", rate=Rate(5, 1.0)).rules()
+    ['at most 4 running', 'rate 5/s']
+    >>> changed(Limit("", "api", concurrency=4), "", "api", clear=True) is None
+    True
+    """
+    unknown = set(given) - set(LIMIT_FIELDS)
+    if unknown:
+        raise ConfigError(f"a limit has no {', '.join(sorted(unknown))}; its rules are {', '.join(LIMIT_FIELDS)}")
+    base = Limit(project, queue) if clear or limit is None else limit
+    fields = {name: value for name, value in given.items() if value is not None}
+    new = dataclasses.replace(base, **fields)
+    return None if new.empty else new
+
+
+@dataclasses.dataclass(frozen=True)
+class Use:
+    """What a claim reads under one limit: its queue's running jobs (all projects' for an
+    every-project limit), by key (None: jobs without a key), and its queue bucket's time."""
+
+    running_by_key: Mapping[str | None, int] = dataclasses.field(default_factory=dict)
+    queue_tat: float | None = None
+
+    @property
+    def running(self) -> int:
+        return sum(self.running_by_key.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class Hold:
+    """Why a job may not start now: the rule (``concurrency``, ``per_key``, ``rate``,
+    ``key_rate``), in words, and when it may (None: when a running job ends)."""
+
+    rule: str
+    text: str
+    ready_at: float | None = None
+
+
+def queue_holds(limit: Limit, use: Use, now: float) -> list[Hold]:
+    """The rules of ``limit`` that hold every job of its queue now.
+
+    >>> [h.text for h in queue_holds(Limit("", "api", concurrency=2), Use({None: 1, "a": 1}), 0.0)]
+    ['queue api at its limit 2 of 2']
+    >>> [h.text for h in queue_holds(Limit("", "api", rate=Rate(10, 1.0)), Use(queue_tat=1.2), 0.0)]
+    ['rate 10/s on queue api: next token in 0.3 s']
+    """
+    holds = []
+    if limit.concurrency is not None and use.running >= limit.concurrency:
+        holds.append(Hold("concurrency", f"{limit.scope()} at its limit {use.running} of {limit.concurrency}"))
+    if limit.rate is not None and not limit.rate.allows(use.queue_tat, now):
+        ready = limit.rate.ready_at(use.queue_tat, now)
+        holds.append(Hold("rate", f"rate {limit.rate.per_second()} on {limit.scope()}: "
+                                  f"next token in {_seconds(ready - now)} s", ready))
+    return holds
+
+
+def key_holds(limit: Limit, use: Use, key: str | None, key_tat: float | None, now: float) -> list[Hold]:
+    """The rules of ``limit`` that hold the jobs of ``key`` now (none for a job without one).
+
+    >>> [h.text for h in key_holds(Limit("", "api", per_key=4), Use({"customer:42": 4}), "customer:42", None, 0.0)]
+    ['customer:42 at its limit 4 of 4']
+    """
+    if key is None:
+        return []
+    holds = []
+    running = use.running_by_key.get(key, 0)
+    if limit.per_key is not None and running >= limit.per_key:
+        holds.append(Hold("per_key", f"{key} at its limit {running} of {limit.per_key}"
+                                     + ("" if limit.project != ANY else " across every project")))
+    if limit.key_rate is not None and not limit.key_rate.allows(key_tat, now):
+        ready = limit.key_rate.ready_at(key_tat, now)
+        holds.append(Hold("key_rate", f"rate {limit.key_rate.per_second()} for {key} on {limit.scope()}: "
+                                      f"next token in {_seconds(ready - now)} s", ready))
+    return holds
+
+
+def saturated_keys(limit: Limit, use: Use) -> set[str]:
+    """The keys at their per-key concurrency limit.
+
+    >>> sorted(saturated_keys(Limit("", "q", per_key=2), Use({"a": 2, "b": 1, None: 5})))
+    ['a']
+    """
+    if limit.per_key is None:
+        return set()
+    return {key for key, running in use.running_by_key.items() if key is not None and running >= limit.per_key}
+
+
+def ready_at(holds: Iterable[Hold]) -> float | None:
+    """When the queue may start a job again, as far as rates say: the latest of the rates'
+    times (None when a concurrency limit holds it too, or nothing does)."""
+    times = []
+    for hold in holds:
+        if hold.ready_at is None:
+            return None
+        times.append(hold.ready_at)
+    return max(times) if times else None
+
+
+def _seconds(value: float) -> str:
+    """A short wait in words: one decimal, never 0.0 for a wait that is not over.
+
+    >>> _seconds(0.31), _seconds(0.01), _seconds(12.0)
+    ('0.3', '0.1', '12.0')
+    """
+    return f"{max(math.ceil(value * 10) / 10 if value < 0.1 else value, 0.1):.1f}"

@@ -1,0 +1,33 @@
+-- rowfleet schema version 20: flow control. A job may carry a concurrency key (a customer,
+-- a tenant) that per-key limits and fair share count by. flow_limits holds an operator's
+-- limits per (project, queue), project '*' for every project of the database; flow_keys
+-- holds each rate bucket's arrival time (GCRA; key '' is the queue's own bucket) and when
+-- a key last started (fair share; key '' for jobs without one). jobs_flow serves a keyed
+-- claim's probe of one key's best job, and holds only keyed jobs that wait, so every other
+-- job's writes pass it by.
+ALTER TABLE jobs ADD COLUMN concurrency_key text;
+CREATE INDEX jobs_flow ON jobs (project, queue, concurrency_key, run_next DESC, priority, run_at, id)
+    WHERE state = 'queued' AND delayed = 0 AND concurrency_key IS NOT NULL;
+CREATE TABLE flow_limits (
+    project          text    NOT NULL,
+    queue            text    NOT NULL,
+    concurrency      integer,
+    per_key          integer,
+    rate_count       integer,
+    rate_seconds     double precision,
+    key_rate_count   integer,
+    key_rate_seconds double precision,
+    fair             integer NOT NULL DEFAULT 0,
+    updated_at       double precision NOT NULL,
+    updated_by       text    NOT NULL DEFAULT '',
+    PRIMARY KEY (project, queue)
+);
+CREATE TABLE flow_keys (
+    project         text NOT NULL,
+    queue           text NOT NULL,
+    key             text NOT NULL,
+    tat             double precision,
+    last_started_at double precision,
+    PRIMARY KEY (project, queue, key)
+);
+CREATE INDEX flow_keys_tat ON flow_keys (project, queue, tat) WHERE tat IS NOT NULL;

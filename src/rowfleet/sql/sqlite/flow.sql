@@ -1,0 +1,120 @@
+-- rowfleet's queries for SQLite: flow control: an operator's limits per (project, queue), and the reads and writes of a limited claim (rowfleet.flow states the rules).
+
+-- name: set_limit
+INSERT INTO flow_limits (project, queue, concurrency, per_key, rate_count, rate_seconds, key_rate_count,
+                         key_rate_seconds, fair, updated_at, updated_by)
+VALUES (:project, :queue, :concurrency, :per_key, :rate_count, :rate_seconds, :key_rate_count, :key_rate_seconds,
+        :fair, :now, :by)
+ON CONFLICT (project, queue) DO UPDATE SET
+    concurrency = excluded.concurrency, per_key = excluded.per_key, rate_count = excluded.rate_count,
+    rate_seconds = excluded.rate_seconds, key_rate_count = excluded.key_rate_count,
+    key_rate_seconds = excluded.key_rate_seconds, fair = excluded.fair, updated_at = excluded.updated_at,
+    updated_by = excluded.updated_by
+RETURNING *;
+
+-- name: clear_limit
+DELETE FROM flow_limits WHERE project = :project AND queue = :queue;
+
+-- name: limit_of
+SELECT * FROM flow_limits WHERE project = :project AND queue = :queue;
+
+-- name: all_limits
+SELECT *, :now AS now FROM flow_limits ORDER BY queue, project;
+
+-- name: limited_queues
+-- The queues of a project that some limit rows hold (its own, or every project's).
+SELECT DISTINCT queue FROM flow_limits WHERE project IN (:project, '*');
+
+-- name: flow_limits_read
+-- The limits a claim of (project, queue) is under, with the time its rules compare against.
+SELECT *, :now AS now FROM flow_limits WHERE queue = :queue AND project IN (:project, '*') ORDER BY project;
+
+-- name: flow_limits_lock
+-- As flow_limits_read, for the claim that follows: the claim's BEGIN IMMEDIATE already holds
+-- the only write lock, so every other claim waits for this one's count and start.
+SELECT *, :now AS now FROM flow_limits WHERE queue = :queue AND project IN (:project, '*') ORDER BY project;
+
+-- name: flow_running
+-- A queue's running jobs by key (jobs_state: as many as the fleet has workers).
+SELECT concurrency_key, count(*) AS running FROM jobs
+WHERE project = :project AND state = 'running' AND queue = :queue
+GROUP BY concurrency_key;
+
+-- name: flow_running_every
+-- As flow_running, over every project (an every-project limit).
+{{projects_seek}}
+SELECT concurrency_key, count(*) AS running FROM {{running_rows}} AND queue = :queue
+GROUP BY concurrency_key;
+
+-- name: flow_bucket
+SELECT tat, last_started_at FROM flow_keys WHERE project = :scope AND queue = :queue AND key = :key;
+
+-- name: flow_spent_keys
+-- The keys whose rate bucket is spent now (their arrival time past :threshold): flow_keys_tat.
+SELECT key FROM flow_keys WHERE project = :scope AND queue = :queue AND tat > :threshold AND key <> '';
+
+-- name: flow_started
+-- A start, recorded: a bucket's new arrival time and, for fair share, when its key last
+-- started; a value not given (NULL) keeps the stored one.
+INSERT INTO flow_keys (project, queue, key, tat, last_started_at)
+VALUES (:scope, :queue, :key, :tat, :started_at)
+ON CONFLICT (project, queue, key) DO UPDATE SET
+    tat = coalesce(excluded.tat, flow_keys.tat),
+    last_started_at = coalesce(excluded.last_started_at, flow_keys.last_started_at);
+
+-- fragment: claim_order
+ORDER BY run_next DESC, priority, run_at, id
+
+-- name: flow_ahead
+-- The first jobs a claim could take, in claim order, with their keys: a keyed claim takes
+-- the first whose key no rule holds (one walk of jobs_claim, :limit rows at most).
+SELECT id, concurrency_key FROM jobs WHERE {{claim_candidates}} {{claim_order}} LIMIT :limit;
+
+-- name: flow_pick
+-- A keyed claim's pick, key by key, so that a held key's backlog is never walked: each key
+-- with due jobs (a skip over jobs_flow, one seek per key), less the held keys (:held, a JSON
+-- array), gives its best job; jobs without a key give theirs from the first :limit in claim
+-- order. Then run-next, priority, and with :fair the key that started least recently (one
+-- never started first), then due order.
+WITH RECURSIVE keys(key) AS (
+    SELECT (SELECT concurrency_key FROM jobs WHERE {{claim_candidates}} AND concurrency_key IS NOT NULL
+            ORDER BY concurrency_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT concurrency_key FROM jobs WHERE {{claim_candidates}} AND concurrency_key > keys.key
+            ORDER BY concurrency_key LIMIT 1)
+    FROM keys WHERE keys.key IS NOT NULL
+),
+best(id, key) AS (
+    SELECT (SELECT id FROM jobs WHERE {{claim_candidates}} AND concurrency_key = keys.key {{claim_order}} LIMIT 1),
+           keys.key
+    FROM keys
+    WHERE keys.key IS NOT NULL AND keys.key NOT IN (SELECT value FROM json_each(:held))
+    UNION ALL
+    SELECT (SELECT ahead.id FROM (SELECT id, concurrency_key FROM jobs WHERE {{claim_candidates}} {{claim_order}}
+                                  LIMIT :limit) AS ahead
+            WHERE ahead.concurrency_key IS NULL LIMIT 1), ''
+)
+SELECT jobs.id FROM best
+JOIN jobs ON jobs.id = best.id
+LEFT JOIN flow_keys AS seen ON seen.project = :project AND seen.queue = :queue AND seen.key = best.key
+ORDER BY jobs.run_next DESC, jobs.priority,
+         CASE WHEN :fair THEN coalesce(seen.last_started_at, -1) ELSE 0 END, jobs.run_at, jobs.id
+LIMIT 1;
+
+-- name: claim_job
+-- A limited claim takes the job its pick chose, re-checked against the candidate rule.
+UPDATE jobs SET {{claimed_set}} WHERE id = :id AND {{claim_candidates}} RETURNING *;
+
+-- name: flow_promotable
+-- Whether a delayed job of the queue has fallen due (the claim promotes it first).
+SELECT 1 FROM jobs WHERE {{promotion_candidates}} ORDER BY run_at LIMIT 1;
+
+-- name: prune_flow_keys
+-- Buckets that have refilled and keys not started within the retention: a key seen again
+-- starts as never seen (first in fair share, a full bucket).
+DELETE FROM flow_keys WHERE (tat IS NULL OR tat < :now) AND (last_started_at IS NULL OR last_started_at < :now - :retention);
+
+-- fragment: key_free
+-- A routed claim's candidates pass over the jobs of the keys its limits hold now
+-- (:held_keys, a JSON array; NULL: none held, as for every claim of an unlimited queue).
+(:held_keys IS NULL OR concurrency_key IS NULL OR concurrency_key NOT IN (SELECT value FROM json_each(:held_keys)))

@@ -1,0 +1,191 @@
+"""Flow control (``rowfleet.flow``, ``Store.set_limit``, a ``limited`` claim) on every backend:
+concurrency per queue and per key, rates per queue and per key, fair share by key, limits
+spanning every project, and rows that plain SQL made unusable. The races of processes and
+kill -9 of a holder are in the process tests."""
+
+from __future__ import annotations
+
+import unittest
+
+from rowfleet import flow
+from rowfleet.claim import Claim
+from rowfleet.errors import ConfigError
+from rowfleet.job import COMPLETED, JobSpec, Outcome
+from pg_harness import PostgresDatabaseCase
+from support import TempDirTestCase
+
+
+def claim(queue: str = "api", project: str = "", holder: str = "box:1", **fields) -> Claim:
+    return Claim(project, queue, holder, 60.0, limited=True, **fields)
+
+
+class FlowContract:
+    """Every backend must pass these; subclasses provide ``config()`` for their database."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.store = self.open_store()
+
+    def enqueue(self, key=None, queue="api", project="", **spec):
+        return self.store.enqueue(JobSpec(task="flow.noop", queue=queue, project=project, concurrency_key=key, **spec))
+
+    def take_all(self, request: Claim) -> list:
+        taken = []
+        while (job := self.store.claim(request)) is not None:
+            taken.append(job)
+            self.assertLess(len(taken), 1000)
+        return taken
+
+    def test_a_queue_limit_holds_running_jobs_and_a_finish_frees_a_slot(self):
+        self.store.set_limit("", "api", concurrency=2)
+        for _ in range(5):
+            self.enqueue()
+        taken = self.take_all(claim())
+        self.assertEqual(len(taken), 2)
+        self.assertFalse(self.store.has_due(claim()), "has_due saw work in a queue at its limit")
+        self.assertEqual([hold.text for hold in self.store.flow_holds("", "api", None)],
+                         ["queue api at its limit 2 of 2"])
+        after = self.store.finish(taken[0], Outcome(COMPLETED), claim_next=claim())
+        self.assertIsNotNone(after, "the finish that freed a slot did not claim the next job")
+        self.assertIsNone(self.store.claim(claim()))
+        self.assertEqual({job.attempts for job in taken}, {1})  # nothing was claimed and handed back
+
+    def test_a_per_key_limit_passes_over_a_saturated_keys_backlog(self):
+        self.store.set_limit("", "api", per_key=1)
+        for _ in range(40):  # more than the claim's look-ahead, all ahead of the other key
+            self.enqueue("customer:42")
+        other = self.enqueue("customer:7")
+        plain = self.enqueue(None)
+        taken = self.take_all(claim())
+        self.assertEqual(sorted(job.concurrency_key or "" for job in taken), ["", "customer:42", "customer:7"])
+        self.assertIn(other.id, [job.id for job in taken])
+        self.assertIn(plain.id, [job.id for job in taken])
+        self.assertEqual([hold.text for hold in self.store.flow_holds("", "api", "customer:42")],
+                         ["customer:42 at its limit 1 of 1"])
+
+    def test_a_rate_limits_starts_per_window_and_says_when_the_next_token_comes(self):
+        clock = FakeClock(1000.0)
+        store = self.store = self.open_store(clock=clock)
+        store.set_limit("", "api", rate=flow.Rate(2, 1.0))
+        for _ in range(5):
+            self.enqueue()
+        self.assertEqual(len(self.take_all_from(store)), 2)  # the bucket is full at first: 2 at once
+        held = store.flow_holds("", "api", None)
+        self.assertEqual([hold.rule for hold in held], ["rate"])
+        self.assertIn("rate 2/s on queue api: next token in 0.5 s", held[0].text)
+        self.assertFalse(store.has_due(claim()))
+        clock.now += 0.5
+        self.assertEqual(len(self.take_all_from(store)), 1)
+        clock.now += 10.0  # a long idle refills the bucket to its size, never beyond
+        self.assertEqual(len(self.take_all_from(store)), 2)
+
+    def take_all_from(self, store) -> list:
+        taken = []
+        while (job := store.claim(claim())) is not None:
+            taken.append(job)
+        return taken
+
+    def test_a_key_rate_holds_one_key_and_not_the_others(self):
+        clock = FakeClock(1000.0)
+        store = self.store = self.open_store(clock=clock)
+        store.set_limit("", "api", key_rate=flow.Rate(1, 60.0))
+        for key in ("a", "a", "b", "b"):
+            self.enqueue(key)
+        self.assertEqual(sorted(job.concurrency_key for job in self.take_all_from(store)), ["a", "b"])
+        self.assertIn("next token in 60.0 s", store.flow_holds("", "api", "a")[0].text)
+
+    def test_fair_share_takes_the_key_that_started_least_recently(self):
+        self.store.set_limit("", "api", fair=True)
+        for _ in range(20):
+            self.enqueue("big")
+        for key in ("small-1", "small-2"):
+            self.enqueue(key)
+        order = []
+        for _ in range(5):
+            job = self.store.claim(claim())
+            order.append(job.concurrency_key)
+            self.store.finish(job, Outcome(COMPLETED))
+        self.assertEqual(sorted(order[:3]), ["big", "small-1", "small-2"], order)
+        self.assertEqual(order[3:], ["big", "big"])
+
+    def test_priority_and_run_next_still_come_before_fair_share(self):
+        self.store.set_limit("", "api", fair=True)
+        self.enqueue("vip")
+        self.store.finish(self.store.claim(claim()), Outcome(COMPLETED))  # vip started last: fair share puts it after
+        self.enqueue("new")
+        urgent = self.enqueue("vip", run_next=True)
+        sooner = self.enqueue("vip", priority=-1)
+        self.assertEqual([self.store.claim(claim()).id for _ in range(2)], [urgent.id, sooner.id])
+        self.assertEqual(self.store.claim(claim()).concurrency_key, "new")
+
+    def test_an_every_project_limit_counts_every_projects_jobs(self):
+        self.store.set_limit(flow.ANY, "gpu", concurrency=2)
+        for project in ("a", "b", "c"):
+            self.enqueue(queue="gpu", project=project)
+        taken = [self.store.claim(claim("gpu", project)) for project in ("a", "b", "c")]
+        self.assertEqual([job is not None for job in taken], [True, True, False])
+        self.assertIn("of every project", self.store.flow_holds("c", "gpu", None)[0].text)
+        listed = {(use.limit.project, use.limit.queue): use for use in self.store.limits()}
+        self.assertEqual(listed[(flow.ANY, "gpu")].running, 2)
+
+    def test_changing_and_clearing_a_limit(self):
+        self.assertEqual(self.store.set_limit("", "api", concurrency=4).rules(), ["at most 4 running"])
+        both = self.store.set_limit("", "api", rate=flow.Rate(10, 1.0), by="ops")
+        self.assertEqual((both.rules(), both.updated_by), (["at most 4 running", "rate 10/s"], "ops"))
+        self.assertEqual(self.store.limited_queues(""), frozenset({"api"}))
+        self.assertIsNone(self.store.set_limit("", "api", clear=True))
+        self.assertEqual(self.store.limited_queues(""), frozenset())
+        for _ in range(3):
+            self.enqueue()
+        self.assertEqual(len(self.take_all(claim())), 3)  # a claim marked limited with no rows left is plain
+
+    def test_a_limit_row_plain_sql_broke_is_ignored_and_the_queue_runs(self):
+        self.store.set_limit("", "api", concurrency=1)
+        with self.store.transaction() as tx:
+            tx.script("UPDATE flow_limits SET concurrency = -3, rate_count = 5 WHERE queue = 'api';")
+        for _ in range(3):
+            self.enqueue()
+        with self.assertLogs("rowfleet.flow", "ERROR") as said:
+            self.assertEqual(len(self.take_all(claim())), 3)
+        self.assertIn("is unusable", said.output[0])
+        self.assertEqual(self.store.limits(), [])
+        self.assertEqual(self.store.set_limit("", "api", concurrency=2).rules(), ["at most 2 running"])
+
+    def test_bad_limits_and_keys_are_refused_before_anything_is_written(self):
+        for rules in ({"concurrency": 0}, {"per_key": -1}, {"nosuch": 1}):
+            with self.subTest(rules), self.assertRaises(ConfigError):
+                self.store.set_limit("", "api", **rules)
+        for text in ("10", "0/1", "5/0", "a/b", "5/-1"):
+            with self.subTest(text), self.assertRaises(ConfigError):
+                flow.Rate.parse("--rate", text)
+        with self.assertRaises(ConfigError):
+            self.enqueue("")
+        self.assertEqual(self.store.limits(), [])
+
+    def test_a_routed_claim_keeps_to_per_key_and_queue_limits(self):
+        self.store.set_limit("", "gpu", per_key=1, concurrency=3)
+        for key in ("a", "a", "b", "b", "c"):
+            self.enqueue(key, queue="gpu", model="llm")
+        routed = claim("gpu", models=("llm",), warm_model="llm")
+        taken = self.take_all(routed)
+        self.assertEqual(sorted(job.concurrency_key for job in taken), ["a", "b", "c"])
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SQLiteFlowTest(FlowContract, TempDirTestCase):
+    pass
+
+
+class PostgresFlowTest(PostgresDatabaseCase, FlowContract, TempDirTestCase):
+    """The same contract on a throwaway PostgreSQL database (skipped loudly without one)."""
+
+
+if __name__ == "__main__":
+    unittest.main()
