@@ -14,8 +14,8 @@ configured database on first use.
     job = rowfleet.enqueue(send, {"to": "ops@example.com"})
 """
 
-from rowfleet.api import (cancel, cancel_run, enqueue, enqueue_many, get_job, get_run, init, load_workflow, model,
-                          periodic, prioritize, restart_run, start_run, submit, task, wait, work, workflow)
+from rowfleet.api import (cancel, cancel_run, enqueue, enqueue_many, get_job, get_run, init, limit, limits,
+                          load_workflow, model, periodic, prioritize, restart_run, start_run, submit, task, wait, work, workflow)
 from rowfleet.config import Config, configure
 from rowfleet.dag import DefinitionError, Workflow
 from rowfleet.errors import (ConfigError, Conflict, DatabaseBroken, DatabaseBusy, DatabaseUnreachable, JobFailed,
@@ -31,5 +31,5 @@ __all__ = [
     "DefinitionError", "Job", "JobFailed", "LeaseLost", "MigrationError", "ModelLoadFailed", "NotFound", "Retry", "RowfleetError",
     "SchemaMissing", "StoreUnavailable", "TaskRefused", "UnknownModel", "UnknownTask",
     "Workflow", "__version__", "cancel", "cancel_requested", "cancel_run", "configure", "current_job", "enqueue", "enqueue_many", "get_job",
-    "get_run", "init", "load_workflow", "model", "periodic", "prioritize", "progress", "restart_run", "start_run", "submit", "task", "wait", "work", "workflow",
+    "get_run", "init", "limit", "limits", "load_workflow", "model", "periodic", "prioritize", "progress", "restart_run", "start_run", "submit", "task", "wait", "work", "workflow",
 ]

@@ -15,7 +15,7 @@ import threading
 from typing import Any, Callable, Iterable
 
 from rowfleet import config as _config
-from rowfleet import dag, files, models, names, tasks
+from rowfleet import dag, files, flow, models, names, tasks
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.job import Job, JobSpec, install_waiter
 from rowfleet.store import Store, open_store
@@ -175,6 +175,37 @@ def wait(job_id: int, *, timeout: float | None = None, project: str | None = Non
 
 
 install_waiter(wait)  # what Job.wait() calls
+
+
+def limit(queue: str, *, concurrency: int | None = None, per_key: int | None = None, rate: Any = None,
+          per_key_rate: Any = None, fair: bool | None = None, clear: bool = False, all_projects: bool = False,
+          project: str | None = None, by: str = "") -> flow.Limit | None:
+    """Set a queue's flow limits at run time (like ``rowfleet limit``): ``concurrency`` jobs
+    running fleet-wide, ``per_key`` running per ``concurrency_key``, ``rate`` and
+    ``per_key_rate`` starts per window (``"10/1"``, or ``(10, 1.0)``), ``fair`` share by key.
+    A rule not given keeps its value; ``clear`` drops them all first. ``all_projects``: one
+    limit over this queue of every project. Returns the limit, or None when none is left.
+    Workers read it within a poll."""
+    names.check_name("queue", queue)
+    scope = flow.ANY if all_projects else _project(project)
+    rules = {"concurrency": concurrency, "per_key": per_key, "rate": _rate("rate", rate),
+             "key_rate": _rate("per_key_rate", per_key_rate), "fair": fair}
+    return default_store().set_limit(scope, queue, names.check_text("by", by, empty=True), clear=clear, **rules)
+
+
+def limits() -> list[Any]:
+    """Every limit of the database with its use now (like ``rowfleet limits --all-projects``)."""
+    return default_store().limits()
+
+
+def _rate(what: str, value: Any) -> flow.Rate | None:
+    if value is None or isinstance(value, flow.Rate):
+        return value
+    if isinstance(value, str):
+        return flow.Rate.parse(what, value)
+    if isinstance(value, tuple) and len(value) == 2:
+        return flow.Rate(*value)
+    raise ConfigError(f"{what} must be 'N/SECONDS' or (N, SECONDS), got {value!r}")
 
 
 def cancel(job_id: int, *, reason: str = "cancelled by an operator", project: str | None = None) -> Job:

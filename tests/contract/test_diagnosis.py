@@ -10,6 +10,7 @@ import dataclasses
 import unittest
 
 from rowfleet import control, dag
+from rowfleet.claim import Claim
 from rowfleet.control import Switch
 from rowfleet.gpu.routing import ModelInfo
 from rowfleet.job import Job, JobSpec
@@ -126,6 +127,8 @@ class ReasonTest(unittest.TestCase):
         ("more jobs ahead than counted", {}, Facts(workers=(worker(),), ahead=10_000, ahead_capped=True),
          [("ahead", "10,000+ jobs are ahead of it in queue q, in claim order (run-next first, then priority, then "
                     "due time)")]),
+        ("a limit holds it", {}, Facts(workers=(worker(),), limits=("customer:42 at its limit 4 of 4",)),
+         [("limited", "a limit holds it: customer:42 at its limit 4 of 4")]),
         ("every worker that can take it busy", dict(required_model="llm"),
          Facts(workers=(worker(busy=True, gpu=gpu("llm")), worker("b2", gpu=gpu("sd")))),
          [("busy", "it is next in line, but every worker of queue q that can take it is running another job "
@@ -291,6 +294,19 @@ class DiagnosisContract:
                           "time)"])
         self.store.prioritize(held.id, "")
         self.assertEqual([r.code for r in self.diagnose(held)], ["busy"])
+
+    def test_a_key_at_its_limit_and_a_spent_rate_are_named(self):
+        from rowfleet import flow
+
+        self.store.worker_beat("box:1:0", "", "box", "q", 1, None)
+        self.store.set_limit("", "q", per_key=1, rate=flow.Rate(1, 60.0))
+        self.enqueue(concurrency_key="customer:42")
+        held = self.enqueue(concurrency_key="customer:42")
+        self.store.claim(Claim("", "q", "box:1", 60.0, limited=True))
+        texts = [r.text for r in self.diagnose(held)]
+        self.assertIn("a limit holds it: customer:42 at its limit 1 of 1", texts)
+        self.assertTrue(any(text.startswith("a limit holds it: rate 1/60s on queue q: next token in") for text in texts),
+                        texts)
 
     def test_model_jobs_against_the_gpu_workers_adverts_and_rules(self):
         self.store.worker_beat("g1:1:0", "", "g1", "gpu", 1, None, models=("llm",), gpu_index=0,

@@ -38,7 +38,7 @@ COMMAND_FAMILIES = {
     "processes": ("worker", "sampler", "orchestrator"),
     "up": ("up",),
     "workflows": ("run", "runs", "cancel-run", "restart", "submit"),
-    "fleet": ("control", "model-control", "workers", "broker"),
+    "fleet": ("control", "model-control", "limit", "limits", "workers", "broker"),
     "schedules": ("scheduler", "schedules"),
     "models": ("models",),
     "hosts": ("hosts",),

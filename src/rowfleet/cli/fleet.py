@@ -8,7 +8,7 @@ import getpass
 from typing import Any, Callable, Iterable, Mapping
 
 from rowfleet import config as configuration
-from rowfleet import control, exitcodes, liveness
+from rowfleet import control, exitcodes, flow, liveness
 from rowfleet.cli.arguments import Parser, typed
 from rowfleet.cli.output import print_json, say, seen_text, services_table, table
 from rowfleet.control import Switch
@@ -52,6 +52,28 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--by", type=typed("by"), help="who asks, recorded on the row (default: this user)")
     sub.add_argument("--json", action="store_true")
 
+    sub = command("limit", cmd_limit, "set a queue's flow limits: running jobs, per key, rates, fair share")
+    sub.add_argument("queue", type=typed("queue"), help="the queue (it need not have jobs yet)")
+    sub.add_argument("--concurrency", type=typed("count"), metavar="N", help="at most N of its jobs running fleet-wide")
+    sub.add_argument("--per-key", type=typed("count"), metavar="N",
+                     help="at most N running jobs of one --concurrency-key")
+    sub.add_argument("--rate", type=_rate("--rate"), metavar="N/SECONDS", help="at most N starts per SECONDS, e.g. 10/1")
+    sub.add_argument("--per-key-rate", type=_rate("--per-key-rate"), metavar="N/SECONDS",
+                     help="at most N starts per SECONDS for each key")
+    fair = sub.add_mutually_exclusive_group()
+    fair.add_argument("--fair", dest="fair", action="store_const", const=True, default=None,
+                      help="take the key that started least recently first (after run-next and priority)")
+    fair.add_argument("--no-fair", dest="fair", action="store_const", const=False)
+    sub.add_argument("--clear", action="store_true", help="drop its rules first (alone: no limits left)")
+    sub.add_argument("--all-projects", action="store_true",
+                     help="one limit over this queue of every project sharing the database")
+    sub.add_argument("--by", type=typed("by"), help="who asks, recorded on the limit (default: this user)")
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("limits", cmd_limits, "each queue's flow limits with their use now")
+    sub.add_argument("--all-projects", action="store_true", help="every project's limits, not only this one's")
+    sub.add_argument("--json", action="store_true")
+
     sub = command("workers", cmd_workers, "workers with what their switches want and what they do")
     sub.add_argument("--all-projects", action="store_true", help="every project's workers, not only this one's")
     sub.add_argument("--all", action="store_true", dest="include_old",
@@ -81,6 +103,50 @@ def cmd_control(args: argparse.Namespace, config: configuration.Config) -> int:
     for held in still_held:
         say(f"note: {held.scope()} is still switched off ({held.policy}, by {held.changed_by or '?'}); "
             f"workers it covers stay parked until it is switched on")
+    return exitcodes.OK
+
+
+def _rate(flag: str) -> Callable[[str], flow.Rate]:
+    def read(text: str) -> flow.Rate:
+        try:
+            return flow.Rate.parse(flag, text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return read
+
+
+def cmd_limit(args: argparse.Namespace, config: configuration.Config) -> int:
+    project = flow.ANY if args.all_projects else config.project
+    rules = {"concurrency": args.concurrency, "per_key": args.per_key, "rate": args.rate,
+             "key_rate": args.per_key_rate, "fair": args.fair}
+    if not args.clear and all(value is None for value in rules.values()):
+        raise ConfigError("limit needs a rule to set (--concurrency, --per-key, --rate, --per-key-rate, --fair, "
+                          "--no-fair) or --clear; `rowfleet limits` lists them")
+    with open_store(config) as store:
+        store.require_schema()
+        limit = store.set_limit(project, args.queue, args.by or _user(), clear=args.clear, **rules)
+    scope = flow.Limit(project, args.queue).scope()
+    if args.json:
+        print_json({"limit": None if limit is None else limit.to_dict(), "project": project, "queue": args.queue})
+    else:
+        say(f"{scope}: {', '.join(limit.rules()) if limit is not None else 'no limits'}"
+            + ("" if project == flow.ANY else f" (project {project!r})" if project else ""))
+    return exitcodes.OK
+
+
+def cmd_limits(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        store.require_schema()
+        found = [use for use in store.limits()
+                 if args.all_projects or use.limit.project in (config.project, flow.ANY)]
+    if args.json:
+        print_json({"limits": [use.to_dict() for use in found]})
+        return exitcodes.OK
+    print(table(["project", "queue", "limits", "running", "keys at limit", "held now", "by"],
+                [[("every project" if use.limit.project == flow.ANY else use.limit.project or "(default)"),
+                  use.limit.queue, ", ".join(use.limit.rules()), str(use.running), str(use.keys_at_limit),
+                  "; ".join(hold.text for hold in use.holds) or "-", use.limit.updated_by or "-"] for use in found])
+          or "no limits (set one with rowfleet limit QUEUE ...)")
     return exitcodes.OK
 
 

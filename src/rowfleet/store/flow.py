@@ -19,7 +19,7 @@ from typing import Any
 
 from typing import Callable
 
-from rowfleet import flow
+from rowfleet import flow, names
 from rowfleet.claim import Claim
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError
@@ -199,7 +199,8 @@ class FlowStore(StoreCore):
             if limit.key_rate is not None:
                 for row in tx.all("flow_spent_keys", scope=limit.project, queue=queue,
                                   threshold=limit.key_rate.spent_after(now)):
-                    keys_held.setdefault(row["key"], []).append(flow.Hold("key_rate", "its key's rate bucket is spent"))
+                    if isinstance(row["key"], str):
+                        keys_held.setdefault(row["key"], []).append(flow.Hold("key_rate", "its key's rate bucket is spent"))
         return Verdict(now, tuple(measured), tuple(queue_held), keys_held)
 
     def _key_rate_holds(self, tx: Tx, verdict: Verdict, queue: str, key: str | None) -> list[flow.Hold]:
@@ -210,7 +211,7 @@ class FlowStore(StoreCore):
         for limit, use in verdict.limits:
             if limit.key_rate is not None:
                 bucket = tx.one("flow_bucket", scope=limit.project, queue=queue, key=key)
-                holds += [hold for hold in flow.key_holds(limit, use, key, None if bucket is None else bucket["tat"],
+                holds += [hold for hold in flow.key_holds(limit, use, key, _tat(bucket),
                                                            verdict.now) if hold.rule == "key_rate"]
         return holds
 
@@ -221,11 +222,13 @@ class FlowStore(StoreCore):
         if limit.concurrency is not None or limit.per_key is not None:
             rows = (tx.all("flow_running_every", queue=limit.queue) if limit.project == flow.ANY
                     else tx.all("flow_running", project=project, queue=limit.queue))
-            running = {row["concurrency_key"]: row["running"] for row in rows}
+            for row in rows:  # a key plain SQL wrote as no text counts for the queue, as no key
+                key = row["concurrency_key"] if isinstance(row["concurrency_key"], str) else None
+                running[key] = running.get(key, 0) + row["running"]
         tat = None
         if limit.rate is not None:
             bucket = tx.one("flow_bucket", scope=limit.project, queue=limit.queue, key="")
-            tat = None if bucket is None else bucket["tat"]
+            tat = _tat(bucket)
         return flow.Use(running, tat)
 
     def _started(self, tx: Tx, verdict: Verdict, job: Job) -> None:
@@ -238,7 +241,7 @@ class FlowStore(StoreCore):
             if limit.key_rate is not None and key is not None:
                 bucket = tx.one("flow_bucket", scope=limit.project, queue=job.queue, key=key)
                 tx.run("flow_started", scope=limit.project, queue=job.queue, key=key,
-                       tat=limit.key_rate.started(None if bucket is None else bucket["tat"], verdict.now),
+                       tat=limit.key_rate.started(_tat(bucket), verdict.now),
                        started_at=None)
         if verdict.fair:
             tx.run("flow_started", scope=job.project, queue=job.queue, key=key or "", tat=None,
@@ -255,6 +258,12 @@ class FlowStore(StoreCore):
                 self._unusable_said.add(said)
                 log.error("%s; it is ignored until an operator sets the limit again (rowfleet limit)", exc)
             return None
+
+
+def _tat(bucket: Any) -> float | None:
+    """A bucket's arrival time; a value plain SQL made no finite number reads as a full bucket."""
+    tat = None if bucket is None else bucket["tat"]
+    return float(tat) if names.is_finite_number(tat) else None
 
 
 def _limit_params(limit: flow.Limit) -> dict[str, Any]:

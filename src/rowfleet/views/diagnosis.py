@@ -51,6 +51,7 @@ QUEUE_OFF = "queue_off"
 NO_WORKER = "no_worker"
 UNPLACEABLE = "unplaceable"
 NO_FIT = "no_fit"
+LIMITED = "limited"
 AHEAD = "ahead"
 BUSY = "busy"
 RUN_ENDED = "run_ended"
@@ -58,7 +59,8 @@ AWAITING_INPUT = "awaiting_input"
 UPSTREAM = "waits_upstream"
 CANCEL_PENDING = "cancel_pending"
 NEXT_WAKE = "next_wake"
-CODES = (FINISHED, RUNNING_NOW, UNKNOWN_STATE, UNREADABLE, NOT_DUE, QUEUE_OFF, NO_WORKER, UNPLACEABLE, NO_FIT, AHEAD,
+CODES = (FINISHED, RUNNING_NOW, UNKNOWN_STATE, UNREADABLE, NOT_DUE, QUEUE_OFF, NO_WORKER, UNPLACEABLE, NO_FIT, LIMITED,
+         AHEAD,
          BUSY, RUN_ENDED, AWAITING_INPUT, UPSTREAM, CANCEL_PENDING, NEXT_WAKE)
 
 # What a live worker's heartbeat says it is doing (any other state: it is not live).
@@ -107,6 +109,7 @@ class Facts:
       (``ahead_capped``: more than ``ahead``);
     - ``model``: what the fleet measured of its required model (None: nothing, or no model);
     - ``forbidden_on``: the hosts of its workers where an operator's rule forbids its model;
+    - ``limits``: what the flow limits of its queue hold it by now, in words (``rowfleet.flow``);
     - a workflow node's: its run's state, its node's state, and the nodes of the run
       awaiting input.
     """
@@ -116,6 +119,7 @@ class Facts:
     ahead_capped: bool = False
     model: routing.ModelInfo | None = None
     forbidden_on: frozenset[str] = frozenset()
+    limits: tuple[str, ...] = ()
     run_state: str | None = None
     node_state: str | None = None
     awaiting_input: tuple[str, ...] = ()
@@ -161,6 +165,8 @@ def why_not_running(job: Any, facts: Facts, now: float) -> list[Reason]:
     placement = _placement(job, facts, live, now)
     if placement is not None:
         reasons.append(placement)
+    if due:
+        reasons.extend(Reason(LIMITED, f"a limit holds it: {text}") for text in facts.limits)
     takers = [worker for worker in on if can_take(worker, job, facts)]
     if due and facts.ahead:
         reasons.append(_ahead(job, facts))
@@ -396,7 +402,8 @@ def gather(store: "Store", job: "Job", now: float) -> Facts:
                     worker.current_job is not None, worker.gpu)
         for worker in fleet.workers if worker.project == job.project and worker.serves(job.queue))
     ahead, capped = store.reads.jobs_ahead(job, cap=snapshot.COUNT_CAP)
-    facts = Facts(workers=workers, ahead=ahead, ahead_capped=capped)
+    holds = store.flow_holds(job.project, job.queue, job.concurrency_key if isinstance(job.concurrency_key, str) else None)
+    facts = Facts(workers=workers, ahead=ahead, ahead_capped=capped, limits=tuple(hold.text for hold in holds))
     if job.required_model is not None:
         facts = dataclasses.replace(facts, **_model_facts(store, job, workers, now))
     if job.run_id is not None:

@@ -128,6 +128,8 @@ class Worker:
         self._stagger = 0.0           # the longest wait before a look after a wake-up (decide.next_stagger)
         self._parked = False          # its heartbeat says parked
         self._pause = 0.0             # the back-off while the database is unavailable
+        self._limited: frozenset[str] = frozenset()  # its queues that limit rows hold (rowfleet.flow)
+        self._limits_read_at: float | None = None    # when those were read (monotonic), each poll at most
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -256,7 +258,17 @@ class Worker:
         """What this worker asks the store for, each time it claims or looks for due work
         in ``queue``."""
         routing = {} if self.gpu_box is None else self.gpu_box.claim_fields(self.store)
-        return Claim(self.config.project, queue, self.holder, self.config.lease, **routing)
+        return Claim(self.config.project, queue, self.holder, self.config.lease, limited=queue in self._limited_queues(),
+                     **routing)
+
+    def _limited_queues(self) -> frozenset[str]:
+        """Its queues that limit rows hold, read again once a poll has passed: a limit an
+        operator sets reaches a running worker within a poll, with no restart."""
+        now = time.monotonic()
+        if self._limits_read_at is None or now - self._limits_read_at >= self.config.poll:
+            self._limited = self.store.limited_queues(self.config.project)
+            self._limits_read_at = now
+        return self._limited
 
     def _serving(self) -> list[str]:
         """Its queues in order, less those switched off (a worker of several serves the rest)."""
@@ -476,14 +488,14 @@ class Worker:
             return True
         self.keeper.lookout(True)  # one wake-up per poll reads both its switch and the queue
         try:
-            deadline = time.monotonic() + self.config.poll
+            deadline = self._next_look()
             while not self.stopping and self.switch.get() is None:
                 unload_in = self._unload_idle()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:  # the safety poll, in case a wake-up was lost
                     if self._look():
                         return True
-                    deadline = time.monotonic() + self.config.poll
+                    deadline = self._next_look()
                 elif self.waiter.wait(remaining if unload_in is None else min(remaining, max(unload_in, 0.01))) \
                         and self._settled():
                     self._stand_back()
@@ -493,10 +505,20 @@ class Worker:
                     self._stagger = decide.next_stagger(self._stagger, won=False)  # taken before we looked
                     # That look was as good as the safety poll's: its time starts again from it, so
                     # a fleet's heartbeats waking an idle worker do not add a poll of their own.
-                    deadline = time.monotonic() + self.config.poll
+                    deadline = self._next_look()
             return False
         finally:
             self.keeper.lookout(False)
+
+    def _next_look(self) -> float:
+        """When the idle wait looks again with no wake-up (monotonic): the safety poll, or
+        sooner when a rate holds one of its queues (a token comes by time, not by a commit)."""
+        wait = self.config.poll
+        for queue in self._serving():
+            ready = self.store.flow_ready_at(self._claim_request(queue))
+            if ready is not None:
+                wait = min(wait, max(ready - self.store.local_clock(), 0.001))
+        return time.monotonic() + wait
 
     def _stand_back(self) -> None:
         """After a wake-up, wait a moment drawn up to the stagger before looking (cut short by
