@@ -164,6 +164,34 @@ class PanelContract:
                 self.assertEqual(self.client.post("/workers/switch", bad)[0], 400)
         self.assertEqual(len(self.store.reads.switch_log()), 2, "a refused switch writes nothing")
 
+    def test_limits_are_shown_with_their_use_and_changed_as_the_command_line_changes_them(self):
+        status, _, _ = self.client.post("/limits", {"queue": "api", "concurrency": "4", "per_key": "2",
+                                                    "rate": "10/1", "fair": "on", "by": "ops <b>"})
+        self.assertEqual(status, 303)
+        [use] = self.store.limits()
+        self.assertEqual((use.limit.rules(), use.limit.updated_by),
+                         (["at most 4 running", "at most 2 running per key", "rate 10/s", "fair by key"], "ops <b>"))
+        self.assertIn("ops &lt;b&gt;", self.client.get("/limits")[2])
+        self.client.post("/limits", {"queue": "gpu", "all_projects": "on", "concurrency": "2"})
+        self.client.post("/limits", {"project": "", "queue": "api", "rate": "5/1", "fair": "off"})
+        _, _, body = self.client.get("/limits")
+        self.assertIn("at most 4 running, at most 2 running per key, rate 5/s</td>", body)
+        self.assertIn("every project", body)
+        _, _, data = self.client.get("/api/limits")
+        self.assertEqual(sorted((row["queue"], row["all_projects"]) for row in json.loads(data)["limits"]),
+                         [("api", False), ("gpu", True)])
+        before = [use.limit for use in self.store.limits()]
+        for bad in ({"queue": "api", "concurrency": "0"}, {"queue": "api", "rate": "10"}, {"queue": "", "rate": "1/1"},
+                    {"queue": "a b", "concurrency": "1"}, {"queue": "api", "per_key": "x"},
+                    {"queue": "api", "project": "two words", "concurrency": "1"}):
+            with self.subTest(bad=bad):
+                status, _, text = self.client.post("/limits", bad)
+                self.assertEqual(status, 400, text[:200])
+                self.assertNotIn("Traceback", text)
+        self.assertEqual([use.limit for use in self.store.limits()], before, "a refused change writes nothing")
+        self.client.post("/limits", {"project": "", "queue": "api", "clear": "clear"})
+        self.assertEqual([use.limit.queue for use in self.store.limits()], ["gpu"])
+
 
 class SQLitePanelTest(PanelContract, TempDirTestCase):
     def test_no_sqlite_store_outlives_its_request(self):

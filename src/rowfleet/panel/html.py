@@ -22,7 +22,7 @@ from rowfleet.job import iso
 from rowfleet.names import is_finite_number
 
 NAV = (("/", "Overview"), ("/deck", "Flight Deck"), ("/jobs", "Jobs"), ("/runs", "Runs"),
-       ("/workers", "Workers"), ("/schedules", "Schedules"), ("/models", "Models"))
+       ("/workers", "Workers"), ("/limits", "Limits"), ("/schedules", "Schedules"), ("/models", "Models"))
 REFRESH_CHOICES = (0, 2, 5, 10, 30)  # seconds; 0: off
 TEXT_MOST = 2000  # characters of one value shown in a table cell before "… (N characters)"
 

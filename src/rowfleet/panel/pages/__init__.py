@@ -5,7 +5,7 @@ answers, with the function that answers it. A page's JSON twin is the same path 
 from __future__ import annotations
 
 from rowfleet.panel.app import route
-from rowfleet.panel.pages import deck, jobs, models, overview, runs, schedules, workers
+from rowfleet.panel.pages import deck, jobs, limits, models, overview, runs, schedules, workers
 
 ROUTES = (
     route("GET", "/", overview.overview),
@@ -22,6 +22,8 @@ ROUTES = (
     route("POST", "/runs/{id}/{action}", runs.action_apply),
     route("GET", "/workers", workers.worker_list),
     route("POST", "/workers/switch", workers.switch),
+    route("GET", "/limits", limits.limit_list),
+    route("POST", "/limits", limits.set_limit),
     route("GET", "/schedules", schedules.schedule_list),
     route("GET", "/models", models.model_list),
 )
