@@ -21,11 +21,13 @@ import subprocess
 import unittest
 from typing import Any
 
+from rowfleet import flow
 from rowfleet.claim import Claim
 from rowfleet.errors import ConfigError, StoreUnavailable
 from rowfleet.job import COMPLETED, FAILED, JobSpec, Outcome
 from rowfleet.metrics import prometheus
 from rowfleet.services import exporter, webserver
+from rowfleet.store.flow import LimitUse
 from rowfleet.store.telemetry import HostSample, MetricsRows
 from rowfleet.views.snapshot import Count, Services, Snapshot, worker_of
 from pg_harness import PostgresDatabaseCase
@@ -345,22 +347,44 @@ def rich() -> tuple[Snapshot, MetricsRows, dict]:
     return snapshot, metrics_rows, {"box": {"0": {"sw_power_cap": 1.0}}}
 
 
+# Two flow limits, one held by its rate (Store.limits's entries).
+LIMITS = [LimitUse(flow.Limit("", "api", concurrency=4, per_key=2, rate=flow.Rate(10, 1.0)), 3, 1,
+                   (flow.Hold("rate", "rate 10/s on queue api: next token in 0.3 s", NOW + 0.3),), 0.3),
+          LimitUse(flow.Limit(flow.ANY, "gpu", concurrency=2, key_rate=flow.Rate(1, 60.0)), 2, 0,
+                   (flow.Hold("concurrency", "queue gpu of every project at its limit 2 of 2"),))]
+
+
 class ExpositionTest(unittest.TestCase):
+    def test_flow_limits_show_their_rules_use_and_what_holds_them(self):
+        text = prometheus.exposition(fleet(), rows(), limits=LIMITS)
+        for line in ('rowfleet_limit{project="",queue="api",rule="concurrency"} 4',
+                     'rowfleet_limit{project="",queue="api",rule="rate"} 10.0',
+                     'rowfleet_limit{project="*",queue="gpu",rule="key_rate"} 0.016666666666666666',
+                     'rowfleet_limit_running{project="*",queue="gpu"} 2',
+                     'rowfleet_limit_keys_at_limit{project="",queue="api"} 1',
+                     'rowfleet_limit_holding{project="",queue="api",rule="rate"} 1',
+                     'rowfleet_limit_holding{project="",queue="api",rule="concurrency"} 0',
+                     'rowfleet_limit_holding{project="*",queue="gpu",rule="concurrency"} 1',
+                     'rowfleet_limit_next_start_seconds{project="",queue="api"} 0.3'):
+            self.assertIn(line + "\n", text)
+        self.assertNotIn('rowfleet_limit_next_start_seconds{project="*"', text)
+
+
     def test_every_family_once_in_the_declared_order(self):
         snapshot, metrics_rows, throttle = rich()
-        parsed = exposed(snapshot, metrics_rows, throttle=throttle)
+        parsed = exposed(snapshot, metrics_rows, throttle=throttle, limits=LIMITS)
         self.assertEqual(parsed.order, [prometheus.PREFIX + name for name in prometheus.FAMILIES],
                          "rich() must fill every family, each once, in FAMILIES order")
         self.assertEqual(parsed.types, {prometheus.PREFIX + name: kind for name, (kind, _) in prometheus.FAMILIES.items()})
 
     def test_the_text_does_not_depend_on_the_order_of_its_inputs(self):
         snapshot, metrics_rows, throttle = rich()
-        text = prometheus.exposition(snapshot, metrics_rows, throttle)
+        text = prometheus.exposition(snapshot, metrics_rows, throttle, LIMITS)
         shuffle = lambda items: random.Random(7).sample(list(items), len(items))
         again = prometheus.exposition(
             dataclasses.replace(snapshot, counts=tuple(shuffle(snapshot.counts)), workers=tuple(shuffle(snapshot.workers))),
             dataclasses.replace(metrics_rows, tallies=shuffle(metrics_rows.tallies), samples=shuffle(metrics_rows.samples)),
-            throttle)
+            throttle, LIMITS[::-1])
         self.assertEqual(again, text)
 
     def test_an_empty_fleet_still_says_whether_the_counters_are_whole(self):
@@ -376,7 +400,7 @@ class PromtoolTest(unittest.TestCase):
 
     def test_promtool_lints_the_text_clean(self):
         snapshot, metrics_rows, throttle = rich()
-        result = self.check(prometheus.exposition(snapshot, metrics_rows, throttle))
+        result = self.check(prometheus.exposition(snapshot, metrics_rows, throttle, LIMITS))
         self.assertEqual((result.returncode, result.stdout + result.stderr), (0, ""))
 
     def test_promtool_would_catch_a_bad_family(self):

@@ -87,6 +87,12 @@ FAMILIES: dict[str, tuple[str, str]] = {
                               "finished-job counters are partial until the orchestrator folds them in."),
     "jobs_awaiting_tally": (GAUGE, "Finished jobs not yet folded into the tallies, that this scrape "
                                    "counted itself (at most the scrape's read limit)."),
+    "limit": (GAUGE, "A flow limit's value, by rule: concurrency and per_key in jobs, rate and key_rate in "
+                     "starts per second; project \"*\" spans every project."),
+    "limit_running": (GAUGE, "Running jobs a flow limit counts now (every project's, for project \"*\")."),
+    "limit_keys_at_limit": (GAUGE, "Keys at their per-key concurrency limit now."),
+    "limit_holding": (GAUGE, "1 when a rule of a flow limit holds its whole queue now (no job of it may start)."),
+    "limit_next_start_seconds": (GAUGE, "Seconds until a rate that holds its queue lets the next job start."),
     "workers": (GAUGE, "Listed workers by what they are doing; a worker of several queues counts "
                        "under each."),
     "warm_workers": (GAUGE, "Live GPU workers holding a model warm, per host and GPU."),
@@ -155,10 +161,12 @@ class Family:
 
 
 def exposition(snapshot: "Snapshot", rows: "MetricsRows",
-               throttle: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None) -> str:
+               throttle: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None, limits: Iterable[Any] = (),
+               ) -> str:
     """The Prometheus text of ``snapshot`` (``rowfleet.views.snapshot.Snapshot``) and ``rows``
     (``rowfleet.store.telemetry.MetricsRows``); ``throttle``: seconds each host's GPUs were
-    held back over the last hour, host -> GPU index -> reason -> seconds (none: left out).
+    held back over the last hour, host -> GPU index -> reason -> seconds (none: left out);
+    ``limits``: the flow limits with their use (``Store.limits``).
 
     >>> from types import SimpleNamespace as Rows
     >>> fleet = Rows(at=100.0, counts=[Rows(project="", queue="q", state="queued", n=2)], unplaceable=[],
@@ -170,7 +178,7 @@ def exposition(snapshot: "Snapshot", rows: "MetricsRows",
     rowfleet_jobs{project="",queue="q",state="queued"} 2
     rowfleet_jobs{project="",queue="q",state="running"} 0
     """
-    return render(families(snapshot, rows, throttle))
+    return render(families(snapshot, rows, throttle, limits))
 
 
 def render(found: Iterable[Family]) -> str:
@@ -179,11 +187,13 @@ def render(found: Iterable[Family]) -> str:
 
 
 def families(snapshot: "Snapshot", rows: "MetricsRows",
-             throttle: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None) -> list[Family]:
+             throttle: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+             limits: Iterable[Any] = ()) -> list[Family]:
     """Every family that has a sample, in ``FAMILIES`` order (see ``exposition``)."""
     samples: dict[str, list[Sample]] = {name: [] for name in FAMILIES}
     _jobs(samples, snapshot, rows)
     _tallies(samples, tally.totals(rows.tallies, rows.untallied), rows)
+    _limits(samples, limits)
     _fleet(samples, snapshot)
     _hosts(samples, rows.samples, snapshot.at)
     _throttle(samples, throttle or {})
@@ -245,6 +255,34 @@ def _tallies(samples: dict[str, list[Sample]], totals: list[tally.Tally], rows: 
     _series(samples["model_claims_total"], ("project", "model", "warm"), claims)
     samples["tallies_behind"].append(Sample("", (), 1 if rows.capped else 0))
     samples["jobs_awaiting_tally"].append(Sample("", (), len(rows.untallied)))
+
+
+def _limits(samples: dict[str, list[Sample]], limits: Iterable[Any]) -> None:
+    """Each flow limit's rules, its use, and what holds its queue (a ``Store.limits`` entry)."""
+    rules: dict[tuple[str, ...], float] = {}
+    running: dict[tuple[str, ...], float] = {}
+    keys: dict[tuple[str, ...], float] = {}
+    holding: dict[tuple[str, ...], float] = {}
+    next_start: dict[tuple[str, ...], float] = {}
+    for use in limits:
+        limit = use.limit
+        scope = (limit.project, limit.queue)
+        for rule, value in (("concurrency", limit.concurrency), ("per_key", limit.per_key),
+                            ("rate", None if limit.rate is None else limit.rate.count / limit.rate.seconds),
+                            ("key_rate", None if limit.key_rate is None else limit.key_rate.count / limit.key_rate.seconds)):
+            if value is not None:
+                rules[(*scope, rule)] = value
+        running[scope] = use.running
+        keys[scope] = use.keys_at_limit
+        for rule in ("concurrency", "rate"):
+            holding[(*scope, rule)] = 1 if any(hold.rule == rule for hold in use.holds) else 0
+        if use.next_start_in is not None:
+            next_start[scope] = use.next_start_in
+    _series(samples["limit"], ("project", "queue", "rule"), rules)
+    _series(samples["limit_running"], ("project", "queue"), running)
+    _series(samples["limit_keys_at_limit"], ("project", "queue"), keys)
+    _series(samples["limit_holding"], ("project", "queue", "rule"), holding)
+    _series(samples["limit_next_start_seconds"], ("project", "queue"), next_start)
 
 
 def _fleet(samples: dict[str, list[Sample]], snapshot: Any) -> None:

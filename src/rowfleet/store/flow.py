@@ -57,10 +57,11 @@ class LimitUse:
     running: int
     keys_at_limit: int
     holds: tuple[flow.Hold, ...]
+    next_start_in: float | None = None  # seconds until a rate that holds the queue lets a job start
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.limit.to_dict(), "running": self.running, "keys_at_limit": self.keys_at_limit,
-                "held": [hold.text for hold in self.holds]}
+                "held": [hold.text for hold in self.holds], "next_start_in": self.next_start_in}
 
 
 class FlowStore(StoreCore):
@@ -105,7 +106,9 @@ class FlowStore(StoreCore):
                 now = row["now"]
                 use = self._use(tx, limit, limit.project, now)
                 holds = flow.queue_holds(limit, use, now)
-                found.append(LimitUse(limit, use.running, len(flow.saturated_keys(limit, use)), tuple(holds)))
+                ready = flow.ready_at(hold for hold in holds if hold.rule == "rate")
+                found.append(LimitUse(limit, use.running, len(flow.saturated_keys(limit, use)), tuple(holds),
+                                      None if ready is None else round(max(ready - now, 0.0), 3)))
             return found
 
     def limited_queues(self, project: str) -> frozenset[str]:
