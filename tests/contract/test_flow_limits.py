@@ -5,6 +5,7 @@ kill -9 of a holder are in the process tests."""
 
 from __future__ import annotations
 
+import json
 import unittest
 
 from rowfleet import flow
@@ -151,6 +152,19 @@ class FlowContract:
         self.assertEqual(self.store.limits(), [])
         self.assertEqual(self.store.set_limit("", "api", concurrency=2).rules(), ["at most 2 running"])
 
+    def test_a_key_plain_sql_wrote_as_a_number_fails_that_job_and_the_queue_runs_on(self):
+        self.store.set_limit("", "api", per_key=1, key_rate=flow.Rate(5, 1.0), fair=True)
+        odd = self.enqueue("a")
+        self.enqueue("a")
+        self.enqueue("b")
+        with self.store.transaction() as tx:
+            tx.script(f"UPDATE jobs SET concurrency_key = 42 WHERE id = {odd.id};")
+        taken = self.take_all(claim())
+        self.assertEqual(len(taken), 3, "a held key or a bad one wedged the queue")
+        first = next(job for job in taken if job.id == odd.id)
+        if first.unreadable is not None:  # SQLite keeps the number; PostgreSQL's text column made it '42'
+            self.assertIn("concurrency_key", first.unreadable)
+
     def test_bad_limits_and_keys_are_refused_before_anything_is_written(self):
         for rules in ({"concurrency": 0}, {"per_key": -1}, {"nosuch": 1}):
             with self.subTest(rules), self.assertRaises(ConfigError):
@@ -189,3 +203,67 @@ class PostgresFlowTest(PostgresDatabaseCase, FlowContract, TempDirTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SQLiteFlowPlanTest(TempDirTestCase):
+    """A held key's backlog is never walked: the keyed pick probes jobs_flow key by key, so
+    its work grows with the keys, not with the held key's jobs (EXPLAIN, then counted in
+    SQLite's own VM steps)."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.store = self.open_store()
+        self.store.set_limit("", "api", per_key=1, fair=True)
+
+    def pick(self, held: list[str]) -> tuple[int | None, int]:
+        """The keyed pick's job and how many SQLite VM steps it took (in thousands)."""
+        import sqlite3
+        import time
+
+        from rowfleet.sql import queries
+
+        conn = sqlite3.connect(self.db)
+        self.addCleanup(conn.close)
+        steps = [0]
+
+        def count() -> int:
+            steps[0] += 1
+            return 0
+
+        conn.set_progress_handler(count, 1000)
+        params = {"project": "", "queue": "api", "now": time.time(), "held": json.dumps(held), "fair": 1,
+                  "limit": flow.UNKEYED_LOOKAHEAD}
+        row = conn.execute(queries.queries("sqlite")["flow_pick"], params).fetchone()
+        return (None if row is None else row[0]), steps[0]
+
+    def backlog(self, jobs: int) -> None:
+        self.store.enqueue_many(JobSpec(task="flow.noop", queue="api", concurrency_key="big"), [None] * jobs)
+
+    def test_the_pick_probes_the_key_index_and_scans_no_table(self):
+        import sqlite3
+        import time
+
+        from rowfleet.sql import queries
+
+        self.backlog(2000)
+        for key in ("k1", "k2"):
+            self.store.enqueue(JobSpec(task="flow.noop", queue="api", concurrency_key=key))
+        conn = sqlite3.connect(self.db)
+        self.addCleanup(conn.close)
+        conn.execute("ANALYZE")
+        params = {"project": "", "queue": "api", "now": time.time(), "held": '["big"]', "fair": 1, "limit": 256}
+        plan = "\n".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + queries.queries("sqlite")["flow_pick"],
+                                                          params))
+        self.assertIn("jobs_flow (project=? AND queue=? AND concurrency_key=?", plan)
+        self.assertIn("jobs_flow (project=? AND queue=? AND concurrency_key>?", plan)
+        self.assertNotRegex(plan, r"SCAN jobs\b(?! USING)", "a keyed pick read the whole table")
+
+    def test_a_held_keys_backlog_costs_the_pick_nothing(self):
+        self.store.enqueue(JobSpec(task="flow.noop", queue="api", concurrency_key="small"))
+        self.backlog(500)
+        small, few = self.pick(["big"])
+        self.backlog(50_000)
+        again, many = self.pick(["big"])
+        self.assertEqual(small, again)
+        self.assertIsNotNone(small)
+        self.assertLessEqual(many, few + 2, f"the pick took {few}k VM steps over 500 held jobs, {many}k over 50,500")

@@ -236,7 +236,7 @@ class FlowStore(StoreCore):
 
     def _started(self, tx: Tx, verdict: Verdict, job: Job) -> None:
         """Write a start to the buckets it spends and, for fair share, its key's last start."""
-        key = job.concurrency_key
+        key = job.concurrency_key if isinstance(job.concurrency_key, str) else None  # plain SQL's number: no key
         for limit, use in verdict.limits:
             if limit.rate is not None:
                 tx.run("flow_started", scope=limit.project, queue=job.queue, key="",
