@@ -8,13 +8,15 @@ claim must hold (a project's own row and the every-project row both count):
 - ``concurrency``: at most N jobs of the queue running at once, fleet-wide.
 - ``per_key``: at most N running jobs of one ``concurrency_key`` (a job without a key is
   held by no per-key rule).
-- ``rate``: at most N starts per W seconds for the queue; ``key_rate``: for each key.
-  The bucket is GCRA, the token bucket written as one time per bucket: its theoretical
-  arrival time (``tat``). A start is allowed while ``tat <= now + W - W/N`` and moves ``tat``
-  to ``max(tat, now) + W/N``: N starts may go at once (the bucket is full), then one every
-  W/N seconds, and an empty bucket is a time an index can range over. Why: one value read
-  and written per start, no refill arithmetic on counts, and a key whose bucket is spent
-  is found as ``tat > threshold`` without reading every key's row.
+- ``rate``: at most N starts in any W seconds for the queue; ``key_rate``: for each key.
+  A sliding window, kept exactly: each window's row holds the times of its starts within
+  the last W seconds (N at most) and, once it holds N, when the oldest leaves it
+  (``ready_at``). Why not a token bucket: a bucket of N that refills at N/W lets 2N - 1
+  starts into one window of W seconds (a full bucket, then its refill), and the API an
+  operator guards with "10 a second" counts windows, not buckets. N starts may go at once,
+  then the next when the oldest is W seconds old; a key whose window is full is found as
+  ``ready_at > now`` without reading every key's row. The cost is a list of N times
+  rewritten per start, so N is at most ``MAX_RATE_COUNT`` (use a shorter window for more).
 - ``fair``: among the jobs of equal run-next and priority, a claim takes the key that
   started least recently (a key never started first), so one key's backlog cannot starve
   the others. Jobs without a key are one more key here.
@@ -45,11 +47,12 @@ KEY_LOOKAHEAD = 16  # jobs a keyed claim reads in claim order before probing key
 # with no keyed rule pays nothing for it. Give every job of a keyed queue a key.
 UNKEYED_LOOKAHEAD = 256
 LIMIT_FIELDS = ("concurrency", "per_key", "rate", "key_rate", "fair")
+MAX_RATE_COUNT = 10_000  # starts one rate window may count (its row lists their times)
 
 
 @dataclasses.dataclass(frozen=True)
 class Rate:
-    """At most ``count`` starts per ``seconds``.
+    """At most ``count`` starts in any ``seconds``.
 
     >>> Rate.parse("--rate", "10/1"), str(Rate(100, 60.0))
     (Rate(count=10, seconds=1.0), '100/60s')
@@ -62,7 +65,9 @@ class Rate:
     seconds: float
 
     def __post_init__(self) -> None:
-        names.RULES["count"].check("a rate's count", self.count)
+        if not names.RULES["count"].allows(self.count) or self.count > MAX_RATE_COUNT:
+            raise ConfigError(f"a rate's count must be a whole number from 1 to {MAX_RATE_COUNT:,} "
+                              f"(for more, a shorter window), got {self.count!r}")
         names.RULES["seconds"].check("a rate's window", self.seconds)
 
     @classmethod
@@ -73,41 +78,43 @@ class Rate:
         return cls(names.RULES["count"].parse(f"{what}'s count", count.strip()),
                    names.RULES["seconds"].parse(f"{what}'s window", seconds.strip()))
 
-    @property
-    def interval(self) -> float:
-        """Seconds between starts once the bucket is spent."""
-        return self.seconds / self.count
+    def recent(self, starts: Iterable[float], now: float) -> tuple[float, ...]:
+        """The starts that count at ``now``, oldest first: those of the last ``seconds`` (a
+        time more than a second ahead of ``now``, left by a clock stepped back, counts no
+        more), the newest ``count`` of them.
 
-    def allows(self, tat: float | None, now: float) -> bool:
-        """Whether a start at ``now`` fits the bucket whose arrival time is ``tat`` (None:
-        never used, so full).
+        >>> Rate(2, 1.0).recent([98.5, 99.2, 99.9, 100.0], 100.0)
+        (99.9, 100.0)
+        """
+        return tuple(sorted(at for at in starts if now - self.seconds < at <= now + 1.0)[-self.count:])
+
+    def allows(self, starts: Iterable[float], now: float) -> bool:
+        """Whether a start at ``now`` fits the window.
 
         >>> r = Rate(2, 1.0)
-        >>> r.allows(None, 100.0), r.allows(100.5, 100.0), r.allows(100.51, 100.0)
-        (True, True, False)
+        >>> r.allows([], 100.0), r.allows([99.5], 100.0), r.allows([99.5, 99.8], 100.0), r.allows([99.0, 99.8], 100.0)
+        (True, True, False, True)
         """
-        return tat is None or tat - self.seconds + self.interval <= now + 1e-9
+        return len(self.recent(starts, now)) < self.count
 
-    def ready_at(self, tat: float | None, now: float) -> float:
-        """When the bucket next allows a start (``now`` if it does now).
+    def ready_at(self, starts: Iterable[float], now: float) -> float:
+        """When the window next allows a start (``now`` if it does now).
 
-        >>> Rate(2, 1.0).ready_at(101.0, 100.0), Rate(2, 1.0).ready_at(99.0, 100.0)
+        >>> Rate(2, 1.0).ready_at([99.5, 99.8], 100.0), Rate(2, 1.0).ready_at([99.5], 100.0)
         (100.5, 100.0)
         """
-        return now if tat is None else max(now, tat - self.seconds + self.interval)
+        recent = self.recent(starts, now)
+        return now if len(recent) < self.count else recent[0] + self.seconds
 
-    def spent_after(self, now: float) -> float:
-        """A bucket whose ``tat`` is past this is spent at ``now``: the threshold a key
-        rate's blocked keys are read by."""
-        return now + self.seconds - self.interval
+    def started(self, starts: Iterable[float], now: float) -> tuple[tuple[float, ...], float | None]:
+        """The window after a start at ``now``: its starts, and when it next allows one once
+        it is full (None while it is not).
 
-    def started(self, tat: float | None, now: float) -> float:
-        """The bucket's arrival time after a start at ``now``.
-
-        >>> Rate(2, 1.0).started(None, 100.0), Rate(2, 1.0).started(100.5, 100.0)
-        (100.5, 101.0)
+        >>> Rate(2, 1.0).started([99.5], 100.0), Rate(2, 1.0).started([], 100.0)
+        (((99.5, 100.0), 100.5), ((100.0,), None))
         """
-        return max(now if tat is None else tat, now) + self.interval
+        recent = self.recent((*starts, now), now)
+        return recent, (recent[0] + self.seconds if len(recent) >= self.count else None)
 
     def per_second(self) -> str:
         """The rate as operators say it: ``10/s``, ``100/60s``."""
@@ -228,10 +235,10 @@ def changed(limit: Limit | None, project: str, queue: str, *, clear: bool = Fals
 @dataclasses.dataclass(frozen=True)
 class Use:
     """What a claim reads under one limit: its queue's running jobs (all projects' for an
-    every-project limit), by key (None: jobs without a key), and its queue bucket's time."""
+    every-project limit), by key (None: jobs without a key), and its queue window's starts."""
 
     running_by_key: Mapping[str | None, int] = dataclasses.field(default_factory=dict)
-    queue_tat: float | None = None
+    queue_starts: tuple[float, ...] = ()
 
     @property
     def running(self) -> int:
@@ -253,23 +260,23 @@ def queue_holds(limit: Limit, use: Use, now: float) -> list[Hold]:
 
     >>> [h.text for h in queue_holds(Limit("", "api", concurrency=2), Use({None: 1, "a": 1}), 0.0)]
     ['queue api at its limit 2 of 2']
-    >>> [h.text for h in queue_holds(Limit("", "api", rate=Rate(10, 1.0)), Use(queue_tat=1.2), 0.0)]
-    ['rate 10/s on queue api: next token in 0.3 s']
+    >>> [h.text for h in queue_holds(Limit("", "api", rate=Rate(2, 1.0)), Use(queue_starts=(-0.7, -0.1)), 0.0)]
+    ['rate 2/s on queue api: next start in 0.3 s']
     """
     holds = []
     if limit.concurrency is not None and use.running >= limit.concurrency:
         holds.append(Hold("concurrency", f"{limit.scope()} at its limit {use.running} of {limit.concurrency}"))
-    if limit.rate is not None and not limit.rate.allows(use.queue_tat, now):
-        ready = limit.rate.ready_at(use.queue_tat, now)
+    if limit.rate is not None and not limit.rate.allows(use.queue_starts, now):
+        ready = limit.rate.ready_at(use.queue_starts, now)
         holds.append(Hold("rate", f"rate {limit.rate.per_second()} on {limit.scope()}: "
-                                  f"next token in {_seconds(ready - now)} s", ready))
+                                  f"next start in {_seconds(ready - now)} s", ready))
     return holds
 
 
-def key_holds(limit: Limit, use: Use, key: str | None, key_tat: float | None, now: float) -> list[Hold]:
+def key_holds(limit: Limit, use: Use, key: str | None, key_starts: tuple[float, ...], now: float) -> list[Hold]:
     """The rules of ``limit`` that hold the jobs of ``key`` now (none for a job without one).
 
-    >>> [h.text for h in key_holds(Limit("", "api", per_key=4), Use({"customer:42": 4}), "customer:42", None, 0.0)]
+    >>> [h.text for h in key_holds(Limit("", "api", per_key=4), Use({"customer:42": 4}), "customer:42", (), 0.0)]
     ['customer:42 at its limit 4 of 4']
     """
     if key is None:
@@ -279,10 +286,10 @@ def key_holds(limit: Limit, use: Use, key: str | None, key_tat: float | None, no
     if limit.per_key is not None and running >= limit.per_key:
         holds.append(Hold("per_key", f"{key} at its limit {running} of {limit.per_key}"
                                      + ("" if limit.project != ANY else " across every project")))
-    if limit.key_rate is not None and not limit.key_rate.allows(key_tat, now):
-        ready = limit.key_rate.ready_at(key_tat, now)
+    if limit.key_rate is not None and not limit.key_rate.allows(key_starts, now):
+        ready = limit.key_rate.ready_at(key_starts, now)
         holds.append(Hold("key_rate", f"rate {limit.key_rate.per_second()} for {key} on {limit.scope()}: "
-                                      f"next token in {_seconds(ready - now)} s", ready))
+                                      f"next start in {_seconds(ready - now)} s", ready))
     return holds
 
 

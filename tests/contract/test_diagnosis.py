@@ -305,7 +305,7 @@ class DiagnosisContract:
         self.store.claim(Claim("", "q", "box:1", 60.0, limited=True))
         texts = [r.text for r in self.diagnose(held)]
         self.assertIn("a limit holds it: customer:42 at its limit 1 of 1", texts)
-        self.assertTrue(any(text.startswith("a limit holds it: rate 1/60s on queue q: next token in") for text in texts),
+        self.assertTrue(any(text.startswith("a limit holds it: rate 1/60s on queue q: next start in") for text in texts),
                         texts)
 
     def test_model_jobs_against_the_gpu_workers_adverts_and_rules(self):

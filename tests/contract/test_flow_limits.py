@@ -64,21 +64,36 @@ class FlowContract:
         self.assertEqual([hold.text for hold in self.store.flow_holds("", "api", "customer:42")],
                          ["customer:42 at its limit 1 of 1"])
 
-    def test_a_rate_limits_starts_per_window_and_says_when_the_next_token_comes(self):
+    def test_a_rate_limits_starts_per_window_and_says_when_the_next_start_may_come(self):
         clock = FakeClock(1000.0)
         store = self.store = self.open_store(clock=clock)
         store.set_limit("", "api", rate=flow.Rate(2, 1.0))
-        for _ in range(5):
+        for _ in range(6):
             self.enqueue()
-        self.assertEqual(len(self.take_all_from(store)), 2)  # the bucket is full at first: 2 at once
+        self.assertEqual(len(self.take_all_from(store)), 2)  # N may go at once
         held = store.flow_holds("", "api", None)
-        self.assertEqual([hold.rule for hold in held], ["rate"])
-        self.assertIn("rate 2/s on queue api: next token in 0.5 s", held[0].text)
+        self.assertEqual([hold.text for hold in held], ["rate 2/s on queue api: next start in 1.0 s"])
         self.assertFalse(store.has_due(claim()))
         clock.now += 0.5
-        self.assertEqual(len(self.take_all_from(store)), 1)
-        clock.now += 10.0  # a long idle refills the bucket to its size, never beyond
+        self.assertEqual(len(self.take_all_from(store)), 0, "a start before the oldest left the window")
+        clock.now += 0.5
         self.assertEqual(len(self.take_all_from(store)), 2)
+        clock.now += 10.0  # a long idle empties the window: N again, never more
+        self.assertEqual(len(self.take_all_from(store)), 2)
+
+    def test_no_window_of_a_rate_ever_holds_more_than_its_count(self):
+        clock = FakeClock(1000.0)
+        store = self.store = self.open_store(clock=clock)
+        store.set_limit("", "api", rate=flow.Rate(3, 1.0))
+        for _ in range(40):
+            self.enqueue()
+        starts = []
+        for _ in range(60):
+            starts += [clock.now] * len(self.take_all_from(store))
+            clock.now += 0.13
+        self.assertGreaterEqual(len(starts), 20)
+        for at in starts:
+            self.assertLessEqual(sum(1 for other in starts if at <= other < at + 1.0), 3, f"window from {at}")
 
     def take_all_from(self, store) -> list:
         taken = []
@@ -93,7 +108,8 @@ class FlowContract:
         for key in ("a", "a", "b", "b"):
             self.enqueue(key)
         self.assertEqual(sorted(job.concurrency_key for job in self.take_all_from(store)), ["a", "b"])
-        self.assertIn("next token in 60.0 s", store.flow_holds("", "api", "a")[0].text)
+        self.assertEqual([hold.text for hold in store.flow_holds("", "api", "a")],
+                         ["rate 1/60s for a on queue api: next start in 60.0 s"])
 
     def test_fair_share_takes_the_key_that_started_least_recently(self):
         self.store.set_limit("", "api", fair=True)
@@ -151,6 +167,16 @@ class FlowContract:
         self.assertIn("is unusable", said.output[0])
         self.assertEqual(self.store.limits(), [])
         self.assertEqual(self.store.set_limit("", "api", concurrency=2).rules(), ["at most 2 running"])
+
+    def test_a_window_plain_sql_made_unreadable_reads_as_empty(self):
+        self.store.set_limit("", "api", rate=flow.Rate(1, 3600.0))
+        for _ in range(3):
+            self.enqueue()
+        self.assertEqual(len(self.take_all(claim())), 1)
+        with self.store.transaction() as tx:
+            tx.script("UPDATE flow_keys SET starts = '{not json', ready_at = NULL;")
+        self.assertEqual(len(self.take_all(claim())), 1)  # read as empty, then written whole again
+        self.assertEqual(len(self.take_all(claim())), 0)
 
     def test_a_key_plain_sql_wrote_as_a_number_fails_that_job_and_the_queue_runs_on(self):
         self.store.set_limit("", "api", per_key=1, key_rate=flow.Rate(5, 1.0), fair=True)

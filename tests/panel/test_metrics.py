@@ -349,7 +349,7 @@ def rich() -> tuple[Snapshot, MetricsRows, dict]:
 
 # Two flow limits, one held by its rate (Store.limits's entries).
 LIMITS = [LimitUse(flow.Limit("", "api", concurrency=4, per_key=2, rate=flow.Rate(10, 1.0)), 3, 1,
-                   (flow.Hold("rate", "rate 10/s on queue api: next token in 0.3 s", NOW + 0.3),), 0.3),
+                   (flow.Hold("rate", "rate 10/s on queue api: next start in 0.3 s", NOW + 0.3),), 0.3),
           LimitUse(flow.Limit(flow.ANY, "gpu", concurrency=2, key_rate=flow.Rate(1, 60.0)), 2, 0,
                    (flow.Hold("concurrency", "queue gpu of every project at its limit 2 of 2"),))]
 

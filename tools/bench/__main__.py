@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from . import cpu, dag, fleet, gpu, harness, metrics, panel, peers, pg_fleet, postgres, sqlite, status, telemetry, wait, walpages
+from . import cpu, dag, fleet, flow, gpu, harness, metrics, panel, peers, pg_fleet, postgres, sqlite, status, telemetry, wait, walpages
 from .harness import Bench, Lab, Row, progress
 
 import rowfleet
@@ -50,6 +50,7 @@ SECTIONS: dict[str, Section] = {
     "cpu": Section(cpu.run, cpu.LEGEND),
     "wake": Section(sqlite.wake, sqlite.LEGEND),
     "wait": Section(wait.run, wait.LEGEND),
+    "flow": Section(flow.run, flow.LEGEND),
     "claim": Section(sqlite.claim, sqlite.LEGEND),
     "walpages": Section(walpages.run, walpages.LEGEND),
     "fleet": Section(fleet.run, fleet.LEGEND),

@@ -14,6 +14,7 @@ log; it never wedges the queue.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from typing import Any
 
@@ -191,30 +192,32 @@ class FlowStore(StoreCore):
         limits = [limit for limit in map(self._usable, rows) if limit is not None]
         if not limits:
             return None
-        now = rows[0]["now"]
+        now = max(row["now"] for row in rows)  # the last row's: read after every lock was taken
+        if lock and tx.now is None:  # the claim that follows starts its job at the time its window counts
+            tx.now = now
         measured, queue_held, keys_held = [], [], {}
         for limit in limits:
             use = self._use(tx, limit, project, now)
             measured.append((limit, use))
             queue_held += flow.queue_holds(limit, use, now)
             for key in flow.saturated_keys(limit, use):
-                keys_held.setdefault(key, []).extend(flow.key_holds(limit, use, key, None, now))
+                counted = flow.key_holds(limit, use, key, (), now)  # its window is read below, by ready_at
+                keys_held.setdefault(key, []).extend(hold for hold in counted if hold.rule == "per_key")
             if limit.key_rate is not None:
-                for row in tx.all("flow_spent_keys", scope=limit.project, queue=queue,
-                                  threshold=limit.key_rate.spent_after(now)):
+                for row in tx.all("flow_spent_keys", scope=limit.project, queue=queue):
                     if isinstance(row["key"], str):
-                        keys_held.setdefault(row["key"], []).append(flow.Hold("key_rate", "its key's rate bucket is spent"))
+                        keys_held.setdefault(row["key"], []).append(flow.Hold("key_rate", "its key's rate window is full"))
         return Verdict(now, tuple(measured), tuple(queue_held), keys_held)
 
     def _key_rate_holds(self, tx: Tx, verdict: Verdict, queue: str, key: str | None) -> list[flow.Hold]:
-        """A key's rate holds in full words (when its next token comes), for ``flow_holds``."""
+        """A key's rate holds in full words (when its next start may come), for ``flow_holds``."""
         if key is None:
             return []
         holds = []
         for limit, use in verdict.limits:
             if limit.key_rate is not None:
                 bucket = tx.one("flow_bucket", scope=limit.project, queue=queue, key=key)
-                holds += [hold for hold in flow.key_holds(limit, use, key, _tat(bucket),
+                holds += [hold for hold in flow.key_holds(limit, use, key, _starts(bucket),
                                                            verdict.now) if hold.rule == "key_rate"]
         return holds
 
@@ -228,27 +231,32 @@ class FlowStore(StoreCore):
             for row in rows:  # a key plain SQL wrote as no text counts for the queue, as no key
                 key = row["concurrency_key"] if isinstance(row["concurrency_key"], str) else None
                 running[key] = running.get(key, 0) + row["running"]
-        tat = None
+        starts: tuple[float, ...] = ()
         if limit.rate is not None:
-            bucket = tx.one("flow_bucket", scope=limit.project, queue=limit.queue, key="")
-            tat = _tat(bucket)
-        return flow.Use(running, tat)
+            starts = _starts(tx.one("flow_bucket", scope=limit.project, queue=limit.queue, key=""))
+        return flow.Use(running, starts)
 
     def _started(self, tx: Tx, verdict: Verdict, job: Job) -> None:
-        """Write a start to the buckets it spends and, for fair share, its key's last start."""
+        """Write a start to the rate windows it counts in and, for fair share, its key's
+        last start."""
         key = job.concurrency_key if isinstance(job.concurrency_key, str) else None  # plain SQL's number: no key
+        now = verdict.now
         for limit, use in verdict.limits:
             if limit.rate is not None:
-                tx.run("flow_started", scope=limit.project, queue=job.queue, key="",
-                       tat=limit.rate.started(use.queue_tat, verdict.now), started_at=None)
+                self._window(tx, limit.project, job.queue, "", limit.rate.started(use.queue_starts, now), now)
             if limit.key_rate is not None and key is not None:
                 bucket = tx.one("flow_bucket", scope=limit.project, queue=job.queue, key=key)
-                tx.run("flow_started", scope=limit.project, queue=job.queue, key=key,
-                       tat=limit.key_rate.started(_tat(bucket), verdict.now),
-                       started_at=None)
+                self._window(tx, limit.project, job.queue, key, limit.key_rate.started(_starts(bucket), now), now)
         if verdict.fair:
-            tx.run("flow_started", scope=job.project, queue=job.queue, key=key or "", tat=None,
-                   started_at=verdict.now)
+            tx.run("flow_started", scope=job.project, queue=job.queue, key=key or "", starts=None, ready_at=None,
+                   windowed=0, started_at=now)
+
+    @staticmethod
+    def _window(tx: Tx, scope: str, queue: str, key: str, window: tuple[tuple[float, ...], float | None],
+                now: float) -> None:
+        starts, ready = window
+        tx.run("flow_started", scope=scope, queue=queue, key=key, starts=encode_json(list(starts)), ready_at=ready,
+               windowed=1, started_at=now)
 
     def _usable(self, row: Any) -> flow.Limit | None:
         """A limit row as a ``Limit``; None (said once per row in this process) when plain
@@ -263,10 +271,15 @@ class FlowStore(StoreCore):
             return None
 
 
-def _tat(bucket: Any) -> float | None:
-    """A bucket's arrival time; a value plain SQL made no finite number reads as a full bucket."""
-    tat = None if bucket is None else bucket["tat"]
-    return float(tat) if names.is_finite_number(tat) else None
+def _starts(bucket: Any) -> tuple[float, ...]:
+    """A window's starts as stored; what plain SQL made no JSON list of finite numbers reads
+    as an empty window (said nowhere: the next start writes it whole again)."""
+    text = None if bucket is None else bucket["starts"]
+    try:
+        starts = json.loads(text) if isinstance(text, str) else []
+    except ValueError:
+        return ()
+    return tuple(float(at) for at in starts if names.is_finite_number(at)) if isinstance(starts, list) else ()
 
 
 def _limit_params(limit: flow.Limit) -> dict[str, Any]:

@@ -31,8 +31,13 @@ SELECT *, rowfleet_now(%(now)s) AS now FROM flow_limits WHERE queue = %(queue)s 
 
 -- name: flow_limits_lock
 -- As flow_limits_read, for the claim that follows, locking the rows: every other claim of
--- the queue waits here for this one's count and start (what makes a limit exact across boxes).
-SELECT *, rowfleet_now(%(now)s) AS now FROM flow_limits WHERE queue = %(queue)s AND project IN (%(project)s, '*') ORDER BY project FOR UPDATE;
+-- the queue waits here for this one's count and start (what makes a limit exact across
+-- boxes). Its time is read once the rows are locked (now() would be the transaction's
+-- start, from before the wait), and the claim's statements then take it as theirs.
+WITH locked AS MATERIALIZED (
+    SELECT * FROM flow_limits WHERE queue = %(queue)s AND project IN (%(project)s, '*') ORDER BY project FOR UPDATE)
+SELECT locked.*, coalesce(%(now)s::double precision, extract(epoch FROM clock_timestamp())::double precision) AS now
+FROM locked ORDER BY project;
 
 -- name: flow_running
 -- A queue's running jobs by key (jobs_state: as many as the fleet has workers).
@@ -47,20 +52,22 @@ SELECT concurrency_key, count(*) AS running FROM {{running_rows}} AND queue = %(
 GROUP BY concurrency_key;
 
 -- name: flow_bucket
-SELECT tat, last_started_at FROM flow_keys WHERE project = %(scope)s AND queue = %(queue)s AND key = %(key)s;
+SELECT starts, ready_at, last_started_at FROM flow_keys WHERE project = %(scope)s AND queue = %(queue)s AND key = %(key)s;
 
 -- name: flow_spent_keys
--- The keys whose rate bucket is spent now (their arrival time past %(threshold)s): flow_keys_tat.
-SELECT key FROM flow_keys WHERE project = %(scope)s AND queue = %(queue)s AND tat > %(threshold)s AND key <> '';
+-- The keys whose rate window is full now (flow_keys_ready).
+SELECT key FROM flow_keys WHERE project = %(scope)s AND queue = %(queue)s AND ready_at > rowfleet_now(%(now)s) AND key <> '';
 
 -- name: flow_started
--- A start, recorded: a bucket's new arrival time and, for fair share, when its key last
--- started; a value not given (NULL) keeps the stored one.
-INSERT INTO flow_keys (project, queue, key, tat, last_started_at)
-VALUES (%(scope)s, %(queue)s, %(key)s, %(tat)s, %(started_at)s)
+-- A start, recorded on a key's row: when it started and, for a rate (the flag), the window
+-- after it (its starts, and when a full one next allows another); a start no rate counts
+-- keeps the window stored.
+INSERT INTO flow_keys (project, queue, key, starts, ready_at, last_started_at)
+VALUES (%(scope)s, %(queue)s, %(key)s, %(starts)s, %(ready_at)s, %(started_at)s)
 ON CONFLICT (project, queue, key) DO UPDATE SET
-    tat = coalesce(excluded.tat, flow_keys.tat),
-    last_started_at = coalesce(excluded.last_started_at, flow_keys.last_started_at);
+    starts = CASE WHEN %(windowed)s = 1 THEN excluded.starts ELSE flow_keys.starts END,
+    ready_at = CASE WHEN %(windowed)s = 1 THEN excluded.ready_at ELSE flow_keys.ready_at END,
+    last_started_at = excluded.last_started_at;
 
 -- fragment: claim_order
 ORDER BY run_next DESC, priority, run_at, id
@@ -110,9 +117,9 @@ UPDATE jobs SET {{claimed_set}} WHERE id = %(id)s AND {{claim_candidates}} RETUR
 SELECT 1 FROM jobs WHERE {{promotion_candidates}} ORDER BY run_at LIMIT 1;
 
 -- name: prune_flow_keys
--- Buckets that have refilled and keys not started within the retention: a key seen again
--- starts as never seen (first in fair share, a full bucket).
-DELETE FROM flow_keys WHERE (tat IS NULL OR tat < rowfleet_now(%(now)s)) AND (last_started_at IS NULL OR last_started_at < rowfleet_now(%(now)s) - %(retention)s);
+-- Keys not started within the retention whose window is not full: one seen again starts
+-- as never seen (first in fair share, an empty window).
+DELETE FROM flow_keys WHERE (ready_at IS NULL OR ready_at < rowfleet_now(%(now)s)) AND last_started_at < rowfleet_now(%(now)s) - %(retention)s;
 
 -- fragment: key_free
 -- A routed claim's candidates pass over the jobs of the keys its limits hold now

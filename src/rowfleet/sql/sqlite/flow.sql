@@ -47,20 +47,22 @@ SELECT concurrency_key, count(*) AS running FROM {{running_rows}} AND queue = :q
 GROUP BY concurrency_key;
 
 -- name: flow_bucket
-SELECT tat, last_started_at FROM flow_keys WHERE project = :scope AND queue = :queue AND key = :key;
+SELECT starts, ready_at, last_started_at FROM flow_keys WHERE project = :scope AND queue = :queue AND key = :key;
 
 -- name: flow_spent_keys
--- The keys whose rate bucket is spent now (their arrival time past :threshold): flow_keys_tat.
-SELECT key FROM flow_keys WHERE project = :scope AND queue = :queue AND tat > :threshold AND key <> '';
+-- The keys whose rate window is full now (flow_keys_ready).
+SELECT key FROM flow_keys WHERE project = :scope AND queue = :queue AND ready_at > :now AND key <> '';
 
 -- name: flow_started
--- A start, recorded: a bucket's new arrival time and, for fair share, when its key last
--- started; a value not given (NULL) keeps the stored one.
-INSERT INTO flow_keys (project, queue, key, tat, last_started_at)
-VALUES (:scope, :queue, :key, :tat, :started_at)
+-- A start, recorded on a key's row: when it started and, for a rate (:windowed), the window
+-- after it (its starts, and when a full one next allows another); a start no rate counts
+-- keeps the window stored.
+INSERT INTO flow_keys (project, queue, key, starts, ready_at, last_started_at)
+VALUES (:scope, :queue, :key, :starts, :ready_at, :started_at)
 ON CONFLICT (project, queue, key) DO UPDATE SET
-    tat = coalesce(excluded.tat, flow_keys.tat),
-    last_started_at = coalesce(excluded.last_started_at, flow_keys.last_started_at);
+    starts = CASE WHEN :windowed = 1 THEN excluded.starts ELSE flow_keys.starts END,
+    ready_at = CASE WHEN :windowed = 1 THEN excluded.ready_at ELSE flow_keys.ready_at END,
+    last_started_at = excluded.last_started_at;
 
 -- fragment: claim_order
 ORDER BY run_next DESC, priority, run_at, id
@@ -110,9 +112,9 @@ UPDATE jobs SET {{claimed_set}} WHERE id = :id AND {{claim_candidates}} RETURNIN
 SELECT 1 FROM jobs WHERE {{promotion_candidates}} ORDER BY run_at LIMIT 1;
 
 -- name: prune_flow_keys
--- Buckets that have refilled and keys not started within the retention: a key seen again
--- starts as never seen (first in fair share, a full bucket).
-DELETE FROM flow_keys WHERE (tat IS NULL OR tat < :now) AND (last_started_at IS NULL OR last_started_at < :now - :retention);
+-- Keys not started within the retention whose window is not full: one seen again starts
+-- as never seen (first in fair share, an empty window).
+DELETE FROM flow_keys WHERE (ready_at IS NULL OR ready_at < :now) AND last_started_at < :now - :retention;
 
 -- fragment: key_free
 -- A routed claim's candidates pass over the jobs of the keys its limits hold now

@@ -1,8 +1,9 @@
 -- rowfleet schema version 20: flow control. A job may carry a concurrency key (a customer,
 -- a tenant) that per-key limits and fair share count by. flow_limits holds an operator's
 -- limits per (project, queue), project '*' for every project of the database; flow_keys
--- holds each rate bucket's arrival time (GCRA; key '' is the queue's own bucket) and when
--- a key last started (fair share; key '' for jobs without one). jobs_flow serves a keyed
+-- holds each rate window (the times of its last starts within it, as JSON, and when a full
+-- window next allows one; key '' is the queue's own) and when a key last started (fair
+-- share; key '' for jobs without one). jobs_flow serves a keyed
 -- claim's probe of one key's best job, and holds only keyed jobs that wait, so every other
 -- job's writes pass it by.
 ALTER TABLE jobs ADD COLUMN concurrency_key TEXT;
@@ -26,8 +27,9 @@ CREATE TABLE flow_keys (
     project         TEXT NOT NULL,
     queue           TEXT NOT NULL,
     key             TEXT NOT NULL,
-    tat             REAL,
+    starts          TEXT,
+    ready_at        REAL,
     last_started_at REAL,
     PRIMARY KEY (project, queue, key)
 );
-CREATE INDEX flow_keys_tat ON flow_keys (project, queue, tat) WHERE tat IS NOT NULL;
+CREATE INDEX flow_keys_ready ON flow_keys (project, queue, ready_at) WHERE ready_at IS NOT NULL;
