@@ -45,7 +45,7 @@ KEY_LOOKAHEAD = 16  # jobs a keyed claim reads in claim order before probing key
 # How far into claim order a keyed claim looks for a job without a key once it probes key by
 # key: keyed jobs have an index by key (jobs_flow); jobs without one do not, so that a queue
 # with no keyed rule pays nothing for it. Give every job of a keyed queue a key.
-UNKEYED_LOOKAHEAD = 256
+UNKEYED_LOOKAHEAD = 16
 LIMIT_FIELDS = ("concurrency", "per_key", "rate", "key_rate", "fair")
 MAX_RATE_COUNT = 10_000  # starts one rate window may count (its row lists their times)
 
@@ -162,6 +162,12 @@ class Limit:
     def keyed(self) -> bool:
         """Whether the rule looks at jobs' keys (so the claim picks key by key)."""
         return self.per_key is not None or self.key_rate is not None or self.fair
+
+    @property
+    def counts(self) -> bool:
+        """Whether the rule counts running jobs or starts (all but fair share), so that its
+        claims must count and start one at a time."""
+        return any(rule is not None for rule in (self.concurrency, self.per_key, self.rate, self.key_rate))
 
     @property
     def empty(self) -> bool:

@@ -124,7 +124,7 @@ class SqlFilesTest(unittest.TestCase):
         source = "".join(inspect.getsource(part) for part in parts)
         # Queries are named by string literals: tx.one("name", ...) or passed on as recover's
         # requeue="name"; every literal the store uses as a name must exist, and every query must be used.
-        named = set(re.findall(r'\.(?:one|all|run)\("([a-z_]+)"', source))
+        named = set(re.findall(r'\.(?:one|all|run)\("([a-z_]+(?:\[[a-z_]+\])?)"', source))
         named |= set(re.findall(r'(?:requeue|fail)="([a-z_]+)"', source))
         # A claim statement is named through claim_forms, which picks its forms.
         named |= {form for name in re.findall(r'claim_forms\("([a-z_]+)"', source) for form in (name, name + "[routed]", name + "[newest]", name + "[warm]")}

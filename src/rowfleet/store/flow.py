@@ -2,8 +2,9 @@
 
 A worker whose queue has limit rows (``limited_queues``, which it re-reads each poll) marks
 its ``Claim`` ``limited``; the claim then runs here, in its own transaction: the limit rows
-are read (locked on PostgreSQL, so that the count and the start are one claim's at a time
-across every box; SQLite's BEGIN IMMEDIATE already serializes writers), the running jobs
+are read (and when a rule counts, locked on PostgreSQL, so that the count and the start are
+one claim's at a time across every box; SQLite's BEGIN IMMEDIATE already serializes
+writers; fair share alone takes no lock, its probes skip locked rows), the running jobs
 counted and the rate buckets read, and the rules of ``rowfleet.flow`` decide what holds the
 queue or which keys. Only then is a job picked and claimed, and its start written to the
 buckets. ``has_due`` asks the same rules without writing, so that an idle worker never takes
@@ -157,7 +158,7 @@ class FlowStore(StoreCore):
             return True
         if claim.routed or not verdict.keyed:
             return self._plain_due(tx, claim, sorted(verdict.keys_held) if verdict.keyed else None)
-        return self._pick(tx, claim, verdict) is not None
+        return self._pick(tx, claim, verdict, look=True) is not None
 
     def flow_ready_at(self, claim: Claim) -> float | None:
         """When a rate that held this claim's queue at its last look lets a job start (in
@@ -170,7 +171,7 @@ class FlowStore(StoreCore):
         local = None if ready is None else self.local_clock() + (ready - verdict.now)
         self._flow_ready[(claim.project, claim.queue)] = local
 
-    def _pick(self, tx: Tx, claim: Claim, verdict: Verdict) -> int | None:
+    def _pick(self, tx: Tx, claim: Claim, verdict: Verdict, look: bool = False) -> int | None:
         """A keyed claim's job: the first of the claim order whose key is free, else (all of
         the first ``KEY_LOOKAHEAD`` held, or fair share) one probe per key."""
         held = verdict.keys_held
@@ -181,19 +182,22 @@ class FlowStore(StoreCore):
                     return row["id"]
             if len(ahead) < flow.KEY_LOOKAHEAD:
                 return None
-        row = tx.one("flow_pick", project=claim.project, queue=claim.queue, held=encode_json(sorted(held)),
-                     fair=int(verdict.fair), limit=flow.UNKEYED_LOOKAHEAD)
+        params = {"project": claim.project, "queue": claim.queue, "held": encode_json(sorted(held)),
+                  "fair": int(verdict.fair), "limit": flow.UNKEYED_LOOKAHEAD}
+        row = tx.one("flow_pick[look]", **params) if look else tx.one("flow_pick", **params)
         return None if row is None else row["id"]
 
     def _verdict(self, tx: Tx, project: str, queue: str, lock: bool) -> Verdict | None:
         """The rules a claim of (project, queue) is under now; None when no usable row holds it."""
-        rows = (tx.all("flow_limits_lock", project=project, queue=queue) if lock
-                else tx.all("flow_limits_read", project=project, queue=queue))
+        rows = tx.all("flow_limits_read", project=project, queue=queue)
         limits = [limit for limit in map(self._usable, rows) if limit is not None]
+        if lock and any(limit.counts for limit in limits):  # fair share alone orders, counts nothing
+            rows = tx.all("flow_limits_lock", project=project, queue=queue)
+            limits = [limit for limit in map(self._usable, rows) if limit is not None]
         if not limits:
             return None
         now = max(row["now"] for row in rows)  # the last row's: read after every lock was taken
-        if lock and tx.now is None:  # the claim that follows starts its job at the time its window counts
+        if lock and tx.now is None and any(limit.counts for limit in limits):  # the claim that follows starts its job at the time its window counts
             tx.now = now
         measured, queue_held, keys_held = [], [], {}
         for limit in limits:

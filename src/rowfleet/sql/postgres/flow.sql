@@ -77,12 +77,24 @@ ORDER BY run_next DESC, priority, run_at, id
 -- the first whose key no rule holds (one walk of jobs_claim, %(limit)s rows at most).
 SELECT id, concurrency_key FROM jobs WHERE {{claim_candidates}} {{claim_order}} LIMIT %(limit)s;
 
+-- fragment: key_probe_end
+-- A keyed claim's probe of one key takes its job locked, skipping locked rows...
+LIMIT 1 FOR UPDATE SKIP LOCKED
+
+-- fragment: key_probe_end [look]
+-- ...and a look (has_due, in a read-only transaction) locks nothing.
+LIMIT 1
+
 -- name: flow_pick
 -- A keyed claim's pick, key by key, so that a held key's backlog is never walked: each key
--- with due jobs (a skip over jobs_flow, one seek per key), less the held keys (%(held)s, a JSON
--- array), gives its best job; jobs without a key give theirs from the first %(limit)s in claim
--- order. Then run-next, priority, and with %(fair)s the key that started least recently (one
--- never started first), then due order.
+-- with due jobs (a skip over jobs_flow, one seek per key), less the held keys (%(held)s, a
+-- JSON array), gives its best job (LATERAL, one probe each, locked, SKIP LOCKED: a fair
+-- share's claims take no limit's lock, so claims at once take different jobs, as the plain
+-- claim's do); jobs without a key give theirs
+-- from the first %(limit)s in claim order. Then run-next, priority, and with %(fair)s the key
+-- that started least recently (one never started first), then due order. The best jobs
+-- carry their order's columns, so that no join goes back to jobs (on a table not analyzed
+-- yet, the planner hashed one over every row).
 WITH RECURSIVE keys(key) AS (
     SELECT (SELECT concurrency_key FROM jobs WHERE {{claim_candidates}} AND concurrency_key IS NOT NULL
             ORDER BY concurrency_key LIMIT 1)
@@ -91,21 +103,23 @@ WITH RECURSIVE keys(key) AS (
             ORDER BY concurrency_key LIMIT 1)
     FROM keys WHERE keys.key IS NOT NULL
 ),
-best(id, key) AS (
-    SELECT (SELECT id FROM jobs WHERE {{claim_candidates}} AND concurrency_key = keys.key {{claim_order}} LIMIT 1),
-           keys.key
-    FROM keys
+best AS (
+    SELECT pick.id, pick.run_next, pick.priority, pick.run_at, keys.key
+    FROM keys CROSS JOIN LATERAL (
+        SELECT id, run_next, priority, run_at FROM jobs
+        WHERE {{claim_candidates}} AND concurrency_key = keys.key {{claim_order}} {{key_probe_end}}) AS pick
     WHERE keys.key IS NOT NULL AND keys.key NOT IN (SELECT jsonb_array_elements_text(%(held)s::jsonb))
     UNION ALL
-    SELECT (SELECT ahead.id FROM (SELECT id, concurrency_key FROM jobs WHERE {{claim_candidates}} {{claim_order}}
-                                  LIMIT %(limit)s) AS ahead
-            WHERE ahead.concurrency_key IS NULL LIMIT 1), ''
+    (SELECT ahead.id, ahead.run_next, ahead.priority, ahead.run_at, ''
+     FROM (SELECT id, run_next, priority, run_at, concurrency_key FROM jobs WHERE {{claim_candidates}} {{claim_order}}
+           LIMIT %(limit)s) AS ahead
+     WHERE ahead.concurrency_key IS NULL
+     ORDER BY ahead.run_next DESC, ahead.priority, ahead.run_at, ahead.id LIMIT 1)
 )
-SELECT jobs.id FROM best
-JOIN jobs ON jobs.id = best.id
+SELECT best.id FROM best
 LEFT JOIN flow_keys AS seen ON seen.project = %(project)s AND seen.queue = %(queue)s AND seen.key = best.key
-ORDER BY jobs.run_next DESC, jobs.priority,
-         CASE WHEN %(fair)s::integer = 1 THEN coalesce(seen.last_started_at, -1) ELSE 0 END, jobs.run_at, jobs.id
+ORDER BY best.run_next DESC, best.priority,
+         CASE WHEN %(fair)s::integer = 1 THEN coalesce(seen.last_started_at, -1) ELSE 0 END, best.run_at, best.id
 LIMIT 1;
 
 -- name: claim_job

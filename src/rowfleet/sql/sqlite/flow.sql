@@ -72,6 +72,14 @@ ORDER BY run_next DESC, priority, run_at, id
 -- the first whose key no rule holds (one walk of jobs_claim, :limit rows at most).
 SELECT id, concurrency_key FROM jobs WHERE {{claim_candidates}} {{claim_order}} LIMIT :limit;
 
+-- fragment: key_probe_end [look]
+-- A keyed claim's probe of one key, and a look's (has_due): SQLite's write lock is the
+-- claim's transaction's, so neither locks a row.
+LIMIT 1
+
+-- fragment: key_probe_end
+LIMIT 1
+
 -- name: flow_pick
 -- A keyed claim's pick, key by key, so that a held key's backlog is never walked: each key
 -- with due jobs (a skip over jobs_flow, one seek per key), less the held keys (:held, a JSON
@@ -87,7 +95,8 @@ WITH RECURSIVE keys(key) AS (
     FROM keys WHERE keys.key IS NOT NULL
 ),
 best(id, key) AS (
-    SELECT (SELECT id FROM jobs WHERE {{claim_candidates}} AND concurrency_key = keys.key {{claim_order}} LIMIT 1),
+    SELECT (SELECT id FROM jobs WHERE {{claim_candidates}} AND concurrency_key = keys.key {{claim_order}}
+            {{key_probe_end}}),
            keys.key
     FROM keys
     WHERE keys.key IS NOT NULL AND keys.key NOT IN (SELECT value FROM json_each(:held))
