@@ -53,10 +53,12 @@ class FlowContract:
 
     def test_a_per_key_limit_passes_over_a_saturated_keys_backlog(self):
         self.store.set_limit("", "api", per_key=1)
-        for _ in range(40):  # more than the claim's look-ahead, all ahead of the other key
+        for _ in range(5):
+            self.enqueue("customer:42")
+        plain = self.enqueue(None)  # a job without a key, within the claim's look into claim order
+        for _ in range(40):  # more than that look, all ahead of the other key
             self.enqueue("customer:42")
         other = self.enqueue("customer:7")
-        plain = self.enqueue(None)
         taken = self.take_all(claim())
         self.assertEqual(sorted(job.concurrency_key or "" for job in taken), ["", "customer:42", "customer:7"])
         self.assertIn(other.id, [job.id for job in taken])
