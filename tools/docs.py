@@ -85,7 +85,7 @@ CHAOS_VERDICT = re.compile(r"^chaos: (PASS|FAIL)\b")
 BENCH_FOOTER = re.compile(r"^rowfleet \S+ at \S+;")  # the bench's last table line names the revision
 
 # The site's pages in navigation order: (file under web/, label).
-NAV = (("index.html", "rowfleet"), ("jobs.html", "Jobs"), ("workflows.html", "Workflows"),
+NAV = (("index.html", "rowfleet"), ("jobs.html", "Jobs"), ("flow.html", "Flow control"), ("workflows.html", "Workflows"),
        ("processes.html", "Processes"), ("operations.html", "Operations"), ("gpu.html", "GPU"),
        ("telemetry.html", "Telemetry"), ("reliability.html", "Reliability"), ("postgres.html", "PostgreSQL"),
        ("security.html", "Security"), ("concepts.html", "Concepts"), ("reference.html", "Reference"),

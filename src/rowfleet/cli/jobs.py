@@ -224,15 +224,21 @@ def _unplaceable(job: Any) -> str | None:
 
 
 def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
+    from rowfleet.views import diagnosis  # read models: only this command needs them
+
     with open_store(config) as store:
         job = store.get_job(args.id, config.project)
         data = _job_dict(store, job, with_events=True)
+        now = store.clock()
+        waiting = job.state == QUEUED
+        reasons = diagnosis.why_not_running(job, diagnosis.gather(store, job, now), now) if waiting else []
+    data["why_not_running"] = [reason.to_dict() for reason in reasons]
     if args.json:
         print_json(data)
         return exitcodes.OK
     keys = ["id", "task", "queue", "project", "state", "priority", "run_next", "attempts", "max_attempts", "args",
             "result", "error", "claimed_by", "lease_token", "run_at", "created_at", "started_at", "finished_at"]
-    keys += [key for key in ("run_id", "node_id", "node_item", "timeout", "required_model", "progress",
+    keys += [key for key in ("concurrency_key", "run_id", "node_id", "node_item", "timeout", "required_model", "progress",
                              "progress_message", "progress_at", "cancel_requested_at", "cancel_reason",
                              "unreadable") if data[key] is not None]
     keys += ["watchdog_retries"] if data["watchdog_retries"] else []
@@ -240,6 +246,8 @@ def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
         say(f"{key:>13}: {_field_text(job, key, data[key])}")
     if _unplaceable(job):
         say(f"  unplaceable: {_unplaceable(job)}")
+    for reason in reasons:
+        say(f"{'not running':>13}: {reason.text}")
     if data["traceback"]:
         say("    traceback:\n" + str(data["traceback"]).rstrip(), lines=True)
     print("       events:")
