@@ -266,8 +266,12 @@ class Worker:
         operator sets reaches a running worker within a poll, with no restart."""
         now = time.monotonic()
         if self._limits_read_at is None or now - self._limits_read_at >= self.config.poll:
-            self._limited = self.store.limited_queues(self.config.project)
             self._limits_read_at = now
+            try:
+                self._limited = self.store.limited_queues(self.config.project)
+            except StoreUnavailable as exc:  # the last read stands until the next poll's
+                log.warning("could not read which queues are limited (kept: %s): %s",
+                            ", ".join(sorted(self._limited)) or "none", exc)
         return self._limited
 
     def _serving(self) -> list[str]:
@@ -389,8 +393,8 @@ class Worker:
             self.held.add(job, outcome)  # written with the next claim, or by the completer
         while True:
             serving = self._serving() if not self.stopping and self.switch.get() is None else []
-            claim_next = self._claim_request(serving[0]) if serving else None  # the others: the next claim
-            try:
+            try:  # the next claim's request may read the database too: its failure is retried as the finish's
+                claim_next = self._claim_request(serving[0]) if serving else None  # the others: the next claim
                 if self.batch > 1:
                     return self._finish_batched(claim_next)
                 if self.prefetch > 1:
