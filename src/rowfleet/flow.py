@@ -21,6 +21,11 @@ claim must hold (a project's own row and the every-project row both count):
   started least recently (a key never started first), so one key's backlog cannot starve
   the others. Jobs without a key are one more key here.
 
+The order of a claim, in one place (``ORDER``): run-next, then on a GPU worker the model
+routing's terms (starved, warm, rank: ``rowfleet.claim``), then priority, then with fair
+share the key that started least recently, then due time. So on a GPU worker routing
+chooses the kind of job, its run-next and priority, and fair share the key within them.
+
 A keyed claim (per-key rules or fair share) finds each key's best job by the ``jobs_flow``
 index, one probe per key with due jobs; a job without a key is found among the first
 ``UNKEYED_LOOKAHEAD`` of claim order.
@@ -47,6 +52,7 @@ KEY_LOOKAHEAD = 16  # jobs a keyed claim reads in claim order before probing key
 # with no keyed rule pays nothing for it. Give every job of a keyed queue a key.
 UNKEYED_LOOKAHEAD = 16
 LIMIT_FIELDS = ("concurrency", "per_key", "rate", "key_rate", "fair")
+ORDER = ("run_next", "routing", "priority", "fair_key", "due")
 MAX_RATE_COUNT = 10_000  # starts one rate window may count (its row lists their times)
 
 

@@ -204,6 +204,24 @@ class FlowContract:
             self.enqueue("")
         self.assertEqual(self.store.limits(), [])
 
+    def test_on_a_gpu_worker_routing_picks_the_kind_and_fair_share_the_key_within_it(self):
+        self.store.set_limit("", "gpu", fair=True)
+        for _ in range(6):
+            self.enqueue("big", queue="gpu", model="llm")
+        late = [self.enqueue(key, queue="gpu", model="llm") for key in ("small-1", "small-2")]
+        other = self.enqueue("never", queue="gpu", model="sd")  # a key never started, of a model not warm here
+        routed = claim("gpu", models=("llm", "sd"), warm_model="llm")
+        order = []
+        for _ in range(4):
+            job = self.store.claim(routed)
+            order.append((job.concurrency_key, job.required_model))
+            self.store.finish(job, Outcome(COMPLETED))
+        self.assertEqual(order[0], ("big", "llm"))  # no key has started yet: claim order
+        self.assertEqual(sorted(order[1:3]), [("small-1", "llm"), ("small-2", "llm")], order)
+        self.assertEqual(order[3], ("big", "llm"), "fair share took another model than the warm one routing chose")
+        self.assertEqual(self.store.get_job(other.id, "").state, "queued")
+        self.assertTrue(all(self.store.get_job(job.id, "").state == "completed" for job in late))
+
     def test_a_routed_claim_keeps_to_per_key_and_queue_limits(self):
         self.store.set_limit("", "gpu", per_key=1, concurrency=3)
         for key in ("a", "a", "b", "b", "c"):

@@ -27,7 +27,7 @@ from rowfleet.config import Config
 from rowfleet.errors import ConfigError
 from rowfleet.job import Job, encode_json
 from rowfleet.store.core import StoreCore, Tx
-from rowfleet.store.jobs import claim_params
+from rowfleet.store.jobs import claim_forms, claim_params
 
 log = logging.getLogger("rowfleet.flow")
 
@@ -136,7 +136,9 @@ class FlowStore(StoreCore):
         self._note_ready(claim, verdict)
         if verdict.queue_held:
             return None
-        if claim.routed or not verdict.keyed:
+        if claim.routed and verdict.fair:
+            job = self._routed_fair_take(tx, claim, verdict)
+        elif claim.routed or not verdict.keyed:
             job = self._plain_take(tx, claim, sorted(verdict.keys_held) if verdict.keyed else None)
         else:
             picked = self._pick(tx, claim, verdict)
@@ -145,6 +147,21 @@ class FlowStore(StoreCore):
         if job is not None:
             self._started(tx, verdict, job)
         return job
+
+    def _routed_fair_take(self, tx: Tx, claim: Claim, verdict: Verdict) -> Job | None:
+        """A GPU worker's claim under fair share (``flow.ORDER``): its routing picks the kind
+        of job, run-next and priority (the routed pick, the held keys' jobs left out); fair
+        share then picks the key within them."""
+        held = sorted(verdict.keys_held)
+        params = claim_params(claim, held)
+        routed = next((row for form in claim_forms("flow_routed_pick", claim)
+                       if (row := tx.one(form, **params)) is not None), None)
+        if routed is None:
+            return None
+        fair = tx.one("flow_pick[kind]", **params, held=encode_json(held), fair=1, limit=flow.UNKEYED_LOOKAHEAD,
+                      model=routed["required_model"], run_next=routed["run_next"], priority=routed["priority"])
+        row = tx.one("claim_job", id=routed["id"] if fair is None else fair["id"], **params)
+        return None if row is None else Job.from_row(row)
 
     def _flow_due(self, tx: Tx, claim: Claim) -> bool:
         """``has_due`` for a limited claim: the claim's rules, read without writing."""

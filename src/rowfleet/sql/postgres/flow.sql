@@ -85,6 +85,22 @@ LIMIT 1 FOR UPDATE SKIP LOCKED
 -- ...and a look (has_due, in a read-only transaction) locks nothing.
 LIMIT 1
 
+-- fragment: same_kind
+-- A plain claim's keyed pick takes any kind of job...
+TRUE
+
+-- fragment: same_kind [kind]
+-- ...and a GPU worker's takes the kind its routing chose (%(model)s, NULL for plain jobs) at
+-- the run-next and priority of the routed pick, fitting its free memory: fair share orders
+-- the keys within what routing decided (flow.ORDER).
+required_model IS NOT DISTINCT FROM %(model)s::text AND run_next = %(run_next)s::integer
+AND priority = %(priority)s::integer AND {{memory_fit}}
+
+-- name: flow_routed_pick
+-- A GPU worker's routed pick (its claim's own forms, claim_forms), not yet taken but locked:
+-- the job, and the kind, run-next and priority that a fair share's pick then keeps to.
+SELECT id, required_model, run_next, priority FROM jobs WHERE id = {{claim_pick}};
+
 -- name: flow_pick
 -- A keyed claim's pick, key by key, so that a held key's backlog is never walked: each key
 -- with due jobs (a skip over jobs_flow, one seek per key), less the held keys (%(held)s, a
@@ -96,10 +112,10 @@ LIMIT 1
 -- carry their order's columns, so that no join goes back to jobs (on a table not analyzed
 -- yet, the planner hashed one over every row).
 WITH RECURSIVE keys(key) AS (
-    SELECT (SELECT concurrency_key FROM jobs WHERE {{claim_candidates}} AND concurrency_key IS NOT NULL
+    SELECT (SELECT concurrency_key FROM jobs WHERE {{claim_candidates}} AND {{same_kind}} AND concurrency_key IS NOT NULL
             ORDER BY concurrency_key LIMIT 1)
     UNION ALL
-    SELECT (SELECT concurrency_key FROM jobs WHERE {{claim_candidates}} AND concurrency_key > keys.key
+    SELECT (SELECT concurrency_key FROM jobs WHERE {{claim_candidates}} AND {{same_kind}} AND concurrency_key > keys.key
             ORDER BY concurrency_key LIMIT 1)
     FROM keys WHERE keys.key IS NOT NULL
 ),
@@ -107,11 +123,11 @@ best AS (
     SELECT pick.id, pick.run_next, pick.priority, pick.run_at, keys.key
     FROM keys CROSS JOIN LATERAL (
         SELECT id, run_next, priority, run_at FROM jobs
-        WHERE {{claim_candidates}} AND concurrency_key = keys.key {{claim_order}} {{key_probe_end}}) AS pick
+        WHERE {{claim_candidates}} AND {{same_kind}} AND concurrency_key = keys.key {{claim_order}} {{key_probe_end}}) AS pick
     WHERE keys.key IS NOT NULL AND keys.key NOT IN (SELECT jsonb_array_elements_text(%(held)s::jsonb))
     UNION ALL
     (SELECT ahead.id, ahead.run_next, ahead.priority, ahead.run_at, ''
-     FROM (SELECT id, run_next, priority, run_at, concurrency_key FROM jobs WHERE {{claim_candidates}} {{claim_order}}
+     FROM (SELECT id, run_next, priority, run_at, concurrency_key FROM jobs WHERE {{claim_candidates}} AND {{same_kind}} {{claim_order}}
            LIMIT %(limit)s) AS ahead
      WHERE ahead.concurrency_key IS NULL
      ORDER BY ahead.run_next DESC, ahead.priority, ahead.run_at, ahead.id LIMIT 1)

@@ -80,6 +80,21 @@ LIMIT 1
 -- fragment: key_probe_end
 LIMIT 1
 
+-- fragment: same_kind
+-- A plain claim's keyed pick takes any kind of job...
+1
+
+-- fragment: same_kind [kind]
+-- ...and a GPU worker's takes the kind its routing chose (:model, NULL for plain jobs) at
+-- the run-next and priority of the routed pick, fitting its free memory: fair share orders
+-- the keys within what routing decided (flow.ORDER).
+required_model IS :model AND run_next = :run_next AND priority = :priority AND {{memory_fit}}
+
+-- name: flow_routed_pick
+-- A GPU worker's routed pick (its claim's own forms, claim_forms), not yet taken: the job,
+-- and the kind, run-next and priority that a fair share's pick then keeps to.
+SELECT id, required_model, run_next, priority FROM jobs WHERE id = {{claim_pick}};
+
 -- name: flow_pick
 -- A keyed claim's pick, key by key, so that a held key's backlog is never walked: each key
 -- with due jobs (a skip over jobs_flow, one seek per key), less the held keys (:held, a JSON
@@ -87,21 +102,21 @@ LIMIT 1
 -- order. Then run-next, priority, and with :fair the key that started least recently (one
 -- never started first), then due order.
 WITH RECURSIVE keys(key) AS (
-    SELECT (SELECT concurrency_key FROM jobs WHERE {{claim_candidates}} AND concurrency_key IS NOT NULL
+    SELECT (SELECT concurrency_key FROM jobs WHERE {{claim_candidates}} AND {{same_kind}} AND concurrency_key IS NOT NULL
             ORDER BY concurrency_key LIMIT 1)
     UNION ALL
-    SELECT (SELECT concurrency_key FROM jobs WHERE {{claim_candidates}} AND concurrency_key > keys.key
+    SELECT (SELECT concurrency_key FROM jobs WHERE {{claim_candidates}} AND {{same_kind}} AND concurrency_key > keys.key
             ORDER BY concurrency_key LIMIT 1)
     FROM keys WHERE keys.key IS NOT NULL
 ),
 best(id, key) AS (
-    SELECT (SELECT id FROM jobs WHERE {{claim_candidates}} AND concurrency_key = keys.key {{claim_order}}
+    SELECT (SELECT id FROM jobs WHERE {{claim_candidates}} AND {{same_kind}} AND concurrency_key = keys.key {{claim_order}}
             {{key_probe_end}}),
            keys.key
     FROM keys
     WHERE keys.key IS NOT NULL AND keys.key NOT IN (SELECT value FROM json_each(:held))
     UNION ALL
-    SELECT (SELECT ahead.id FROM (SELECT id, concurrency_key FROM jobs WHERE {{claim_candidates}} {{claim_order}}
+    SELECT (SELECT ahead.id FROM (SELECT id, concurrency_key FROM jobs WHERE {{claim_candidates}} AND {{same_kind}} {{claim_order}}
                                   LIMIT :limit) AS ahead
             WHERE ahead.concurrency_key IS NULL LIMIT 1), ''
 )
