@@ -656,6 +656,14 @@ class PostgresDatabaseCase(PostgresServerCase):
         return driver().connect(self.url)
 
 
+def rows_read(node: dict) -> int:
+    """Rows every scan of an EXPLAIN (ANALYZE, FORMAT JSON) plan produced or filtered out,
+    over all its loops: what a statement read, to hold a plan test to."""
+    own = (node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * node.get("Actual Loops", 1) \
+        if "Scan" in node["Node Type"] else 0
+    return own + sum(rows_read(child) for child in node.get("Plans", ()))
+
+
 def _announce_skip(reason: str) -> None:
     global _skip_announced
     with _state_lock:

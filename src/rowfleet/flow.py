@@ -161,7 +161,7 @@ class Limit:
                        _rate(row["rate_count"], row["rate_seconds"]),
                        _rate(row["key_rate_count"], row["key_rate_seconds"]),
                        _flag(row["fair"]), row["updated_at"], row["updated_by"] or "")
-        except (TypeError, ValueError) as exc:  # ConfigError is a ValueError
+        except (ConfigError, TypeError, ValueError) as exc:
             raise ConfigError(f"limit row ({row['project']!r}, {row['queue']!r}) is unusable: {exc}") from None
 
     @property

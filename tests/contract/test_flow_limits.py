@@ -12,7 +12,7 @@ from rowfleet import flow
 from rowfleet.claim import Claim
 from rowfleet.errors import ConfigError
 from rowfleet.job import COMPLETED, JobSpec, Outcome
-from pg_harness import PostgresDatabaseCase
+from pg_harness import PostgresDatabaseCase, rows_read
 from support import TempDirTestCase
 
 
@@ -245,6 +245,26 @@ class SQLiteFlowTest(FlowContract, TempDirTestCase):
 
 class PostgresFlowTest(PostgresDatabaseCase, FlowContract, TempDirTestCase):
     """The same contract on a throwaway PostgreSQL database (skipped loudly without one)."""
+
+    def test_the_keyed_pick_reads_a_row_per_key_not_the_held_keys_backlog_before_statistics(self):
+        # A backlog enqueued at once, before autovacuum has analyzed the table (kept off so
+        # that it cannot): a pick that joined its best jobs back to jobs hashed every row.
+        import contextlib
+
+        from rowfleet.sql import queries
+
+        self.pg.psql(self.url, "ALTER TABLE jobs SET (autovacuum_enabled = false)")
+        self.store.enqueue_many(JobSpec(task="flow.noop", queue="api", concurrency_key="big"), [None] * 3000)
+        for key in ("k1", "k2"):
+            self.enqueue(key)
+        params = {"project": "", "queue": "api", "now": None, "held": '["big"]', "fair": 1,
+                  "limit": flow.UNKEYED_LOOKAHEAD}
+        with contextlib.closing(self.caller_connection()) as conn:
+            [[plan]] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries.queries("postgres")["flow_pick"],
+                                    params).fetchall()
+            conn.rollback()
+        self.assertEqual(plan[0]["Plan"]["Actual Rows"], 1)
+        self.assertLessEqual(rows_read(plan[0]["Plan"]), 100, json.dumps(plan, indent=1))
 
 
 if __name__ == "__main__":

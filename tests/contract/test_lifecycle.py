@@ -21,7 +21,7 @@ from rowfleet.store.jobs import claim_params
 from rowfleet.job import CANCELLED, COMPLETED, FAILED, QUEUED, RUNNING, Cancel, JobSpec, Outcome, Retry, \
     decide_outcome
 from rowfleet.worker.loop import Worker
-from pg_harness import PostgresDatabaseCase
+from pg_harness import PostgresDatabaseCase, rows_read
 from support import TempDirTestCase
 
 HOLDER = "testhost:1"
@@ -613,7 +613,7 @@ class PostgresLifecycleTest(PostgresDatabaseCase, LifecycleContract, TempDirTest
                                     params).fetchall()
             conn.rollback()
         self.assertEqual(plan[0]["Plan"]["Actual Rows"], 10)
-        self.assertLessEqual(_rows_read(plan[0]["Plan"]), 100, json.dumps(plan, indent=1))
+        self.assertLessEqual(rows_read(plan[0]["Plan"]), 100, json.dumps(plan, indent=1))
 
     def test_reaches_the_same_logical_schema_as_sqlite(self):
         from rowfleet.store import open_store
@@ -636,13 +636,6 @@ class PostgresLifecycleTest(PostgresDatabaseCase, LifecycleContract, TempDirTest
             self.url, "SELECT indexname FROM pg_indexes WHERE schemaname = 'public' AND indexname NOT LIKE '%_pkey'")}
         self.assertEqual(pg_tables, sqlite_tables)
         self.assertEqual(pg_indexes, sqlite_indexes)
-
-
-def _rows_read(node: dict) -> int:
-    """Rows every scan of an EXPLAIN ANALYZE plan produced or filtered out, over all loops."""
-    own = (node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * node.get("Actual Loops", 1) \
-        if "Scan" in node["Node Type"] else 0
-    return own + sum(_rows_read(child) for child in node.get("Plans", ()))
 
 
 if __name__ == "__main__":

@@ -88,6 +88,23 @@ class FlowProcessContract:
         self.assertEqual({job.attempts for job in self.store.reads.list_jobs("", limit=1000)}, {1},
                          "a job was claimed and handed back")
 
+    def test_four_racing_workers_on_two_hosts_keep_a_rate_in_every_window(self):
+        self.store.set_limit("", "api", rate=flow.Rate(20, 1.0))
+        ids = self.enqueue(None, 70)
+        workers = [self.launch_logged("worker", "worker", "--app", APP, "--queue", "api", "--poll", "0.2",
+                                      "--host", f"box-{n % 2}") for n in range(4)]
+        wait_until(lambda: len(self.runs()) == len(ids), timeout=3 * DEADLINE, message="every job to run")
+        self.stop_all(*workers)
+        claimed = sorted(job.started_at for job in self.store.reads.list_jobs("", limit=1000))
+        handled = sorted(start for _, _, start, _ in self.runs())
+        # The claims' times are what the window counts: never more than 20 in a second. A
+        # handler starts a moment after its claim, so its own records may catch one more.
+        for starts, most_allowed in ((claimed, 20), (handled, 21)):
+            most = max(sum(1 for other in starts if at <= other < at + 1.0) for at in starts)
+            self.assertLessEqual(most, most_allowed, "more starts in one second than the rate allows")
+            self.assertGreaterEqual(most, 18, "the rate was never reached: the race tested nothing")
+        self.assertGreaterEqual(claimed[-1] - claimed[0], 2.9, "70 starts at 20 a second took less than 3 s")
+
     def test_a_slot_held_by_a_killed_worker_frees_when_its_lease_is_reclaimed_not_before(self):
         self.store.set_limit("", "api", concurrency=1)
         [hung] = self.enqueue("a", hang=True)

@@ -127,6 +127,7 @@ class Sizes:
     flow_keyed_jobs: int = 20_000     # jobs over 10,000 keys, drained with a per-key limit and without
     flow_rate_window: float = 60.0    # seconds a rate limit is measured over
     flow_backlog: int = 50_000        # one key's jobs queued before the nine small keys' (fair share)
+    flow_fair_window: float = 8.0     # seconds the fleet's jobs/s is counted over, with that backlog
 
 
 QUICK = Sizes(enqueue_jobs=300, enqueue_seconds=0.3, rounds=1, batch_jobs=10_000, roundtrip_jobs=10_000,
@@ -134,7 +135,8 @@ QUICK = Sizes(enqueue_jobs=300, enqueue_seconds=0.3, rounds=1, batch_jobs=10_000
               idle_seconds=1.0, claim_rows=(10_000, 100_000), claims=300, claim_seconds=0.5,
               delayed_rows=10_000, walpages_jobs=200, fleet_seconds=3.0, pg_roundtrip_jobs=10_000, pg_roundtrip_window=0.5,
               dag_nodes=100, dag_rounds=1, pg_dag_nodes=0, pg_fleet_workers=20, pg_fleet_wakes=10,
-              pg_fleet_burst=200, flow_keyed_jobs=4_000, flow_rate_window=10.0, flow_backlog=5_000)
+              pg_fleet_burst=200, flow_keyed_jobs=4_000, flow_rate_window=10.0, flow_backlog=5_000,
+              flow_fair_window=2.0)
 
 
 @dataclasses.dataclass
