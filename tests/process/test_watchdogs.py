@@ -553,7 +553,9 @@ class WatchdogContract:
         orchestrator = self.launch("orchestrator", "--interval", "0.2", "--heartbeat", "0.3")
         self.wait_alive(orchestrator, lambda: self.worker_row(frozen.pid)["flagged_dead_at"],
                         "the sweep to flag the frozen worker")
-        self.assertIn("missed its heartbeats; flagged dead", self.output(orchestrator))
+        # The sweep logs the flag after its commit: the row may be seen before the line is written.
+        self.wait_alive(orchestrator, lambda: "missed its heartbeats; flagged dead" in self.output(orchestrator),
+                        "the orchestrator to say it flagged the frozen worker")
         self.assertEqual(self.kinds(job_id), ["claimed"], "handed back before its lease lapsed")
         rescuer = self.worker("--lease", "4", "--renew", "0.3", "--heartbeat", "0.3")
 
