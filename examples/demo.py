@@ -196,7 +196,9 @@ def event_kinds(job_id: int) -> list[str]:
 
 
 def enqueue(*args: str) -> int:
-    return int(run("enqueue", *args).strip())
+    # --app: the enqueue imports the tasks, so it checks the name as a worker would (and
+    # refuses one no worker with them could run) instead of warning that it cannot tell.
+    return int(run("enqueue", *args, "--app", "demo_tasks").strip())
 
 
 # --- the steps ---------------------------------------------------------------------------

@@ -87,6 +87,11 @@ class DemoTest(unittest.TestCase):
         self.assertEqual(self.result.stderr, "")
         self.assertIn("every step held", self.out.strip().splitlines()[-1])
 
+    def test_no_step_prints_a_warning(self):
+        # A newcomer running the demo meets no warning it cannot act on (each enqueue names
+        # the module that registers its task).
+        self.assertNotIn("warning", self.out, self.out)
+
     def test_steps_are_numbered_one_to_eleven_in_order(self):
         numbers = [int(n) for n in re.findall(r"^(\d+)\. ", self.out, flags=re.M)]
         self.assertEqual(numbers, list(range(1, 12)), self.out)
