@@ -188,24 +188,14 @@ def limit(queue: str, *, concurrency: int | None = None, per_key: int | None = N
     Workers read it within a poll."""
     names.check_name("queue", queue)
     scope = flow.ANY if all_projects else _project(project)
-    rules = {"concurrency": concurrency, "per_key": per_key, "rate": _rate("rate", rate),
-             "key_rate": _rate("per_key_rate", per_key_rate), "fair": fair}
+    rules = {"concurrency": concurrency, "per_key": per_key, "rate": flow.Rate.of("rate", rate),
+             "key_rate": flow.Rate.of("per_key_rate", per_key_rate), "fair": fair}
     return default_store().set_limit(scope, queue, names.check_text("by", by, empty=True), clear=clear, **rules)
 
 
 def limits() -> list[Any]:
     """Every limit of the database with its use now (like ``rowfleet limits --all-projects``)."""
     return default_store().limits()
-
-
-def _rate(what: str, value: Any) -> flow.Rate | None:
-    if value is None or isinstance(value, flow.Rate):
-        return value
-    if isinstance(value, str):
-        return flow.Rate.parse(what, value)
-    if isinstance(value, tuple) and len(value) == 2:
-        return flow.Rate(*value)
-    raise ConfigError(f"{what} must be 'N/SECONDS' or (N, SECONDS), got {value!r}")
 
 
 def cancel(job_id: int, *, reason: str = "cancelled by an operator", project: str | None = None) -> Job:

@@ -77,6 +77,22 @@ class Rate:
         names.RULES["seconds"].check("a rate's window", self.seconds)
 
     @classmethod
+    def of(cls, what: str, value: Any) -> "Rate | None":
+        """A rate as an entry point was given one: ``"N/SECONDS"`` (a flag, a form field),
+        ``(N, SECONDS)`` or a ``Rate`` (Python); None or empty text: none given.
+
+        >>> Rate.of("rate", "10/1") == Rate.of("rate", (10, 1.0)), Rate.of("rate", "")
+        (True, None)
+        """
+        if value is None or value == "" or isinstance(value, cls):
+            return value or None
+        if isinstance(value, str):
+            return cls.parse(what, value)
+        if isinstance(value, tuple) and len(value) == 2:
+            return cls(*value)
+        raise ConfigError(f"{what} must be 'N/SECONDS' or (N, SECONDS), got {value!r}")
+
+    @classmethod
     def parse(cls, what: str, text: str) -> "Rate":
         count, slash, seconds = str(text).partition("/")
         if not slash:

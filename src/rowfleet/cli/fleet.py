@@ -57,9 +57,10 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--concurrency", type=typed("count"), metavar="N", help="at most N of its jobs running fleet-wide")
     sub.add_argument("--per-key", type=typed("count"), metavar="N",
                      help="at most N running jobs of one --concurrency-key")
-    sub.add_argument("--rate", type=_rate("--rate"), metavar="N/SECONDS", help="at most N starts per SECONDS, e.g. 10/1")
+    sub.add_argument("--rate", type=_rate("--rate"), metavar="N/SECONDS",
+                     help="at most N starts in any SECONDS, e.g. 10/1")
     sub.add_argument("--per-key-rate", type=_rate("--per-key-rate"), metavar="N/SECONDS",
-                     help="at most N starts per SECONDS for each key")
+                     help="at most N starts in any SECONDS for each key")
     fair = sub.add_mutually_exclusive_group()
     fair.add_argument("--fair", dest="fair", action="store_const", const=True, default=None,
                       help="take the key that started least recently first (after run-next and priority)")

@@ -177,10 +177,10 @@ class FlowStore(StoreCore):
             return self._plain_due(tx, claim, sorted(verdict.keys_held) if verdict.keyed else None)
         return self._pick(tx, claim, verdict, look=True) is not None
 
-    def flow_ready_at(self, claim: Claim) -> float | None:
-        """When a rate that held this claim's queue at its last look lets a job start (in
-        this store's clock), or None: the worker's wait ends no later."""
-        return self._flow_ready.get((claim.project, claim.queue))
+    def flow_ready_at(self, project: str, queue: str) -> float | None:
+        """When a rate that held (project, queue) at this store's last look lets a job start
+        (in this store's clock), or None: the worker's wait ends no later."""
+        return self._flow_ready.get((project, queue))
 
     def _note_ready(self, claim: Claim, verdict: Verdict) -> None:
         held = [*verdict.queue_held, *(hold for holds in verdict.keys_held.values() for hold in holds)]
@@ -214,7 +214,8 @@ class FlowStore(StoreCore):
         if not limits:
             return None
         now = max(row["now"] for row in rows)  # the last row's: read after every lock was taken
-        if lock and tx.now is None and any(limit.counts for limit in limits):  # the claim that follows starts its job at the time its window counts
+        # The claim that follows starts its job at the time its windows count.
+        if lock and tx.now is None and any(limit.counts for limit in limits):
             tx.now = now
         measured, queue_held, keys_held = [], [], {}
         for limit in limits:
@@ -227,7 +228,8 @@ class FlowStore(StoreCore):
             if limit.key_rate is not None:
                 for row in tx.all("flow_spent_keys", scope=limit.project, queue=queue):
                     if isinstance(row["key"], str):
-                        keys_held.setdefault(row["key"], []).append(flow.Hold("key_rate", "its key's rate window is full"))
+                        full = flow.Hold("key_rate", "its key's rate window is full")
+                        keys_held.setdefault(row["key"], []).append(full)
         return Verdict(now, tuple(measured), tuple(queue_held), keys_held)
 
     def _key_rate_holds(self, tx: Tx, verdict: Verdict, queue: str, key: str | None) -> list[flow.Hold]:
@@ -237,14 +239,14 @@ class FlowStore(StoreCore):
         holds = []
         for limit, use in verdict.limits:
             if limit.key_rate is not None:
-                bucket = tx.one("flow_bucket", scope=limit.project, queue=queue, key=key)
-                holds += [hold for hold in flow.key_holds(limit, use, key, _starts(bucket),
+                window = tx.one("flow_window", scope=limit.project, queue=queue, key=key)
+                holds += [hold for hold in flow.key_holds(limit, use, key, _starts(window),
                                                            verdict.now) if hold.rule == "key_rate"]
         return holds
 
     def _use(self, tx: Tx, limit: flow.Limit, project: str, now: float) -> flow.Use:
         """What ``limit`` counts now: the queue's running jobs by key (when a concurrency rule
-        needs them) and its queue bucket's time (when it has a rate)."""
+        needs them) and its queue window's time (when it has a rate)."""
         running: dict[str | None, int] = {}
         if limit.concurrency is not None or limit.per_key is not None:
             rows = (tx.all("flow_running_every", queue=limit.queue) if limit.project == flow.ANY
@@ -254,7 +256,7 @@ class FlowStore(StoreCore):
                 running[key] = running.get(key, 0) + row["running"]
         starts: tuple[float, ...] = ()
         if limit.rate is not None:
-            starts = _starts(tx.one("flow_bucket", scope=limit.project, queue=limit.queue, key=""))
+            starts = _starts(tx.one("flow_window", scope=limit.project, queue=limit.queue, key=""))
         return flow.Use(running, starts)
 
     def _started(self, tx: Tx, verdict: Verdict, job: Job) -> None:
@@ -264,16 +266,16 @@ class FlowStore(StoreCore):
         now = verdict.now
         for limit, use in verdict.limits:
             if limit.rate is not None:
-                self._window(tx, limit.project, job.queue, "", limit.rate.started(use.queue_starts, now), now)
+                self._write_window(tx, limit.project, job.queue, "", limit.rate.started(use.queue_starts, now), now)
             if limit.key_rate is not None and key is not None:
-                bucket = tx.one("flow_bucket", scope=limit.project, queue=job.queue, key=key)
-                self._window(tx, limit.project, job.queue, key, limit.key_rate.started(_starts(bucket), now), now)
+                window = tx.one("flow_window", scope=limit.project, queue=job.queue, key=key)
+                self._write_window(tx, limit.project, job.queue, key, limit.key_rate.started(_starts(window), now), now)
         if verdict.fair:
             tx.run("flow_started", scope=job.project, queue=job.queue, key=key or "", starts=None, ready_at=None,
                    windowed=0, started_at=now)
 
     @staticmethod
-    def _window(tx: Tx, scope: str, queue: str, key: str, window: tuple[tuple[float, ...], float | None],
+    def _write_window(tx: Tx, scope: str, queue: str, key: str, window: tuple[tuple[float, ...], float | None],
                 now: float) -> None:
         starts, ready = window
         tx.run("flow_started", scope=scope, queue=queue, key=key, starts=encode_json(list(starts)), ready_at=ready,
@@ -292,10 +294,10 @@ class FlowStore(StoreCore):
             return None
 
 
-def _starts(bucket: Any) -> tuple[float, ...]:
+def _starts(window: Any) -> tuple[float, ...]:
     """A window's starts as stored; what plain SQL made no JSON list of finite numbers reads
     as an empty window (said nowhere: the next start writes it whole again)."""
-    text = None if bucket is None else bucket["starts"]
+    text = None if window is None else window["starts"]
     try:
         starts = json.loads(text) if isinstance(text, str) else []
     except ValueError:

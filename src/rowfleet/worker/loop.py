@@ -258,8 +258,8 @@ class Worker:
         """What this worker asks the store for, each time it claims or looks for due work
         in ``queue``."""
         routing = {} if self.gpu_box is None else self.gpu_box.claim_fields(self.store)
-        return Claim(self.config.project, queue, self.holder, self.config.lease, limited=queue in self._limited_queues(),
-                     **routing)
+        limited = queue in self._limited_queues()
+        return Claim(self.config.project, queue, self.holder, self.config.lease, limited=limited, **routing)
 
     def _limited_queues(self) -> frozenset[str]:
         """Its queues that limit rows hold, read again once a poll has passed: a limit an
@@ -516,10 +516,10 @@ class Worker:
 
     def _next_look(self) -> float:
         """When the idle wait looks again with no wake-up (monotonic): the safety poll, or
-        sooner when a rate holds one of its queues (a token comes by time, not by a commit)."""
+        sooner when a rate holds one of its queues (its window opens with time, not with a commit)."""
         wait = self.config.poll
         for queue in self._serving():
-            ready = self.store.flow_ready_at(self._claim_request(queue))
+            ready = self.store.flow_ready_at(self.config.project, queue)
             if ready is not None:
                 wait = min(wait, max(ready - self.store.local_clock(), 0.001))
         return time.monotonic() + wait

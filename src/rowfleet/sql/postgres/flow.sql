@@ -51,7 +51,7 @@ GROUP BY concurrency_key;
 SELECT concurrency_key, count(*) AS running FROM {{running_rows}} AND queue = %(queue)s
 GROUP BY concurrency_key;
 
--- name: flow_bucket
+-- name: flow_window
 SELECT starts, ready_at, last_started_at FROM flow_keys WHERE project = %(scope)s AND queue = %(queue)s AND key = %(key)s;
 
 -- name: flow_spent_keys

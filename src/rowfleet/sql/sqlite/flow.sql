@@ -46,7 +46,7 @@ GROUP BY concurrency_key;
 SELECT concurrency_key, count(*) AS running FROM {{running_rows}} AND queue = :queue
 GROUP BY concurrency_key;
 
--- name: flow_bucket
+-- name: flow_window
 SELECT starts, ready_at, last_started_at FROM flow_keys WHERE project = :scope AND queue = :queue AND key = :key;
 
 -- name: flow_spent_keys
