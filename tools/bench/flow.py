@@ -7,8 +7,8 @@ on a fresh database, timed from outside by reading the jobs' own rows:
   the same jobs in the same queue without a limit (target: ratio >= 0.8);
 - rate: ``--rate R/1`` on a queue with more jobs than the window needs, 4 processes as two
   hosts (``--host``); the starts per second over the window after the first second (the
-  bucket's first burst left out) against R (target: within 5%), and the most starts in any
-  one-second window against the bucket's size R (no burst above it);
+  window's first burst left out) against R (target: within 5%), and the most starts in any
+  one-second window against R (no burst above it);
 - fairness: one key with a backlog queued first, nine keys with 100 jobs each after it,
   ``--fair``; the seconds until the nine keys' jobs are all done against the same nine alone
   (target: at most 2x), and the jobs/s meanwhile against the same backlog with no limit
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -47,7 +46,7 @@ LEGEND = """\
               per-key: jobs over 10,000 keys, --per-key 1, 4 procs; baseline: no limit
               (target >= 0.8). rate: --rate 100/1, 4 procs as 2 hosts; starts/s after the
               first second against 100 (target within 5%), and the most starts in any 1 s
-              window against the bucket (100). fairness: one key's backlog queued before
+              window against the window (100). fairness: one key's backlog queued before
               nine keys of 100 jobs, --fair: seconds until the nine are done against the
               nine alone (target <= 2x); the fleet's jobs/s over a window from 1 s after
               the first start, against the same backlog with no limit (target >= 0.8)."""
@@ -89,7 +88,7 @@ def _rows(bench: Bench, prefix: str, database: Callable[[str], str], durability:
     per_second, most = _rate(database("rate"), env, folder, window)
     bench.add(Row(f"{prefix}rate limit {RATE}/1 s, 4 procs on 2 hosts (starts/s)", durability, f"{per_second:.1f}",
                   f"{RATE}", ratio(per_second, RATE), f"over {window:.0f} s after the first; the most in any 1 s "
-                                                       f"window: {most} (bucket {RATE})"))
+                                                       f"window: {most} (window {RATE})"))
 
     backlog = sizes["backlog"]
     progress(f"flow: {prefix}fair share, a backlog of {backlog} before {SMALL_KEYS}x{SMALL_JOBS}")
@@ -99,7 +98,8 @@ def _rows(bench: Bench, prefix: str, database: Callable[[str], str], durability:
     unfair = _fair(database("unfair"), env, folder, backlog, window, fair=False)
     bench.add(Row(f"{prefix}fair share: nine keys done behind a backlog (s)", durability, f"{shared[0]:.2f}",
                   f"{alone[0]:.2f}", ratio(shared[0], alone[0]),
-                  f"{SMALL_KEYS}x{SMALL_JOBS} jobs queued after {backlog:,} of one key, --fair; baseline: the nine alone"))
+                  f"{SMALL_KEYS}x{SMALL_JOBS} jobs queued after {backlog:,} of one key, --fair; "
+                  "baseline: the nine alone"))
     bench.add(Row(f"{prefix}fair share: jobs/s with a backlog of one key", durability, f"{shared[1]:,.0f}",
                   f"{unfair[1]:,.0f}", ratio(shared[1], unfair[1]),
                   f"over {window:g} s from 1 s after the first start; baseline: the same backlog with no limit"))
@@ -189,7 +189,7 @@ def _workers(db: str, env: dict, folder: str, flags: list[list[str]]):
             yield children
         finally:
             for child in children:
-                _stop(child)
+                harness.stop_group(child)
 
 
 def _until(db: str, enough: Callable[[int], bool], small_only: bool = False) -> tuple[float, float]:
@@ -207,10 +207,11 @@ def _until(db: str, enough: Callable[[int], bool], small_only: bool = False) -> 
     return first, last
 
 
-def _read(conn: Any, sql: str) -> list[tuple]:
+def _read(conn: Any, sql: str, params: tuple = ()) -> list[tuple]:
     """The rows of a fixed query of this module, read afresh (the transaction ended after)."""
     try:
-        return [tuple(row.values()) if isinstance(row, dict) else tuple(row) for row in conn.execute(sql).fetchall()]
+        cursor = conn.execute(sql, params) if params else conn.execute(sql)  # without: a % is no placeholder
+        return [tuple(row.values()) if isinstance(row, dict) else tuple(row) for row in cursor.fetchall()]
     finally:
         conn.rollback()
 
@@ -220,31 +221,13 @@ SMALL = " AND concurrency_key LIKE 'small-%'"
 
 
 def _finished_between(db: str, start: float, end: float) -> int:
-    mark = "?" if "://" not in db else "%s"
+    mark = "?" if "://" not in db else "%s"  # each driver's placeholder
     with contextlib.closing(_connect(db)) as conn:
-        try:
-            return conn.execute(f"SELECT count(*) FROM jobs WHERE finished_at >= {mark} AND finished_at < {mark}",
-                                (start, end)).fetchone()[0 if "://" not in db else "count"]
-        finally:
-            conn.rollback()
-
-
-def _completed(db: str) -> int:
-    with contextlib.closing(_connect(db)) as conn:
-        return _read(conn, COMPLETED)[0][0]
+        return _read(conn, f"SELECT count(*) FROM jobs WHERE finished_at >= {mark} AND finished_at < {mark}",
+                     (start, end))[0][0]
 
 
 def _started(db: str) -> list[float]:
     with contextlib.closing(_connect(db)) as conn:
         return [row[0] for row in _read(conn, "SELECT started_at FROM jobs WHERE started_at IS NOT NULL")]
 
-
-def _stop(child: subprocess.Popen) -> None:
-    try:
-        os.killpg(child.pid, signal.SIGTERM)
-        child.wait(15)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait(10)

@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -420,6 +421,19 @@ def answer_cpu_requests(control: Any, stop: Callable[[], None]) -> None:
 
 
 # --- the parent's side of its children ---------------------------------------------------
+
+
+def stop_group(child: subprocess.Popen) -> None:
+    """Stop a child started in a process group of its own (a supervisor and its workers):
+    SIGTERM to the group, SIGKILL to it if it has not gone in 10 s."""
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+        child.wait(10)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
 
 
 def stop_child(control: Any, child: Any) -> None:

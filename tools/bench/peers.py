@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -402,7 +401,7 @@ def _timed(commands: list[list[str]], env: dict[str, str], folder: str, jobs: in
             ended = time.monotonic()
         finally:
             for child in children:
-                _stop(child)
+                harness.stop_group(child)
     return (done - first_count) / max(1e-6, ended - first_at), first_at - began
 
 
@@ -418,13 +417,3 @@ def _count(path: str, query: str) -> int:
     except sqlite3.OperationalError:
         return 0
 
-
-def _stop(child: subprocess.Popen) -> None:
-    try:
-        os.killpg(child.pid, signal.SIGTERM)
-        child.wait(10)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait(10)
