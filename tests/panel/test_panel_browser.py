@@ -123,7 +123,7 @@ class PanelInBrowserTest(unittest.TestCase):
     def test_every_page_renders_cleanly_over_hostile_rows(self):
         for path in ("/", "/deck", f"/deck?host={HOSTS[1]}", "/jobs", "/jobs?state=failed", "/jobs/1", "/jobs/2",
                      f"/jobs/1?reveal=secrets", f"/jobs/{self.queued}/cancel", "/runs", f"/runs/{self.run_id}", "/workers",
-                     "/schedules", "/models", "/jobs/bulk?action=cancel&state=queued"):
+                     "/limits", "/schedules", "/models", "/jobs/bulk?action=cancel&state=queued"):
             with self.subTest(path=path):
                 self.clean_load(path)
 
@@ -148,6 +148,21 @@ class PanelInBrowserTest(unittest.TestCase):
         self.click_and_wait_for_the_next_page(f"{form} button.switch-on")
         self.assertIn(": on", self.page.evaluate("document.querySelector('.note').textContent"))
         self.assertIsNone(self.store.switches_in_force("", HOSTS[0], ("gpu",))["gpu"])
+        self.assertEqual(self.page.log_entries, [])
+
+    def test_a_limit_set_in_the_page_writes_the_limit_row_and_hostile_text_stays_text(self):
+        self.store.set_limit("", "gpu", "<img src=x onerror=\"window.__pwned=1\">", concurrency=3)
+        self.clean_load("/limits")
+        form = 'form.switch[aria-label="limit new limit"]'
+        for field, value in (("queue", "api"), ("concurrency", "4"), ("rate", "10/1")):
+            self.page.evaluate(f"document.querySelector({json.dumps(f'{form} input[name={field}]')}).value = "
+                               f"{json.dumps(value)}")
+        self.click_and_wait_for_the_next_page(f"{form} button[value=set]")
+        limits = {use.limit.queue: use.limit for use in self.store.limits()}
+        self.assertEqual((limits["api"].rules(), limits["api"].updated_by), (["at most 4 running", "rate 10/s"], "panel"))
+        self.assertIn("queue api: at most 4 running, rate 10/s",
+                      self.page.evaluate("document.querySelector('.note').textContent"))
+        self.assertIsNone(self.page.evaluate("window.__pwned"))
         self.assertEqual(self.page.log_entries, [])
 
     def test_live_refresh_swaps_new_rows_in_and_holds_while_a_field_has_focus(self):

@@ -90,6 +90,7 @@ def job_detail(req: Request) -> View:
         definitions([("state", state_badge(job.state)), ("project", job.project or "''"), ("queue", job.queue),
                      ("task", clipped(job.task, 200)), ("attempts", f"{job.attempts} of {job.max_attempts}"),
                      ("watchdog retries", job.watchdog_retries), ("priority", job.priority),
+                     ("concurrency key", job.concurrency_key),
                      ("run next", "yes" if job.run_next else "no"), ("holder", job.claimed_by),
                      ("fencing token", job.lease_token), ("host", _host_link(job.host)),
                      ("model", job.required_model), ("VRAM (MiB)", job.vram_mb),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from rowfleet import flow, names
 from rowfleet.errors import ConfigError
 from rowfleet.panel.app import HttpError, Redirect, Request, View
-from rowfleet.panel.html import Markup, attrs, esc, join, select, table, tag, text_input, url, when
+from rowfleet.panel.html import Markup, attrs, esc, hidden_fields, join, select, table, tag, text_input, url, when
 
 FAIR_CHOICES = (("keep", "fair: keep"), ("on", "fair: on"), ("off", "fair: off"))
 
@@ -42,7 +42,8 @@ def set_limit(req: Request) -> Redirect:
     try:
         rules = {"concurrency": _count(form.get("concurrency"), "concurrency"),
                  "per_key": _count(form.get("per_key"), "per_key"),
-                 "rate": _rate(form.get("rate"), "rate"), "key_rate": _rate(form.get("per_key_rate"), "per_key_rate"),
+                 "rate": flow.Rate.of("rate", (form.get("rate") or "").strip()),
+                 "key_rate": flow.Rate.of("per_key_rate", (form.get("per_key_rate") or "").strip()),
                  "fair": {"on": True, "off": False}.get(form.get("fair") or "keep")}
         by = " ".join((form.get("by") or "").split())[:80] or "panel"
         limit = req.store.set_limit(project, queue, by, clear=form.get("clear") == "clear", **rules)
@@ -59,27 +60,22 @@ def _count(text: str | None, what: str) -> int | None:
     return names.RULES["count"].parse(what, text.strip())
 
 
-def _rate(text: str | None, what: str) -> flow.Rate | None:
-    return flow.Rate.parse(what, text.strip()) if text else None
-
-
 def _scope(limit: flow.Limit) -> str:
     return "every project" if limit.project == flow.ANY else (limit.project or "''")
 
 
 def _limit_form(req: Request, project: str | None, queue: str | None, label: str) -> Markup:
-    fixed = "" if queue is None else "".join(
-        f'<input type="hidden"{attrs(name=key, value=value)}>' for key, value in (("project", project), ("queue", queue)))
+    fixed = hidden_fields({"project": project, "queue": queue, "csrf": req.csrf})  # a new limit's: the csrf alone
     where = Markup("") if queue is not None else join(
         text_input("queue", "queue", None, size=10), text_input("project", "project", None, size=8),
         Markup('<label><input type="checkbox" name="all_projects" value="on"> every project</label>'))
     fields = join(where, text_input("concurrency", "running at most", None, size=4, placeholder="N"),
                   text_input("per_key", "per key", None, size=4, placeholder="N"),
-                  text_input("rate", "rate", None, size=6, placeholder="N/SECONDS"),
-                  text_input("per_key_rate", "per-key rate", None, size=6, placeholder="N/SECONDS"),
+                  text_input("rate", "rate", None, size=9, placeholder="N/SECONDS"),
+                  text_input("per_key_rate", "per-key rate", None, size=9, placeholder="N/SECONDS"),
                   select("fair", "", FAIR_CHOICES, "keep"))
     clear = "" if queue is None else '<button type="submit" name="clear" value="clear">Clear</button>'
     return Markup(f'<form method="post" action="/limits" class="switch"{attrs(aria_label=f"limit {label}")}>'
-                  f'{fixed}<input type="hidden"{attrs(name="csrf", value=req.csrf)}>'
+                  f'{fixed}'
                   f'<span class="scope">{esc(label)}</span>{fields}'
                   f'<button type="submit" name="set" value="set">Set</button>{clear}</form>')
