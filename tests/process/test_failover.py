@@ -399,8 +399,10 @@ class FleetFailover(FailoverCase):
                 self.assertEqual(completed.detail["token"], job.lease_token, "written by a stale holder")
                 tokens = [token for _, token, _ in runs[job_id]]
                 self.assertEqual(len(tokens), len(set(tokens)), f"two runs under one token: {runs[job_id]}")
-                self.assertEqual(len(runs[job_id]), kinds["reclaimed"] + 1,
-                                 f"runs {runs[job_id]} but reclaims {kinds['reclaimed']}")
+                # Each run but the last was cut off and its job reclaimed; a claim whose reply
+                # died with the primary is reclaimed without ever running, so fewer runs is sound.
+                self.assertTrue(1 <= len(runs[job_id]) <= kinds["reclaimed"] + 1,
+                                f"runs {runs[job_id]} but reclaims {kinds['reclaimed']}")
         twice = sorted(job_id for job_id in every if len(runs[job_id]) > 1)
         print(f"{len(every)} jobs through the failover: each completed once; run twice (a lease lapsed, the first "
               f"run fenced off): {len(twice)}", file=sys.__stderr__ or sys.stderr, flush=True)
