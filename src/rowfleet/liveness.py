@@ -318,12 +318,20 @@ def gpu_idle_for_window(readings: Sequence[Reading], now: float, window: float, 
 
 @dataclasses.dataclass(frozen=True)
 class Trip:
-    """A watchdog's verdict: the exit code, which watchdog, and what it saw."""
+    """A watchdog's verdict: the code (which decides the job's outcome), which watchdog, and
+    what it saw. ``exit_code``, where given, is the process's exit instead of ``code``: a
+    cold stop hands the job back as an operator stop (79) and then exits 0, as a stop asked
+    for is no fault."""
 
     code: int
     watchdog: str
     reason: str
     readings: tuple[Reading, ...] = ()
+    exit_code: int | None = None
+
+    @property
+    def exits_with(self) -> int:
+        return self.code if self.exit_code is None else self.exit_code
 
     def detail(self, attempt: int, watchdog_retries: int) -> dict[str, Any]:
         """The forensic event's detail."""

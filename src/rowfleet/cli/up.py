@@ -119,7 +119,8 @@ def render_plan(plan: Sequence[Role], config: configuration.Config) -> str:
     if left_out:
         lines += ["", "left out:", table(["role", "why"], left_out)]
     lines += ["", "on SIGTERM or Ctrl-C it stops the scheduler, then the workers (each finishes its job), "
-                  "then the orchestrator, then the sampler and the panel"]
+                  "then the orchestrator, then the sampler and the panel; a second one (or SIGQUIT) stops "
+                  "them all at once, each worker handing its job back unfinished"]
     return "\n".join(lines)
 
 

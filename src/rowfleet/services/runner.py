@@ -19,7 +19,9 @@ stop stage; ``run_box`` runs them. From Python, with no command line::
 A stop (SIGTERM, or Ctrl-C) goes in stages, each once the one before has exited: the
 scheduler (no new slots), the workers (each finishes its job in hand), the orchestrator
 (which dispatches the workflow steps their results made due), then the watchers (the
-sampler, and a panel a caller adds), so an operator watches the drain to its end.
+sampler, and a panel a caller adds), so an operator watches the drain to its end. A second
+stop signal, or SIGQUIT, is a cold stop: every child at once, each worker handing its job
+back unfinished (no attempt spent) and exiting 0.
 
 Must not import the surface (``rowfleet.cli``, ``rowfleet.panel``, ``rowfleet.api``): a
 panel is a ``Child`` its caller makes and hands to ``run_box`` as a watcher.
@@ -58,13 +60,16 @@ PROCS = names.RULES["procs"]  # the workers of a queue, and of the box: one proc
 # --- the process frame ------------------------------------------------------------------
 
 
-def on_stop_signals(handler: Callable[..., Any]) -> None:
+def on_stop_signals(handler: Callable[..., Any], cold: Callable[..., Any] | None = None) -> None:
     """``handler`` for SIGTERM, and for SIGINT unless this process was started ignoring it
-    (a child of a staged supervisor, as under ``rowfleet up``, or a shell's background job):
-    Ctrl-C is then someone else's to pass on."""
+    (a supervisor's child, as under ``worker --procs`` or ``rowfleet up``, or a shell's
+    background job): Ctrl-C is then someone else's to pass on. ``cold``, where given, for
+    SIGQUIT (Ctrl-\\) on the same terms: a stop at once."""
     signal.signal(signal.SIGTERM, handler)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, handler)
+    if cold is not None and signal.getsignal(signal.SIGQUIT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, cold)
 
 
 def stop_on_signals() -> StopEvent:
@@ -141,7 +146,8 @@ def run_worker(config: Config, queues: tuple[str, ...], **options: Any) -> int:
     """One worker in this process until it is stopped (or drained, with ``burst``);
     ``options`` are ``Worker``'s."""
     worker = Worker(config, queues, **options)
-    on_stop_signals(lambda *_: worker.request_stop())
+    on_stop_signals(lambda signum, _frame: worker.request_stop(signal.Signals(signum).name),
+                    cold=lambda signum, _frame: worker.request_cold_stop(signal.Signals(signum).name))
     try:
         return worker.run()
     except RowfleetError as exc:  # in a forked child no command line is there to catch it
@@ -218,7 +224,7 @@ def supervise(config: Config, children: list[Child]) -> int:
 
     supervisor = Supervisor(children, on_exit=record_exit, flagged=flagged, check_every=config.heartbeat,
                             first_delay=config.restart_delay, max_delay=config.restart_delay_max)
-    on_stop_signals(supervisor.request_stop)
+    on_stop_signals(supervisor.request_stop, cold=supervisor.request_stop)
     return supervisor.run()
 
 
@@ -348,7 +354,8 @@ def box_children(box: Box, watchers: Sequence[Child] = ()) -> list[Child]:
         children.append(Child("orchestrator", partial(run_orchestrator, config), FATAL, reports_exits=False,
                               stop_stage=ORCHESTRATOR_STAGE))
     children += [Child("worker", partial(run_worker, config, (queue,), gpu=box.gpu, gpu_settings=box.gpu_settings),
-                       FATAL, stop_stage=WORKER_STAGE) for queue, count in box.queues for _ in range(count)]
+                       FATAL, stop_stage=WORKER_STAGE, cold_signal=signal.SIGQUIT)
+                 for queue, count in box.queues for _ in range(count)]
     if box.sampler:
         children.append(sampler_child(config, stop_stage=WATCHER_STAGE))
     return children + [dataclasses.replace(watcher, stop_stage=WATCHER_STAGE) for watcher in watchers]

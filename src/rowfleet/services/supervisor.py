@@ -13,11 +13,14 @@ after the first delay, and parks until its switch is on); a child exiting with o
 fatal codes (bad configuration) stops them all. Every ``check_every`` seconds the parent asks ``flagged()`` for the pids the
 dead-worker sweep flagged, and kills those of its children with SIGKILL: a frozen child
 (a hang holding the GIL) answers nothing else. SIGTERM/SIGINT are passed to the
-children, which finish their job in hand; the parent returns once all have exited. Children
+children, which finish their job in hand; the parent returns once all have exited. A second
+stop signal (or SIGQUIT, Ctrl-\\) is a cold stop: every child is told at once, a worker with
+its ``cold_signal`` (SIGQUIT), which hands its job back unfinished and exits 0. Children
 may stop in stages (``Child.stop_stage``, as ``rowfleet up`` declares them: the scheduler,
 then the workers, then the orchestrator, then the sampler and the panel): each stage is
-signalled once the one before it has exited, and then Ctrl-C (SIGINT, which a terminal sends
-to every process of its group) is left to the parent, so that the order holds.
+signalled once the one before it has exited. Ctrl-C (SIGINT, which a terminal sends to every
+process of its group) and Ctrl-\\ (SIGQUIT) are the parent's to pass on: children ignore them,
+so that the order holds and one Ctrl-C is not taken for two.
 
 Holds no database connection: a forked child must not inherit one, so ``on_exit`` and
 ``flagged`` open their own and close it before returning.
@@ -39,7 +42,7 @@ from rowfleet.store.wake import StopEvent
 log = logging.getLogger("rowfleet.supervisor")
 
 REAP_EVERY = 0.1      # seconds between looks for exited children while waiting
-_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +52,9 @@ class Child:
     child), ``reports_exits`` whether its non-zero exits go to the supervisor's ``on_exit``,
     ``auxiliary`` whether it only serves the others (the sampler): once no other child is
     left (burst workers done), it is stopped too. ``stop_stage``: on a stop, the children
-    of the lowest stage are signalled first, the next stage once they have all exited."""
+    of the lowest stage are signalled first, the next stage once they have all exited.
+    ``cold_signal``: what a cold stop sends it (a worker's SIGQUIT hands its job back at
+    once); None, the child has no cold stop, and SIGTERM ends it as promptly as it can."""
 
     name: str
     main: Callable[[], int]
@@ -57,6 +62,7 @@ class Child:
     reports_exits: bool = True
     auxiliary: bool = False
     stop_stage: int = 0
+    cold_signal: int | None = None
 
 
 def workers(procs: int, main: Callable[[], int], fatal_codes: frozenset[int] = frozenset()) -> list[Child]:
@@ -70,7 +76,7 @@ def workers(procs: int, main: Callable[[], int], fatal_codes: frozenset[int] = f
     rowfleet.names.InvalidValue: procs must be an integer of at least 1 and at most 256, got 100000
     """
     names.RULES["procs"].check("procs", procs)
-    return [Child("worker", main, frozenset(fatal_codes))] * procs
+    return [Child("worker", main, frozenset(fatal_codes), cold_signal=signal.SIGQUIT)] * procs
 
 
 class Supervisor:
@@ -93,17 +99,33 @@ class Supervisor:
         self._auxiliaries_stopped = False
         self._staged = len({spec.stop_stage for spec in self.specs}) > 1
         self._stopping_stage: int | None = None  # the stage last told to stop
+        self._cold = False  # every child has been told to stop at once
 
     def request_stop(self, signum: int = signal.SIGTERM, _frame: object = None) -> None:
-        """Stop every child, stage by stage; asked again, tell the current stage again."""
+        """Stop every child, stage by stage; asked again (or by SIGQUIT), a cold stop.
+        Runs in a signal handler: it takes no lock."""
+        if signum == signal.SIGQUIT or self.stop.is_set():
+            self._cold_stop(signal.Signals(signum).name)
+            return
         self.stop.set()
-        self._stopping_stage = None
         self._stop_next_stage()
+
+    def _cold_stop(self, signal_name: str) -> None:
+        """Tell every child at once: a worker with its cold signal, the others with SIGTERM."""
+        if self._cold:
+            return
+        self.stop.set()
+        self._cold = True
+        log.warning("%s while stopping: a cold stop (workers hand their jobs back unfinished)"
+                    if signal_name != "SIGQUIT" else "%s: a cold stop (workers hand their jobs back unfinished)",
+                    signal_name)
+        for pid, (slot, _) in list(self.children.items()):
+            _signal(pid, self.specs[slot].cold_signal or signal.SIGTERM)
 
     def _stop_next_stage(self) -> None:
         """SIGTERM the children of the lowest stage still alive, unless already told."""
         alive = {self.specs[slot].stop_stage for slot, _ in self.children.values()}
-        if not alive or min(alive) == self._stopping_stage:
+        if self._cold or not alive or min(alive) == self._stopping_stage:
             return
         self._stopping_stage = min(alive)
         stopping = [(pid, self.specs[slot].name) for pid, (slot, _) in self.children.items()
@@ -111,10 +133,7 @@ class Supervisor:
         if self._staged:
             log.info("stopping %s", ", ".join(dict.fromkeys(name for _, name in stopping)))
         for pid, _ in stopping:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass  # already gone; waitpid will collect it
+            _signal(pid, signal.SIGTERM)
 
     def run(self) -> int:
         for slot in range(self.procs):
@@ -176,10 +195,7 @@ class Supervisor:
         self.restarts = {slot: due for slot, due in self.restarts.items() if not self.specs[slot].auxiliary}
         for pid, (slot, _) in list(self.children.items()):
             if self.specs[slot].auxiliary:
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                _signal(pid, signal.SIGTERM)
 
     def _report(self, pid: int, code: int) -> None:
         try:
@@ -195,10 +211,7 @@ class Supervisor:
             return
         for pid in frozen:
             log.error("worker child %d was flagged dead (no heartbeat); killing it (SIGKILL)", pid)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _signal(pid, signal.SIGKILL)
 
     def _spawn(self, slot: int) -> None:
         # Stop signals wait while we fork: the parent's handler then runs only once the
@@ -213,8 +226,10 @@ class Supervisor:
                 code = 1
                 try:
                     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                    # staged: Ctrl-C reaches the whole group, and only the parent keeps the order
-                    signal.signal(signal.SIGINT, signal.SIG_IGN if self._staged else signal.SIG_DFL)
+                    # Ctrl-C and Ctrl-\\ reach the whole group: the parent passes them on, once
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                    signal.signal(signal.SIGQUIT, signal.SIG_DFL if spec.cold_signal == signal.SIGQUIT
+                                  else signal.SIG_IGN)
                     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                     code = spec.main()
                 except BaseException:
@@ -225,6 +240,13 @@ class Supervisor:
             self.children[pid] = (slot, time.monotonic())
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass  # already gone; waitpid will collect it
 
 
 def _reap() -> list[tuple[int, int]]:

@@ -133,8 +133,20 @@ class Worker:
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def request_stop(self) -> None:
-        """Finish the job in hand, then exit. Safe to call from a signal handler."""
+    def request_stop(self, what: str = "a stop signal") -> None:
+        """Finish the job in hand, then exit; asked again while stopping, a cold stop. Safe
+        to call from a signal handler."""
+        if self.stop_event.is_set():
+            self.request_cold_stop(f"{what} again while stopping")
+            return
+        self.stop_event.set()
+        self._wake()
+
+    def request_cold_stop(self, why: str = "a cold stop signal") -> None:
+        """Hand the job in hand back at once (an operator stop: no attempt spent, an event
+        saying ``why``) and exit 0. Safe to call from a signal handler."""
+        if self.watchdog is not None:
+            self.watchdog.cold_stop(f"its worker was told to stop at once ({why}); the job is handed back unfinished")
         self.stop_event.set()
         self._wake()
 
@@ -565,6 +577,8 @@ class Worker:
         with self._exit_lock:
             if self._stop_sidecar(f"the worker is exiting ({exitcodes.describe(code)})"):
                 self._beat_once_more()
+            if code == exitcodes.OK:  # a cold stop: the process ends as asked, so say goodbye as a stop does
+                self._goodbye_once_more()
             self._hard_exit(code)
 
     def _beat_once_more(self) -> None:
@@ -577,6 +591,15 @@ class Worker:
                 self.keeper.beat(store)
         except Exception as exc:  # the exit goes ahead whatever happens here
             log.warning("could not record the sidecar's stop: %s", exc)
+
+    def _goodbye_once_more(self) -> None:
+        """``worker_stopped`` on a connection of its own (the main thread is in a handler);
+        never raises: a row left behind is a silent worker the sweep clears."""
+        try:
+            with self.store_factory(self.config) as store:
+                store.worker_stopped(self.identity.worker_id)
+        except Exception as exc:  # the exit goes ahead whatever happens here
+            log.warning("could not record this worker's stop: %s", exc)
 
     def _settled(self) -> bool:
         """After a wake-up: has the database changed? A wake-up can arrive before the commit

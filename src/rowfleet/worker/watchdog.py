@@ -86,6 +86,7 @@ class Watchdog(threading.Thread):
         self._job: Job | None = None
         self._store: Any = None
         self._operator_stop: str | None = None  # kept across jobs: the process is going down
+        self._cold_stop: str | None = None  # a second stop signal's: never withdrawn, as a switch's may be
         self._cancel: tuple[Job, str, float] | None = None  # a cancelled job, why, and its deadline
         self._ending: Job | None = None  # the job whose trip is being recorded: the process ends with it
         self._reset(None)
@@ -119,6 +120,14 @@ class Watchdog(threading.Thread):
         with self._lock:
             self._operator_stop = reason
         self._nudge.set()
+
+    def cold_stop(self, reason: str) -> None:
+        """Hand the job in hand (or the next one watched) back as an operator stop, no attempt
+        spent, then end the process with exit 0: a second stop signal's answer. Called from a
+        signal handler, so it takes no lock and rings nothing (the handler runs in the main
+        thread, which may hold either): a thread watching a job looks at its next tick, and
+        one watching none has no job to hand back."""
+        self._cold_stop = reason
 
     def beat(self) -> None:
         """The job reported progress."""
@@ -177,7 +186,7 @@ class Watchdog(threading.Thread):
         with self._lock:
             job, started, budget = self._job, self._since, self._budget
             first_beat, last_beat = self._first_beat, self._last_beat
-            operator_stop, cancel = self._operator_stop, self._cancel
+            operator_stop, cold_stop, cancel = self._operator_stop, self._cold_stop, self._cancel
         if job is None:
             return None
         now = time.monotonic()
@@ -186,6 +195,8 @@ class Watchdog(threading.Thread):
                                                                    self.config.renew):
             return job, Trip(exitcodes.CUT_OFF, "lease", f"its lease was last renewed {now - leased_since:.1f}s ago "
                              f"(lease {self.config.lease:g}s), so it was stopped before the lease could lapse")
+        if cold_stop is not None:
+            return job, Trip(exitcodes.OPERATOR_STOP, "operator", cold_stop, exit_code=exitcodes.OK)
         if operator_stop is not None:
             return job, Trip(exitcodes.OPERATOR_STOP, "operator", operator_stop)
         if cancel is not None and cancel[0] is job and now >= cancel[2]:
@@ -259,7 +270,8 @@ class Watchdog(threading.Thread):
         only until the lease rule's last moment (``liveness.lease_exit_by``): on a path to the
         database that has died, the process must be gone before its lease could lapse, and
         the lapse recovers the job instead."""
-        tripped = f"watchdog {trip.watchdog} trips (exit {trip.code}, {exitcodes.meaning(trip.code)}): {trip.reason}"
+        tripped = (f"watchdog {trip.watchdog} trips (exit {trip.exits_with}, {exitcodes.meaning(trip.code)}): "
+                   f"{trip.reason}")
         with self._lock:
             self._ending = job  # the keeper's renewal that finds the record written is no reassignment
         recorded: list[int] = []
@@ -275,7 +287,7 @@ class Watchdog(threading.Thread):
         if not recorded:
             log.error("job %d: %s; could not record it before its lease ran out, so the lease will lapse",
                       job.id, tripped)
-            self.exit(trip.code)
+            self.exit(trip.exits_with)
         elif recorded[0] != _FINISHED:
             self.exit(recorded[0])
 
@@ -297,7 +309,7 @@ class Watchdog(threading.Thread):
             return exitcodes.REASSIGNED
         except RowfleetError as exc:  # the lease lapses and the job is reclaimed: still recovered
             log.error("job %d: %s; could not record it (%s), so its lease will lapse", job.id, tripped, exc)
-        return trip.code
+        return trip.exits_with
 
     def _record(self, job: Job, kind: str, **detail: Any) -> None:
         try:
