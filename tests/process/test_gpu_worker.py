@@ -182,6 +182,23 @@ class GpuWorkerProcessTest(TempDirTestCase):
         wait_until(lambda: self.store.gpu_lease(HOST, 0).expires_at <= time.time(), message="the GPU let go")
         self.stop_all(worker)
 
+    def test_up_gives_each_queue_its_own_kind_of_workers(self):
+        """``up --queue cpu:1 --queue gpu:1:gpu,models=a``: a GPU worker of model a for queue
+        gpu, a plain worker for queue cpu (not a GPU worker too, as box-wide flags made it)."""
+        box = self.launch_logged("up", "up", "--app", "gpuapp", "--queue", "cpu:1", "--queue", "gpu:1:gpu,models=a",
+                                 "--no-sampler", env=self.env())
+        model_job = self.enqueue("a1", "a")
+        plain_job = self.store.enqueue(JobSpec("gpuapp:_append", {"name": "plain.log", "line": "ran"},
+                                               queue="cpu")).id
+        self.state(model_job, "completed")
+        self.state(plain_job, "completed")
+        gpu_row = self.beat(lambda row: row["queue"] == "gpu" and row["warm_model"] == "a")
+        cpu_row = self.beat(lambda row: row["queue"] == "cpu")
+        self.assertEqual(snapshot.gpu_advert_of(gpu_row).models, ("a",), "only the models its OPTIONS name")
+        self.assertIsNone(snapshot.gpu_advert_of(cpu_row), "the cpu queue's worker routes nothing")
+        self.assertEqual(self.lines("models.log"), ["load a"])
+        self.stop_all(box)
+
     def test_two_workers_on_one_gpu_hold_one_model_at_a_time_and_a_refused_job_is_handed_back(self):
         first = self.enqueue("a1", "a", gate="go")
         holder = self.worker("--models", "a", "--idle-unload", "1")

@@ -81,6 +81,12 @@ class UpCheckTest(UpTestCase):
         self.assertIn("tick", plan[3]["what"])
         self.assertFalse(os.path.exists(self.db), "--check made the database")
 
+    def test_check_gives_each_queue_its_own_kind(self):
+        plan = json.loads(self.cli("up", "--check", "--json", "--app", "box_tasks", "--queue", "cpu:2",
+                                   "--queue", "gpu:1:gpu", "--queue", "a:b:1").stdout)
+        self.assertEqual([role["what"] for role in plan if role["name"] == "worker"],
+                         ["queue cpu", "queue gpu, GPU watchdog", "queue a:b"])
+
     def test_check_says_why_a_role_is_left_out(self):
         text = self.cli("up", "--check", "--no-orchestrator", "--no-sampler").stdout
         self.assertRegex(text, r"orchestrator +--no-orchestrator: on SQLite nothing else reclaims")
@@ -103,6 +109,10 @@ class UpBadInputTest(UpTestCase):
             "an app that is not there": (["--app", "no_such_module"], "no_such_module"),
             "routing without --gpu": (["--lane", "model"], "--gpu"),
             "--json without --check": (["--json"], "--json goes with --check"),
+            "an unknown queue option": (["--queue", "gpu:1:gpu,vram=1"], "unknown option 'vram=1'"),
+            "a queue's routing without gpu": (["--queue", "gpu:1:lane=model"], "--lane needs --gpu"),
+            "a bad queue option value": (["--queue", "gpu:1:gpu,gpu-index=x"], "gpu-index: invalid int value"),
+            "box-wide flags no queue takes": (["--queue", "gpu:1:gpu", "--gpu"], "every --queue gives its own"),
         }
         for case, (flags, says) in cases.items():
             with self.subTest(case):

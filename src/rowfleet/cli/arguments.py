@@ -192,19 +192,66 @@ def with_allowed_hosts(config: Config, args: argparse.Namespace) -> Config:
     return config.replace(allowed_hosts=tuple(args.allowed_hosts)) if args.allowed_hosts else config
 
 
+def _lane(text: str) -> str:
+    if text not in routing.LANES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(routing.LANES)}, got {names.shown(text)}")
+    return text
+
+
+# Each routing flag's reader and help: the flags of ``gpu_flags`` and the options of
+# ``rowfleet up --queue Q:N:OPTIONS`` (``routing_options``) read their values alike.
+ROUTING_READERS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "models": (str, "the models this worker may load (default: every model the --app modules register)"),
+    "vram_mb": (typed("vram mb"), "GPU memory to claim by, MiB (default: nvidia-smi's total)"),
+    "gpu_index": (typed("gpu index"), "which GPU of the host (default 0)"),
+    "lane": (_lane, "any (default), model (only jobs that need a model) or plain (only jobs that need none)"),
+    "host_priority": (typed("host priority"), "negative: an overflow box, which takes the newest work first "
+                                              "(default 0)"),
+    "idle_unload": (positive_float, "unload the warm model after this long without a job (default: never)"),
+}
+_ROUTING_METAVARS = {"models": "A,B", "idle_unload": "SECONDS", "lane": "{" + ",".join(routing.LANES) + "}"}
+
+
 def gpu_flags(sub: Parser) -> None:
     """A GPU worker's routing flags (``ROUTING_FLAGS``), read by ``gpu_settings_of``."""
     gpu = sub.add_argument_group("GPU workers (with --gpu: claims routed by model)")
-    gpu.add_argument("--models", metavar="A,B", default=None,
-                     help="the models this worker may load (default: every model the --app modules register)")
-    gpu.add_argument("--vram-mb", type=typed("vram mb"), default=None, help="GPU memory to claim by, MiB (default: nvidia-smi's total)")
-    gpu.add_argument("--gpu-index", type=typed("gpu index"), default=None, help="which GPU of the host (default 0)")
-    gpu.add_argument("--lane", choices=routing.LANES, default=None,
-                     help="any (default), model (only jobs that need a model) or plain (only jobs that need none)")
-    gpu.add_argument("--host-priority", type=typed("host priority"), default=None,
-                     help="negative: an overflow box, which takes the newest work first (default 0)")
-    gpu.add_argument("--idle-unload", type=positive_float, default=None, metavar="SECONDS",
-                     help="unload the warm model after this long without a job (default: never)")
+    for name in ROUTING_FLAGS:
+        read, help_text = ROUTING_READERS[name]
+        gpu.add_argument("--" + name.replace("_", "-"), type=read, default=None, help=help_text,
+                         metavar=_ROUTING_METAVARS.get(name))
+
+
+def routing_options(text: str) -> argparse.Namespace:
+    """A worker kind written as options, ``gpu,models=a+b,vram-mb=20000`` (``+`` between
+    models, since ``,`` is between options): ``gpu`` and the routing flags, each read as its
+    flag is, in the namespace ``gpu_settings_of`` reads; a refusal is a ``ConfigError``.
+
+    >>> options = routing_options("gpu,models=llm+sd,lane=model")
+    >>> options.gpu, options.models, options.lane, options.vram_mb
+    (True, 'llm,sd', 'model', None)
+    >>> routing_options("gpu,vram=1")
+    Traceback (most recent call last):
+    rowfleet.errors.ConfigError: unknown option 'vram=1': give gpu, models=, vram-mb=, gpu-index=, lane=, host-priority=, idle-unload=
+    >>> routing_options("gpu,gpu-index=x")
+    Traceback (most recent call last):
+    rowfleet.errors.ConfigError: gpu-index: invalid int value: 'x' (expected a whole number from 0 to 2147483647, in ASCII digits)
+    """
+    given: dict[str, Any] = {"gpu": False, **dict.fromkeys(ROUTING_FLAGS)}
+    known = ", ".join(["gpu", *(f"{name.replace('_', '-')}=" for name in ROUTING_FLAGS)])
+    for option in text.split(","):
+        key, equals, value = option.partition("=")
+        name = key.strip().replace("-", "_")
+        if name == "gpu" and not equals:
+            given["gpu"] = True
+        elif name in ROUTING_READERS and equals:
+            read = ROUTING_READERS[name][0]
+            try:
+                given[name] = read(value.replace("+", ",") if name == "models" else value)
+            except argparse.ArgumentTypeError as exc:
+                raise ConfigError(f"{key.strip()}: {exc}") from None
+        else:
+            raise ConfigError(f"unknown option {names.shown(option)}: give {known}")
+    return argparse.Namespace(**given)
 
 
 def gpu_settings_of(args: argparse.Namespace) -> GpuSettings | None:

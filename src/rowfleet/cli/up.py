@@ -2,7 +2,9 @@
 
 What a box runs, each role a supervised child with the restart policy workers have: the
 orchestrator (unless ``--no-orchestrator``: the second and later boxes of a PostgreSQL
-fleet leave it to the first), ``N`` workers per ``--queue Q[:N]``, the scheduler when there
+fleet leave it to the first), ``N`` workers per ``--queue Q[:N[:OPTIONS]]`` (OPTIONS: that
+queue's workers' own kind, ``gpu,models=a+b``; without them, the box-wide ``--gpu`` and
+routing flags), the scheduler when there
 are schedules (``--schedule FILE`` or ``@rowfleet.periodic`` in an ``--app`` module), the
 host's telemetry sampler (unless ``--no-sampler``) and the panel with ``--panel``.
 ``--check`` prints that plan, and why each role starts or not, and starts nothing.
@@ -24,14 +26,14 @@ from typing import Callable, Sequence
 
 from rowfleet import config as configuration
 from rowfleet import exitcodes, names
-from rowfleet.cli.arguments import (PANEL_BIND, PANEL_PORT, PANEL_TOKEN_ENV, Parser, allow_host_flag,
+from rowfleet.cli.arguments import (PANEL_BIND, PANEL_PORT, PANEL_TOKEN_ENV, ROUTING_FLAGS, Parser, allow_host_flag,
                                     allow_module_flag, app_flag, gpu_flags, gpu_settings_of, metrics_token_flag,
-                                    port_number, sample_path_flag, trusted, vetted_schedules, with_allowed_hosts,
-                                    with_sample_paths)
+                                    port_number, routing_options, sample_path_flag, trusted, vetted_schedules,
+                                    with_allowed_hosts, with_sample_paths)
 from rowfleet.cli.output import table
 from rowfleet.errors import ConfigError
 from rowfleet.services import runner
-from rowfleet.services.runner import Box, Role
+from rowfleet.services.runner import Box, Role, Workers
 from rowfleet.services.supervisor import Child
 from rowfleet.store import sqlite_path
 
@@ -55,14 +57,20 @@ class PanelAsk:
 
 def add_commands(command: Callable[..., Parser]) -> None:
     sub = command("up", cmd_up, "run this box's whole share of the fleet under one supervisor: orchestrator, "
-                  "workers, scheduler, telemetry sampler and, with --panel, the panel")
-    sub.add_argument("--queue", action="append", default=None, metavar="Q[:N]",
-                     help="N worker processes for queue Q (N default 1; repeatable; default: default:1)")
+                  "workers, scheduler, telemetry sampler and, with --panel, the panel",
+                  reads=("database", "worker", "watchdog", "supervisor", "sampler", "orchestrator", "scheduler",
+                         "telemetry", "panel"))
+    sub.add_argument("--queue", action="append", default=None, metavar="Q[:N[:OPTIONS]]",
+                     help="N worker processes for queue Q (N default 1; repeatable; default: default:1); OPTIONS "
+                          "give that queue's workers their own kind, as gpu,models=a+b,vram-mb=20000 (gpu and the "
+                          "routing flags below, + between models); without OPTIONS a queue's workers take the "
+                          "box-wide --gpu and routing flags")
     app_flag(sub, "import this module: its @rowfleet.task handlers, models and @rowfleet.periodic "
                   "schedules register (repeatable)")
     allow_module_flag(sub)
     sub.add_argument("--gpu", action="store_true",
-                     help="the workers' jobs use a GPU: watch them with the GPU health watchdog (exit 78)")
+                     help="the workers' jobs use a GPU: watch them with the GPU health watchdog (exit 78); for "
+                          "every queue that gives no OPTIONS of its own")
     sub.add_argument("--schedule", action="append", default=[], metavar="FILE",
                      help="a JSON file of schedules for the scheduler (repeatable)")
     sub.add_argument("--no-orchestrator", action="store_true",
@@ -83,12 +91,14 @@ def add_commands(command: Callable[..., Parser]) -> None:
     gpu_flags(sub)
 
 
-def queue_counts(specs: Sequence[str]) -> list[tuple[str, int]]:
-    """``--queue Q[:N]`` values as (queue, workers), in the order given; N and the workers
-    of all the queues together by the procs rule (``runner.check_queues``).
+def queue_counts(specs: Sequence[str]) -> list[tuple[str, int, str | None]]:
+    """``--queue Q[:N[:OPTIONS]]`` values as (queue, workers, options or None), in the order
+    given; N and the workers of all the queues together by the procs rule
+    (``runner.check_queues``). A queue name may hold ``:``: the last part is N, or, when it
+    is not a number and a number comes before it, the options.
 
-    >>> queue_counts(["default", "gpu:2"])
-    [('default', 1), ('gpu', 2)]
+    >>> queue_counts(["default", "gpu:2", "llm:1:gpu,models=a+b"])
+    [('default', 1, None), ('gpu', 2, None), ('llm', 1, 'gpu,models=a+b')]
     >>> queue_counts(["gpu:0"])
     Traceback (most recent call last):
     ...
@@ -98,14 +108,48 @@ def queue_counts(specs: Sequence[str]) -> list[tuple[str, int]]:
     ...
     rowfleet.errors.ConfigError: --queue 'a' is given twice: give it once, with its number of workers
     """
-    counts = []
+    lines = []
     for spec in specs:
-        queue, _, count = spec.rpartition(":") if ":" in spec else (spec, "", "1")
+        queue, count, options = _queue_parts(spec)
         try:
-            counts.append((queue, runner.PROCS.parse("N", count)))
+            lines.append((queue, runner.PROCS.parse("N", count), options))
         except ConfigError:
             raise ConfigError(f"--queue {names.shown(spec)}: N must be {runner.PROCS.requirement}") from None
-    return list(runner.check_queues(counts, "--queue"))
+    runner.check_queues([(queue, count) for queue, count, _ in lines], "--queue")
+    return lines
+
+
+def _queue_parts(spec: str) -> tuple[str, str, str | None]:
+    if ":" not in spec:
+        return spec, "1", None
+    head, _, last = spec.rpartition(":")
+    if last.isascii() and last.isdigit() or ":" not in head:
+        return head, last, None
+    queue, _, count = head.rpartition(":")
+    return queue, count, last
+
+
+def queue_workers(specs: Sequence[str], args: argparse.Namespace) -> list[Workers]:
+    """Each ``--queue``'s workers: their own kind where it gives OPTIONS, else the box-wide
+    ``--gpu`` and routing flags'. Every queue's is checked here, before any child starts."""
+    box_wide = None
+    lines = []
+    for queue, count, options in queue_counts(specs):
+        if options is None:
+            box_wide = box_wide or (args.gpu, gpu_settings_of(args))
+            lines.append(Workers(queue, count, *box_wide))
+            continue
+        try:
+            kind = routing_options(options)
+            lines.append(Workers(queue, count, kind.gpu, gpu_settings_of(kind)))
+        except ConfigError as exc:
+            raise ConfigError(f"--queue {names.shown(f'{queue}:{count}:{options}')}: {exc}") from None
+    unused = [f"--{name.replace('_', '-')}" for name in ("gpu", *ROUTING_FLAGS) if getattr(args, name)]
+    if box_wide is None and unused:
+        raise ConfigError(f"{', '.join(unused)}: every --queue gives its own OPTIONS, so no worker would take "
+                          f"{'it' if len(unused) == 1 else 'them'}: put {'it' if len(unused) == 1 else 'them'} "
+                          f"in a queue's OPTIONS")
+    return lines
 
 
 def render_plan(plan: Sequence[Role], config: configuration.Config) -> str:
@@ -128,10 +172,10 @@ def cmd_up(args: argparse.Namespace, config: configuration.Config) -> int:
     if args.json and not args.check:
         raise ConfigError("--json goes with --check: a running box logs, it prints no JSON")
     config = with_sample_paths(with_allowed_hosts(trusted(config, args), args), args)
-    queues = queue_counts(args.queue or ["default"])
+    queue_counts(args.queue or ["default"])  # before the --app modules are imported: a typo costs nothing
     schedules = vetted_schedules(args.schedule, args.app, config.allow_modules)  # imports the --app modules
-    box = Box(config, queues, schedules, orchestrator=not args.no_orchestrator, sampler=not args.no_sampler,
-              gpu=args.gpu, gpu_settings=gpu_settings_of(args))
+    box = Box(config, queue_workers(args.queue or ["default"], args), schedules,
+              orchestrator=not args.no_orchestrator, sampler=not args.no_sampler)
     panel = _panel_request(args, config)
     plan = runner.box_plan(box, panel_url=panel.shown if panel else None)
     if args.check:

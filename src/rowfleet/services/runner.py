@@ -9,12 +9,14 @@ child (``run_until_stopped``), and a supervisor that records its workers' exits 
 database and kills the workers the dead-worker sweep flagged (``supervise``). Each process
 has its ``run_*`` function here: worker, orchestrator, scheduler, the host's sampler.
 
-The plan: a ``Box`` says what one box runs (workers per queue, the orchestrator, the
+The plan: a ``Box`` says what one box runs (workers per queue, each queue's ``Workers``
+their own kind: plain, or GPU workers with their models; the orchestrator, the
 scheduler when there are schedules, the sampler); ``box_plan`` says it in ``Role`` lines,
 and why a role is left out; ``box_children`` makes its supervised children, each in its
 stop stage; ``run_box`` runs them. From Python, with no command line::
 
     runner.run_box(runner.Box(config, queues=[("default", 2)]))
+    runner.run_box(runner.Box(config, queues=[("cpu", 2), runner.Workers("gpu", 1, gpu=True)]))
 
 A stop (SIGTERM, or Ctrl-C) goes in stages, each once the one before has exited: the
 scheduler (no new slots), the workers (each finishes its job in hand), the orchestrator
@@ -261,15 +263,34 @@ def check_queues(queues: Sequence[tuple[str, int]], what: str = "queues") -> tup
 
 
 @dataclasses.dataclass(frozen=True)
+class Workers:
+    """The ``count`` worker processes of one ``queue``: ``gpu`` watches their jobs with the
+    GPU health watchdog, ``gpu_settings`` routes their claims by model (None: plain claims)."""
+
+    queue: str
+    count: int = 1
+    gpu: bool = False
+    gpu_settings: GpuSettings | None = None
+
+    def gpu_text(self) -> str | None:
+        """Their GPU part of the plan, in words; None for plain workers."""
+        if not self.gpu:
+            return None
+        models = self.gpu_settings.models if self.gpu_settings else ()
+        return "GPU watchdog" + (f", models {', '.join(models)}" if models else "")
+
+
+@dataclasses.dataclass(frozen=True)
 class Box:
-    """What one box runs under one supervisor: ``workers`` per queue (queue, count), the
-    orchestrator (leave it out on the second and later boxes of a PostgreSQL fleet), the
-    scheduler when there are ``schedules``, the host's telemetry ``sampler``; ``gpu``
-    watches the workers' jobs with the GPU health watchdog, ``gpu_settings`` routes their
-    claims by model. Checked when built."""
+    """What one box runs under one supervisor: workers per queue (``queues``: a (queue,
+    count) pair, or a ``Workers`` of its own kind), the orchestrator (leave it out on the
+    second and later boxes of a PostgreSQL fleet), the scheduler when there are
+    ``schedules``, the host's telemetry ``sampler``. ``gpu`` and ``gpu_settings`` are the
+    kind of the workers a pair gives (a ``Workers`` keeps its own). Checked when built;
+    ``queues`` then holds a ``Workers`` per queue."""
 
     config: Config
-    queues: Sequence[tuple[str, int]] = (("default", 1),)
+    queues: Sequence[tuple[str, int] | Workers] = (("default", 1),)
     schedules: Sequence[Schedule] = ()
     orchestrator: bool = True
     sampler: bool = True
@@ -277,7 +298,10 @@ class Box:
     gpu_settings: GpuSettings | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "queues", check_queues(self.queues))
+        given = [line if isinstance(line, Workers) else Workers(*line, gpu=self.gpu, gpu_settings=self.gpu_settings)
+                 for line in self.queues]
+        check_queues([(line.queue, line.count) for line in given])
+        object.__setattr__(self, "queues", tuple(given))
         object.__setattr__(self, "schedules", tuple(self.schedules))
 
 
@@ -316,8 +340,8 @@ def box_plan(box: Box, panel_url: str | None = None) -> list[Role]:
             "on SQLite nothing else reclaims a lapsed lease or dispatches a workflow step"
             if sqlite_path(box.config.db) is not None else
             "another box's orchestrator reclaims leases and dispatches workflow steps")))
-    gpu = _gpu_text(box)
-    plan += [Role("worker", count, f"queue {queue}" + (f", {gpu}" if gpu else "")) for queue, count in box.queues]
+    plan += [Role("worker", line.count, f"queue {line.queue}" + (f", {gpu}" if (gpu := line.gpu_text()) else ""))
+             for line in box.queues]
     if box.schedules:
         shown = [schedule.name for schedule in box.schedules]
         plan.append(Role("scheduler", 1, f"{len(shown)} schedule(s): {', '.join(shown)}"))
@@ -335,13 +359,6 @@ def box_plan(box: Box, panel_url: str | None = None) -> list[Role]:
     return plan + left_out
 
 
-def _gpu_text(box: Box) -> str | None:
-    if not box.gpu:
-        return None
-    models = box.gpu_settings.models if box.gpu_settings else ()
-    return "GPU watchdog" + (f", models {', '.join(models)}" if models else "")
-
-
 def box_children(box: Box, watchers: Sequence[Child] = ()) -> list[Child]:
     """The supervised children of ``box``, each in its stop stage: the feeders (the
     scheduler, stopped first; the orchestrator, stopped after the workers, so the steps
@@ -353,9 +370,10 @@ def box_children(box: Box, watchers: Sequence[Child] = ()) -> list[Child]:
     if box.orchestrator:
         children.append(Child("orchestrator", partial(run_orchestrator, config), FATAL, reports_exits=False,
                               stop_stage=ORCHESTRATOR_STAGE))
-    children += [Child("worker", partial(run_worker, config, (queue,), gpu=box.gpu, gpu_settings=box.gpu_settings),
+    children += [Child("worker", partial(run_worker, config, (line.queue,), gpu=line.gpu,
+                                         gpu_settings=line.gpu_settings),
                        FATAL, stop_stage=WORKER_STAGE, cold_signal=signal.SIGQUIT)
-                 for queue, count in box.queues for _ in range(count)]
+                 for line in box.queues for _ in range(line.count)]
     if box.sampler:
         children.append(sampler_child(config, stop_stage=WATCHER_STAGE))
     return children + [dataclasses.replace(watcher, stop_stage=WATCHER_STAGE) for watcher in watchers]
