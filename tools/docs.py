@@ -252,8 +252,9 @@ def gen_cli_commands(src: Sources, page: str) -> str:
     out += [_option_row(a, formatter, {}) for a in parser._actions
             if a.option_strings and a.dest != "help"]
     out.append("</table>")
-    out.append("<p>Every command also takes these options after its name, and each setting of the "
-               "<a href=\"#settings\">settings tables</a> as a flag.</p>")
+    out.append("<p>Every command also takes these options after its name, and as flags the settings of the "
+               "<a href=\"#settings\">settings tables</a> that it reads (its table below lists them; "
+               "<code>rowfleet settings</code> says which commands read each).</p>")
     out.append('<ul class="commands">' + "".join(f'<li><a href="#cmd-{esc(name)}"><code>{esc(name)}</code></a></li>'
                                                  for name in commands) + "</ul>")
     for name, sub in commands.items():

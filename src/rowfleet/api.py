@@ -66,10 +66,11 @@ class EnqueueableTask(tasks.Task):
 
 
 def task(fn: Any = None, *, name: str | None = None, queue: str = "default", timeout: float | None = None,
-         model: str | None = None) -> Any:
+         model: str | None = None, gpus: int | None = None) -> Any:
     """Register a handler. Usable bare (``@task``) or with options (``@task(queue="gpu",
-    model="llama3-8b:q4")``); the function returned gains ``.enqueue``. See ``rowfleet.tasks.task``."""
-    return tasks.task(fn, name=name, queue=queue, timeout=timeout, model=model, kind=EnqueueableTask)
+    model="llama3-8b:q4", gpus=2)``); the function returned gains ``.enqueue``. See
+    ``rowfleet.tasks.task``."""
+    return tasks.task(fn, name=name, queue=queue, timeout=timeout, model=model, gpus=gpus, kind=EnqueueableTask)
 
 
 def model(model_id: Any = None, *, vram_mb: int | None = None, unload: Callable[[Any], Any] | None = None) -> Any:
@@ -128,7 +129,7 @@ def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: 
             key: str | None = None, max_attempts: int = 5, project: str | None = None,
             timeout: float | None = None, model: str | None = None, vram_mb: int | None = None,
             unique: str | None = None, debounce: float = 0.0, concurrency_key: str | None = None,
-            conn: Any = None) -> Job:
+            gpus: int | None = None, conn: Any = None) -> Job:
     """Enqueue one job and return it (``job.id``); see the README for each option.
 
     ``task`` is a task name or a ``@rowfleet.task`` function. With ``key``, a second
@@ -141,20 +142,23 @@ def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: 
     another, ``"active"`` also one that runs; ``debounce=SECONDS`` (implying "queued") pushes
     the waiting job's start to that long after the newest duplicate. ``concurrency_key`` (a
     customer, a tenant) is what the queue's per-key limits and fair share count it by.
+    ``gpus`` (default: the task's) is how many GPUs of one host it needs, ``vram_mb`` on each:
+    only a GPU worker that can hold that many now takes it, with ``CUDA_VISIBLE_DEVICES``
+    naming them.
     """
     spec = _spec(task, args, queue, priority, run_next, delay, run_at, key, max_attempts, project, timeout,
-                 model, vram_mb, unique, debounce, concurrency_key)
+                 model, vram_mb, unique, debounce, concurrency_key, gpus)
     return default_store().enqueue(spec, conn=conn)
 
 
 def enqueue_many(task: Any, args_list: Iterable[Any], *, queue: str | None = None, priority: int = 0,
                  run_next: bool = False, delay: float = 0.0, max_attempts: int = 5,
                  project: str | None = None, model: str | None = None, vram_mb: int | None = None,
-                 concurrency_key: str | None = None, conn: Any = None) -> int:
+                 concurrency_key: str | None = None, gpus: int | None = None, conn: Any = None) -> int:
     """Enqueue one job per item of ``args_list`` in one transaction (all or none); returns
     how many. Faster than a loop of ``enqueue`` by far; idempotency keys are not taken."""
     spec = _spec(task, None, queue, priority, run_next, delay, None, None, max_attempts, project, None,
-                 model, vram_mb, concurrency_key=concurrency_key)
+                 model, vram_mb, concurrency_key=concurrency_key, gpus=gpus)
     checked = (names.check_json("args", args) for args in args_list)  # as the store encodes each
     return default_store().enqueue_many(spec, checked, conn=conn)
 
@@ -308,14 +312,15 @@ def _node_dict(node: dict[str, Any]) -> dict[str, Any]:
 def _spec(task: Any, args: Any, queue: str | None, priority: int, run_next: bool, delay: float,
           run_at: float | None, key: str | None, max_attempts: int, project: str | None,
           timeout: float | None = None, model: str | None = None, vram_mb: int | None = None,
-          unique: str | None = None, debounce: float = 0.0, concurrency_key: str | None = None) -> JobSpec:
+          unique: str | None = None, debounce: float = 0.0, concurrency_key: str | None = None,
+          gpus: int | None = None) -> JobSpec:
     if model is not None:
         models.check(model)  # a model id is a name, wherever it is given
-    stamp = tasks.stamp(task, queue or None, timeout, model, vram_mb)
+    stamp = tasks.stamp(task, queue or None, timeout, model, vram_mb, gpus)
     return JobSpec(task=stamp.task, args=args, queue=stamp.queue, project=_project(project),
                    priority=priority, run_next=run_next, delay=delay, run_at=run_at, key=key,
                    max_attempts=max_attempts, timeout=stamp.timeout, model=stamp.model, vram_mb=stamp.vram_mb,
-                   unique=unique, debounce=debounce, concurrency_key=concurrency_key)
+                   unique=unique, debounce=debounce, concurrency_key=concurrency_key, gpus=stamp.gpus)
 
 
 def _project(project: str | None) -> str:

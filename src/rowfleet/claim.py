@@ -13,6 +13,9 @@ Which jobs a claim may take (a job's model is its ``required_model``; a plain jo
 - ``only_warm``: the churn floor: only plain jobs, jobs of ``warm_model`` and of ``starved``.
 - ``gpu_locked_to``: another live holder leases the GPU for this model, so only its jobs
   (and plain ones) may run here; None: the GPU is free, or leased to the worker's own model.
+- ``gpus_free``: how many of its host's GPUs the worker could hold now: a job that asks for
+  GPUs (``gpus``) is taken only when it asks for no more. None: a worker of no GPU, which
+  takes only jobs that ask for none. Needs no gate (a ``--gpu`` worker without models has one).
 
 In which order (``ORDER_TERMS``): run-next first, then jobs of a ``starved`` model (its
 waiting work is past its starvation bound), then jobs of ``warm_model`` (no load to pay),
@@ -68,6 +71,7 @@ class Claim:
     vram_free_mb: int | None = dataclasses.field(default=None, kw_only=True)
     newest_first: bool = dataclasses.field(default=False, kw_only=True)
     gpu_locked_to: str | None = dataclasses.field(default=None, kw_only=True)
+    gpus_free: int | None = dataclasses.field(default=None, kw_only=True)
     # Limit rows hold the queue (rowfleet.flow): the store reads and applies them in the claim.
     limited: bool = dataclasses.field(default=False, kw_only=True)
 
@@ -83,9 +87,10 @@ class Claim:
         for name in ("warm_model", "gpu_locked_to"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise TypeError(f"a claim's {name} must be a model name or None, got {getattr(self, name)!r}")
-        if self.vram_free_mb is not None and (isinstance(self.vram_free_mb, bool)
-                                              or not isinstance(self.vram_free_mb, int)):
-            raise TypeError(f"a claim's vram_free_mb must be an integer or None, got {self.vram_free_mb!r}")
+        for name in ("vram_free_mb", "gpus_free"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"a claim's {name} must be an integer or None, got {value!r}")
         if self.models is None:
             for name in ("warm_model", "starved", "rank", "only_warm", "gpu_locked_to", "vram_free_mb",
                          "newest_first"):

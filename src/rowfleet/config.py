@@ -3,11 +3,12 @@ and ``configure()``.
 
 Each setting is one ``Setting`` in ``SETTINGS``: its name (the ``Config`` field, the
 ``configure()`` keyword and, upper-cased, ``ROWFLEET_<NAME>``), default, kind (how its
-text reads), the rule that checks it, its command-line flag and help, and the label the
-README's tables give it. ``Config``'s fields, its validation, the environment's reading,
-the command line's flags (``cli.arguments``) and the README's settings tables
-(``settings_table()``, kept in step by ``python make.py settings-table`` and a test) are
-all derived from them.
+text reads), the rule that checks it, its command-line flag and help, the families of
+processes that read it (``GROUPS``) and the label the README's tables give it.
+``Config``'s fields, its validation, the environment's reading, the command line's flags
+(``cli.arguments``: each command takes the flags of the families it names), the listing
+of ``rowfleet settings`` and the README's settings tables (``settings_table()``, kept in
+step by ``python make.py settings-table`` and a test) are all derived from them.
 
 Precedence is CLI flags > ``ROWFLEET_*`` environment > defaults. This is the only
 module below the CLI that reads the environment; everything below the CLI is handed a
@@ -34,8 +35,27 @@ ENV_PREFIX = "ROWFLEET_"
 
 # Where a setting's flag goes on the command line.
 GLOBAL = "global"    # rowfleet's own flags, before the command (or after it)
-COMMAND = "command"  # every command's "settings" group
+COMMAND = "command"  # on the commands that read it: those naming a family of its ``read_by``
 OWN = "own"          # added only by the commands it matters to (``--allow-module``: those that run tasks)
+
+# The families of processes that read the settings of COMMAND scope, each with the heading
+# its settings go under, in the order a command's help shows them. A command names the
+# families it is (``rowfleet worker``: the database's, a worker's, its watchdogs', its
+# supervisor's and its sampler's) and takes the flags of the settings they read.
+GROUPS = {
+    "database": "database settings",
+    "connection": "PostgreSQL connection settings (its timeouts and keepalives follow them)",
+    "worker": "worker settings",
+    "watchdog": "watchdog settings",
+    "supervisor": "supervisor settings",
+    "sampler": "sampler settings",
+    "orchestrator": "orchestrator settings",
+    "scheduler": "scheduler settings",
+    "switches": "switch settings",
+    "waiting": "wait settings",
+    "telemetry": "telemetry view settings",
+    "panel": "panel settings",
+}
 
 # The README's tables of settings: the Settings section's, and the one under Liveness.
 TABLES = ("general", "liveness")
@@ -94,7 +114,9 @@ class Setting:
     in words where the value itself would mislead (the host's ``""`` means the hostname).
     ``scope`` is where its flag goes (``GLOBAL``, ``COMMAND`` or ``OWN``), ``table`` the
     README table that lists it, and ``in_config`` False for the one setting the command
-    line reads for itself (the log level).
+    line reads for itself (the log level). ``read_by``, for a setting of ``COMMAND`` scope
+    only, names the families of ``GROUPS`` whose processes read it, the one it is listed
+    under first: its flag goes on every command that names one of them, and on no other.
     """
 
     name: str
@@ -108,10 +130,20 @@ class Setting:
     table: str = "general"
     shown: str = ""
     in_config: bool = True
+    read_by: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.flag:
             object.__setattr__(self, "flag", "--" + self.name.replace("_", "-"))
+        if (self.scope == COMMAND) != bool(self.read_by) or not set(self.read_by) <= set(GROUPS):
+            raise ValueError(f"setting {self.name}: read_by must name families of GROUPS for, and only for, "
+                             f"a setting of {COMMAND} scope, got {self.read_by!r}")
+
+    @property
+    def group(self) -> str:
+        """The family it is listed under: the first that reads it, or its scope's name
+        (``global``, ``own``) for a setting outside the families."""
+        return self.read_by[0] if self.read_by else self.scope
 
     @property
     def env(self) -> str:
@@ -284,57 +316,65 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log_level", "INFO", TEXT, "DEBUG, INFO, WARNING or ERROR", "log level", scope=GLOBAL,
             in_config=False),
     Setting("host", "", TEXT, "this machine's label in holders and heartbeats", "host label", check=_check_host,
-            shown="the hostname"),
+            shown="the hostname", read_by=("worker", "supervisor", "sampler", "orchestrator", "scheduler", "switches")),
+    # A worker's; they also bound the timeouts and keepalives of every PostgreSQL connection,
+    # which a long-running process needs to notice a server gone in time (a one-shot command's
+    # connection keeps them from the environment or the defaults).
     _seconds("lease", 30.0, "seconds a claimed job's lease lasts (its holder stops it sooner if it cannot renew)",
-             "lease length"),
-    _seconds("renew", 5.0, "seconds between lease renewals", "lease renewal cadence"),
+             "lease length", read_by=("worker", "connection")),
+    _seconds("renew", 5.0, "seconds between lease renewals", "lease renewal cadence",
+             read_by=("worker", "connection")),
     _seconds("heartbeat", 10.0, "seconds between worker heartbeats",
-             "heartbeat cadence (silent after 3 missed)"),
+             "heartbeat cadence (silent after 3 missed)", read_by=("worker", "supervisor", "connection")),
     # A floor: an idle worker that polls faster spins a core and gains nothing.
     _seconds("poll", 1.0, "safety poll of an idle worker, seconds", "idle safety poll",
-             check=names.RULES["poll"].check),
-    _seconds("interval", 5.0, "seconds between orchestrator sweeps", "orchestrator sweep"),
-    _seconds("backoff_base", 2.0, "first retry delay, seconds, doubling per attempt", "first retry delay"),
-    _seconds("backoff_max", 3600.0, "longest retry delay, seconds", "longest retry delay"),
+             check=names.RULES["poll"].check, read_by=("worker", "sampler", "orchestrator", "scheduler", "waiting")),
+    _seconds("interval", 5.0, "seconds between orchestrator sweeps", "orchestrator sweep", read_by=("orchestrator",)),
+    _seconds("backoff_base", 2.0, "first retry delay, seconds, doubling per attempt", "first retry delay",
+             read_by=("worker",)),
+    _seconds("backoff_max", 3600.0, "longest retry delay, seconds", "longest retry delay", read_by=("worker",)),
     _seconds("retention", 7 * 24 * 3600.0, "seconds finished jobs are kept before pruning",
-             "retention of finished jobs", shown="7 days"),
+             "retention of finished jobs", shown="7 days", read_by=("orchestrator",)),
     Setting("synchronous", "FULL", TEXT, "SQLite durability: FULL or NORMAL", "SQLite durability",
-            check=_check_synchronous),
-    _seconds("busy_timeout", 30.0, "seconds to wait for the SQLite write lock", "SQLite write-lock wait"),
+            check=_check_synchronous, read_by=("database",)),
+    _seconds("busy_timeout", 30.0, "seconds to wait for the SQLite write lock", "SQLite write-lock wait",
+             read_by=("database",)),
     # Watchdogs (see the README's liveness section).
     _seconds("budget", 3600.0, "wall clock a job may run unless it or its task sets one", "job budget",
-             table="liveness"),
+             table="liveness", read_by=("watchdog",)),
     _seconds("stall_window", 300.0, "seconds without a progress beat before a stall is suspected", "stall window",
-             table="liveness"),
+             table="liveness", read_by=("watchdog",)),
     Setting("stall_samples", 3, AT_LEAST_ONE, "readings that confirm a stall",
-            "confirming readings", table="liveness"),
+            "confirming readings", table="liveness", read_by=("watchdog",)),
     _seconds("stall_spacing", 1.0, "seconds between those readings", "time between confirming readings",
-             table="liveness"),
+             table="liveness", read_by=("watchdog",)),
     Setting("idle_gpu", 5.0, PERCENT, "GPU utilisation % under which a GPU is idle", "idle GPU below",
-            table="liveness"),
+            table="liveness", read_by=("watchdog",)),
     Setting("memory_delta_mb", 5120.0, MIB, "memory moving less than this (MiB) is static",
-            "static memory moves less than", table="liveness"),
+            "static memory moves less than", table="liveness", read_by=("watchdog",)),
     _seconds("gpu_first_window", 1200.0, "GPU jobs: idle window before the first beat",
-             "GPU window before the first beat", table="liveness"),
+             "GPU window before the first beat", table="liveness", read_by=("watchdog",)),
     _seconds("gpu_window", 300.0, "GPU jobs: idle window after the first beat", "GPU window after the first beat",
-             table="liveness"),
-    _seconds("gpu_sample", 10.0, "GPU jobs: seconds between GPU readings", "GPU readings every", table="liveness"),
+             table="liveness", read_by=("watchdog",)),
+    _seconds("gpu_sample", 10.0, "GPU jobs: seconds between GPU readings", "GPU readings every", table="liveness",
+             read_by=("watchdog",)),
     Setting("watchdog_retries", 3, AT_LEAST_ZERO, "watchdog trips a job may take before it fails",
-            "watchdog trips before a job fails", table="liveness"),
+            "watchdog trips before a job fails", table="liveness", read_by=("watchdog", "orchestrator")),
     Setting("nvidia_smi", "nvidia-smi", TEXT, "the nvidia-smi command for GPU readings", "the nvidia-smi command",
-            check=_check_command, table="liveness"),
+            check=_check_command, table="liveness", read_by=("watchdog", "worker", "sampler")),
     _seconds("restart_delay", 0.5, "supervisor: first wait before restarting a dead child",
-             "restart delay, first", table="liveness"),
+             "restart delay, first", table="liveness", read_by=("supervisor",)),
     _seconds("restart_delay_max", 30.0, "supervisor: longest wait, doubling from the first",
-             "restart delay, longest", table="liveness"),
+             "restart delay, longest", table="liveness", read_by=("supervisor",)),
     _seconds("cancel_grace", 30.0, "seconds a cancelled running job's handler has to stop before its worker "
-             "process is ended", "a cancelled running job's time to stop"),
+             "process is ended", "a cancelled running job's time to stop", read_by=("worker",)),
     # The host's telemetry sampler and its flight recorder (see the README's telemetry section).
-    _seconds("sample_every", 2.0, "seconds between a host sampler's readings", "host samples every"),
+    _seconds("sample_every", 2.0, "seconds between a host sampler's readings", "host samples every",
+             read_by=("sampler", "panel")),
     _seconds("sample_detail_keep", 3600.0, "seconds the detail host samples are kept", "detail host samples kept",
-             shown="1 hour"),
+             shown="1 hour", read_by=("orchestrator", "telemetry")),
     _seconds("sample_minute_keep", 7 * 24 * 3600.0, "seconds the per-minute host samples are kept",
-             "per-minute host samples kept", shown="7 days"),
+             "per-minute host samples kept", shown="7 days", read_by=("orchestrator",)),
     Setting("sample_paths", (), PATHS, "also report the disk space of the filesystem holding this path",
             "paths whose disk space the sampler reports", check=_paths, flag="--sample-path", scope=OWN,
             shown="the SQLite database's folder"),
@@ -357,10 +397,10 @@ SETTINGS: tuple[Setting, ...] = (
     # PostgreSQL through a connection pooler such as PgBouncer (see the README's section on it).
     Setting("pooler", "none", TEXT, "the pooler --db goes through to PostgreSQL: none, session or transaction "
             "(transaction: no prepared statements, session settings, LISTEN or migrations through it)",
-            "PostgreSQL pooler mode of `--db`", check=_check_pooler),
+            "PostgreSQL pooler mode of `--db`", check=_check_pooler, read_by=("database",)),
     Setting("listen_url", "", TEXT, "a postgresql:// URL straight to the server, for LISTEN wake-ups",
             "direct PostgreSQL URL for wake-ups (LISTEN)", check=_check_listen_url,
-            shown="`--db`; none (the idle safety poll) with `--pooler transaction`"),
+            shown="`--db`; none (the idle safety poll) with `--pooler transaction`", read_by=("database",)),
 )
 SETTING = {setting.name: setting for setting in SETTINGS}
 CONFIG_SETTINGS = tuple(setting for setting in SETTINGS if setting.in_config)

@@ -94,6 +94,50 @@ class Switch:
 
 _SWITCH_COLUMNS = frozenset(field.name for field in dataclasses.fields(Switch))
 
+HEALTH_GATE = "health gate"  # who the GPU health gate's switches say changed them
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuSwitch:
+    """One GPU of a host, switched on or off (a row of ``gpu_switches``): by an operator, or
+    off by the health gate, whose last verdict it keeps (``health``: '' when healthy, else
+    why not; ``cleared``: the verdict an operator acknowledged by switching it on)."""
+
+    host: str
+    gpu_index: int
+    desired: str
+    reason: str = ""
+    changed_by: str = ""
+    changed_at: float = 0.0
+    health: str = ""
+    health_at: float | None = None
+    cleared: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> "GpuSwitch":
+        stored = by_name(row, "gpu_switches", _GPU_SWITCH_COLUMNS)
+        return cls(**{name: stored[name] for name in _GPU_SWITCH_COLUMNS})
+
+    @property
+    def off(self) -> bool:
+        return self.desired != ON  # the table allows 'on' and 'off' only
+
+    def holding(self) -> Switch:
+        """What holds a worker of this GPU while it is off: a drain switch of its host (the
+        job in hand finishes; nothing new is claimed), saying which GPU and why.
+
+        >>> GpuSwitch("box", 1, OFF, "uncorrectable ECC errors: 2", HEALTH_GATE).holding().reason
+        'GPU 1 of box: uncorrectable ECC errors: 2'
+        """
+        return Switch(ANY, self.host, ANY, OFF, DRAIN, self.changed_by, self.changed_at,
+                      f"GPU {self.gpu_index} of {self.host}: {self.reason or 'switched off'}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_GPU_SWITCH_COLUMNS = frozenset(field.name for field in dataclasses.fields(GpuSwitch))
+
 
 def check_scope(project: Any, host: Any, queue: Any) -> tuple[str, str, str]:
     """The (project, host, queue) a switch names, each a name as ``names.check_name``

@@ -81,6 +81,7 @@ class JobSpec:
     unique: str | None = None
     debounce: float = 0.0  # a duplicate pushes the waiting job's start this far (implies unique="queued")
     concurrency_key: str | None = None  # what per-key limits and fair share count by (rowfleet.flow)
+    gpus: int | None = None  # GPUs of one host it needs (each with vram_mb); None: none asked for
 
     def __post_init__(self) -> None:
         rule = names.RULES
@@ -102,6 +103,8 @@ class JobSpec:
             rule["key"].check("a concurrency key", self.concurrency_key)
         if self.vram_mb is not None:
             rule["vram mb"].check("vram_mb", self.vram_mb)
+        if self.gpus is not None:
+            rule["gpus"].check("gpus", self.gpus)
         rule["args"].check("args", self.args)
         try:
             object.__setattr__(self, "_args_json", encode_json(self.args))
@@ -178,7 +181,7 @@ _STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 _JSON_COLUMNS = frozenset({"args", "result"})
 _INTEGER_COLUMNS = frozenset({"id", "priority", "run_next", "attempts", "max_attempts", "lease_token", "run_id",
                               "node_item", "node_generation", "watchdog_retries", "delayed", "vram_mb",
-                              "warm_claim", "waited"})
+                              "warm_claim", "waited", "gpus"})
 _TIME_COLUMNS = ("run_at", "lease_expires_at", "created_at", "updated_at", "started_at", "finished_at",
                  "progress_at", "cancel_requested_at", "unplaceable_at", "tallied_at")
 _NUMBER_COLUMNS = frozenset(_TIME_COLUMNS + ("timeout", "progress"))
@@ -389,6 +392,7 @@ class Job:
     unique_key: str | None = None  # enqueued unique: what makes another enqueue its duplicate
     waited: bool = False  # somebody waits for its end (rowfleet.wait): on PostgreSQL the end notifies
     concurrency_key: str | None = None  # what per-key limits and fair share count it by
+    gpus: int | None = None  # GPUs of one host it needs; None: none asked for (any worker runs it)
     # The finish /metrics' tallies counted (its finished_at then): their bookkeeping, not the
     # job's state, so two reads of a job the orchestrator tallied between are still equal.
     tallied_at: float | None = dataclasses.field(default=None, compare=False)

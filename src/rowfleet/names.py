@@ -48,6 +48,7 @@ MAX_TEXT = 4096  # characters of other text: idempotency keys, database paths
 MAX_JSON_DEPTH = 100  # nesting of JSON values (args, results, definitions)
 WILDCARD = "*"  # worker switches use it for "every project, host or queue"
 MOST_PROCS = 256  # worker processes one command forks (worker --procs, up): beyond this is a typo, not a box
+MOST_GPUS = 64  # GPUs of one host a job may ask for: the largest boxes have 8 to 16; beyond this is a typo
 MOST_PREFETCHED = 1000  # jobs one claim takes (worker --prefetch): each held, its lease renewed, until it runs
 LEAST_POLL = 0.05  # seconds: an idle worker's safety poll; faster only spins a core
 MOST_PORT = 65535
@@ -550,6 +551,7 @@ RULES: dict[str, Rule] = {rule.field: rule for rule in (
     _int_rule("prefetch", 1, MOST_PREFETCHED),
     _int_rule("vram mb", 1, INT32_MAX),
     _int_rule("gpu index", 0, INT32_MAX),
+    _int_rule("gpus", 1, MOST_GPUS),
     _int_rule("host priority", -INT32_MAX, INT32_MAX),
     _int_rule("port", 0, MOST_PORT),
     # Numbers and times.

@@ -39,12 +39,13 @@ class Task:
     """A registered handler. Calling it runs the function directly, in this process."""
 
     def __init__(self, fn: Callable[..., Any], name: str, queue: str, timeout: float | None = None,
-                 model: str | None = None) -> None:
+                 model: str | None = None, gpus: int | None = None) -> None:
         self.fn = fn
         self.name = name
         self.queue = queue
         self.timeout = timeout  # wall-clock budget of its jobs, unless a job sets its own
         self.model = model  # the model its jobs need warm (``rowfleet.model()``), unless a job names its own
+        self.gpus = gpus  # GPUs of one host its jobs need, unless a job asks for its own number
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -55,12 +56,15 @@ class Task:
 
 
 def task(fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
-         timeout: float | None = None, model: str | None = None, kind: type[Task] = Task) -> Any:
+         timeout: float | None = None, model: str | None = None, gpus: int | None = None,
+         kind: type[Task] = Task) -> Any:
     """Register a handler. Usable bare (``@task``) or with options (``@task(queue="gpu")``).
 
     The default name is ``module:qualname``, which any worker can also import by name.
     ``timeout`` is the wall-clock budget (seconds) of its jobs, unless a job sets its own;
-    ``model`` the model id its jobs need (see ``rowfleet.models``), unless a job names its own.
+    ``model`` the model id its jobs need (see ``rowfleet.models``), unless a job names its own;
+    ``gpus`` the GPUs of one host its jobs need (each with their ``vram_mb``), unless a job
+    asks for its own number.
     ``kind`` is the class of what is registered: the public API's adds ``.enqueue``, so that
     registering a task never needs a store (nor imports the layer that opens one).
     """
@@ -69,11 +73,13 @@ def task(fn: Callable[..., Any] | None = None, *, name: str | None = None, queue
         timeout = names.check_seconds("a task's timeout", timeout)
     if model is not None:
         names.check_name("a task's model", model)
+    if gpus is not None:
+        names.RULES["gpus"].check("a task's gpus", gpus)
 
     def register(function: Callable[..., Any]) -> Task:
         task_name = name or f"{function.__module__}:{function.__qualname__}"
         names.check_name("task name", task_name)
-        registered = kind(function, task_name, queue, timeout, model)
+        registered = kind(function, task_name, queue, timeout, model, gpus)
         with _lock:
             _registry[task_name] = registered
         return registered
@@ -208,17 +214,18 @@ class Stamp:
     timeout: float | None
     model: str | None = None
     vram_mb: int | None = None
+    gpus: int | None = None
 
 
 def stamp(task: Any, queue: str | None = None, timeout: float | None = None, model: str | None = None,
-          vram_mb: int | None = None) -> Stamp:
-    """The task name, queue, timeout, model and GPU memory to write into a job of ``task`` (a
-    ``Task``, or a name looked up in this process's registry, never imported): the writer's
-    own, else the task's (the memory: the model's registered ``vram_mb``), else ``"default"``
-    and None (the worker's budget; no model; memory unknown).
+          vram_mb: int | None = None, gpus: int | None = None) -> Stamp:
+    """The task name, queue, timeout, model, GPU memory and GPUs to write into a job of
+    ``task`` (a ``Task``, or a name looked up in this process's registry, never imported):
+    the writer's own, else the task's (the memory: the model's registered ``vram_mb``), else
+    ``"default"`` and None (the worker's budget; no model; memory unknown; no GPU asked for).
 
     >>> stamp("nowhere:f"), stamp("nowhere:f", "io", 5.0).timeout
-    (Stamp(task='nowhere:f', queue='default', timeout=None, model=None, vram_mb=None), 5.0)
+    (Stamp(task='nowhere:f', queue='default', timeout=None, model=None, vram_mb=None, gpus=None), 5.0)
     >>> logged = Task(print, "app:log", "io", 30.0)
     >>> stamp(logged).timeout, stamp(logged, timeout=2.0).timeout
     (30.0, 2.0)
@@ -235,7 +242,9 @@ def stamp(task: Any, queue: str | None = None, timeout: float | None = None, mod
         model = registered.model
     if vram_mb is None and model is not None:
         vram_mb = _vram_of(model)
-    return Stamp(name, queue, timeout, model, vram_mb)
+    if gpus is None and registered is not None:
+        gpus = registered.gpus
+    return Stamp(name, queue, timeout, model, vram_mb, gpus)
 
 
 def _vram_of(model_id: Any) -> int | None:

@@ -257,7 +257,7 @@ class PostgresFlowTest(PostgresDatabaseCase, FlowContract, TempDirTestCase):
         self.store.enqueue_many(JobSpec(task="flow.noop", queue="api", concurrency_key="big"), [None] * 3000)
         for key in ("k1", "k2"):
             self.enqueue(key)
-        params = {"project": "", "queue": "api", "now": None, "held": '["big"]', "fair": 1,
+        params = {"project": "", "queue": "api", "now": None, "gpus_free": None, "held": '["big"]', "fair": 1,
                   "limit": flow.UNKEYED_LOOKAHEAD}
         with contextlib.closing(self.caller_connection()) as conn:
             [[plan]] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries.queries("postgres")["flow_pick"],
@@ -297,7 +297,7 @@ class SQLiteFlowPlanTest(TempDirTestCase):
             return 0
 
         conn.set_progress_handler(count, 1000)
-        params = {"project": "", "queue": "api", "now": time.time(), "held": json.dumps(held), "fair": 1,
+        params = {"project": "", "queue": "api", "now": time.time(), "gpus_free": None, "held": json.dumps(held), "fair": 1,
                   "limit": flow.UNKEYED_LOOKAHEAD}
         row = conn.execute(queries.queries("sqlite")["flow_pick"], params).fetchone()
         return (None if row is None else row[0]), steps[0]
@@ -317,7 +317,7 @@ class SQLiteFlowPlanTest(TempDirTestCase):
         conn = sqlite3.connect(self.db)
         self.addCleanup(conn.close)
         conn.execute("ANALYZE")
-        params = {"project": "", "queue": "api", "now": time.time(), "held": '["big"]', "fair": 1, "limit": 256}
+        params = {"project": "", "queue": "api", "now": time.time(), "gpus_free": None, "held": '["big"]', "fair": 1, "limit": 256}
         plan = "\n".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + queries.queries("sqlite")["flow_pick"],
                                                           params))
         self.assertIn("jobs_flow (project=? AND queue=? AND concurrency_key=?", plan)

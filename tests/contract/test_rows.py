@@ -21,7 +21,7 @@ import unittest
 from typing import Any
 
 from rowfleet import dag
-from rowfleet.control import OFF, HARD, ModelControl, Switch
+from rowfleet.control import OFF, HARD, GpuSwitch, ModelControl, Switch
 from rowfleet.job import Event, Job, JobSpec, MissingColumn
 from rowfleet.store.fleet import GpuLease
 from rowfleet.store.runs import Run
@@ -62,6 +62,7 @@ ROW_TYPES = (
     RowType(Run, "runs", "id", not_columns=frozenset({"nodes", "unreadable"}), unread=frozenset({"definition"})),
     RowType(GpuLease, "gpu_leases", "host, gpu_index"),
     RowType(ModelControl, "model_controls", "host, model, action"),
+    RowType(GpuSwitch, "gpu_switches", "host, gpu_index"),
 )
 # Tables with no row dataclass: their rows are handed on as plain dicts (``dict(row)``:
 # workers, dispatch_events, schedule_slots) or read a column or two by name where they are
@@ -93,6 +94,7 @@ class RowsContract:
         self.store.start_run(FLOW, {"n": 2}, PROJECT)
         self.store.acquire_gpu("box", 1, "llm", "box:7", 60.0)
         self.store.set_model_control("box", "llm", "pin", changed_by="ops")
+        self.store.record_gpu_health("box", 2, "row remapping failed")
 
     def rows(self, row_type: RowType, columns: list[str] | None = None) -> list[Any]:
         """The rows of ``row_type``'s table, with ``columns`` in that order (None: ``SELECT *``)."""

@@ -21,7 +21,7 @@ import subprocess
 import unittest
 from typing import Any
 
-from rowfleet import flow
+from rowfleet import control, flow
 from rowfleet.claim import Claim
 from rowfleet.errors import ConfigError, StoreUnavailable
 from rowfleet.job import COMPLETED, FAILED, JobSpec, Outcome
@@ -354,6 +354,12 @@ LIMITS = [LimitUse(flow.Limit("", "api", concurrency=4, per_key=2, rate=flow.Rat
                    (flow.Hold("concurrency", "queue gpu of every project at its limit 2 of 2"),))]
 
 
+# Two GPUs' switches: one the health gate switched off, one an operator cleared (GpuSwitch rows).
+GPU_SWITCHES = [control.GpuSwitch("box", 0, control.OFF, "row remapping failed", control.HEALTH_GATE, NOW,
+                                  "row remapping failed", NOW),
+                control.GpuSwitch("box", 1, control.ON, "", "ops", NOW, "", NOW)]
+
+
 class ExpositionTest(unittest.TestCase):
     def test_flow_limits_show_their_rules_use_and_what_holds_them(self):
         text = prometheus.exposition(fleet(), rows(), limits=LIMITS)
@@ -372,7 +378,7 @@ class ExpositionTest(unittest.TestCase):
 
     def test_every_family_once_in_the_declared_order(self):
         snapshot, metrics_rows, throttle = rich()
-        parsed = exposed(snapshot, metrics_rows, throttle=throttle, limits=LIMITS)
+        parsed = exposed(snapshot, metrics_rows, throttle=throttle, limits=LIMITS, gpu_switches=GPU_SWITCHES)
         self.assertEqual(parsed.order, [prometheus.PREFIX + name for name in prometheus.FAMILIES],
                          "rich() must fill every family, each once, in FAMILIES order")
         self.assertEqual(parsed.types, {prometheus.PREFIX + name: kind for name, (kind, _) in prometheus.FAMILIES.items()})

@@ -4,7 +4,8 @@ and args holding markup, quotes, right-to-left text and 10,000-character strings
 
 Every page renders with no console error, no exception and no Content-Security-Policy
 violation, runs no injected markup, and asks nothing of any origin but the panel's; a
-switch clicked in the page writes the switch row; the live refresh swaps in new rows
+switch clicked in the page writes the switch row, on the Workers page and on a Flight Deck
+card (which then shows it, and names hostile queues and models as text); the live refresh swaps in new rows
 without a reload and holds off while a form field has focus; screenshots of the Flight
 Deck and of a DAG are not blank and show the colours they should. Skips loudly without
 Chromium, and fails instead under ``ROWFLEET_REQUIRE_CHROMIUM=1`` (CI).
@@ -24,6 +25,8 @@ from rowfleet import dag
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, FAILED, JobSpec, Outcome
 from rowfleet.panel import server
+from rowfleet.panel.deck_charts import LABEL_MOST
+from rowfleet.panel.html import clipped
 from rowfleet.store import open_store
 from rowfleet.store.reads import JobFilter
 from browser import Browser, colour_share, distinct_colours, require_chromium
@@ -191,3 +194,50 @@ class PanelInBrowserTest(unittest.TestCase):
         self.assertGreater(len(distinct_colours(drawing)), 20, "the DAG screenshot is nearly blank")
         for colour in ("#8a6d00", "#b0b4ba"):  # a queued node and pending ones
             self.assertGreater(colour_share(drawing, hex_colour(colour), tolerance=12), 0.002, colour)
+
+    def test_off_drain_clicked_on_a_card_switches_its_queue_and_the_card_shows_it(self):
+        host = HOSTS[1]
+        self.store.enqueue(JobSpec(f"tasks:{HOSTILE_WORD}", queue=HOSTILE_WORD))
+        job = self.store.claim(Claim("", HOSTILE_WORD, f"{host}:7", 600.0))
+        self.store.worker_beat(f"{host}:7:0", "", host, HOSTILE_WORD, 7, job.id, models=(HOSTILE_WORD,), gpu_index=0,
+                               vram_total_mb=81559, vram_free_mb=559, warm_model=HOSTILE_WORD)
+        self.addCleanup(self.store.worker_stopped, f"{host}:7:0")
+        self.addCleanup(self.store.finish, job, Outcome(COMPLETED))
+        for queue in ("gpu", HOSTILE_WORD):
+            self.addCleanup(self.store.set_switch, "", host, queue, "on", "drain")
+        form = f'form.switch[aria-label="switch queue gpu of {host}"]'
+        card = f"document.querySelector({json.dumps(form)}).closest('section.host')"
+        state = f"document.querySelector({json.dumps(form + ' .switch-state')}).textContent"
+        self.clean_load("/deck")
+        self.assertEqual(self.page.evaluate(state), "on")
+
+        self.click_and_wait_for_the_next_page(f"{form} button.switch-off-drain")
+        held = self.store.switches_in_force("", host, ("gpu",))["gpu"]
+        self.assertEqual((held.desired, held.policy, held.changed_by), ("off", "drain", "panel"))
+        self.assertEqual(self.page.evaluate("location.pathname"), "/deck", "back on the deck")
+        note = self.page.evaluate("document.querySelector('.note').textContent")
+        self.assertIn(f"queue gpu of {host}: off (drain)", note)
+        self.assertEqual(self.page.evaluate(state), "off (drain)", "the switch row shows the switch in force")
+        pressed = f"[...document.querySelectorAll({json.dumps(form + ' button[aria-current=true]')})].map(b => b.value)"
+        self.assertEqual(self.page.evaluate(pressed), ["off-drain"])
+        badge = f"{card}.querySelector('h2 .switched-off').textContent"
+        self.assertEqual(self.page.evaluate(badge), "1 of 2 queues off")
+
+        # The hostile queue and model: text on the card, and its switch names the queue as it is.
+        gpu0 = self.page.evaluate(f"[...{card}.querySelector('table.gpus tbody tr').cells].map(c => c.textContent)")
+        self.assertEqual(gpu0[:4], ["0", clipped(HOSTILE_WORD, LABEL_MOST),
+                                    f"job {job.id} {clipped(f'tasks:{HOSTILE_WORD}', LABEL_MOST)}",
+                                    "4,000 / 81,559 MiB"], "gpu, warm model, job, vram (the sampler's)")
+        self.assertIsNone(self.page.evaluate("window.__pwned"))
+        self.assertEqual(self.page.evaluate("document.querySelectorAll('img[src=x], main script').length"), 0)
+        marked = self.page.evaluate(f"(() => {{ const f = [...{card}.querySelectorAll('form.switch')].find("
+                                    f"f => f.querySelector('input[name=queue]').value === {json.dumps(HOSTILE_WORD)});"
+                                    f" if (!f) return false; f.dataset.hostile = '1'; return true; }})()")
+        self.assertTrue(marked, "no switch for the hostile queue on the card")
+        self.click_and_wait_for_the_next_page("form.switch[data-hostile] button.switch-off-hard")
+        held = self.store.switches_in_force("", host, (HOSTILE_WORD,))[HOSTILE_WORD]
+        self.assertEqual((held.desired, held.policy), ("off", "hard"))
+        self.assertEqual(self.page.evaluate(badge), "switched off")
+        self.assertIsNone(self.page.evaluate("window.__pwned"))
+        self.assertEqual(self.page.exceptions, [])
+        self.assertEqual([e for e in self.page.log_entries if e.get("level") in ("error", "warning")], [])

@@ -1,15 +1,18 @@
 """The panel's Flight Deck, Schedules and Models pages: the pure parts table-tested (the
-order of the hosts, the sample interval, downsampling that keeps gaps), and the pages
-called directly with a request over a real store on SQLite and PostgreSQL
-(``PagesContract``), with samples written through the store under hostile host names
-(markup, right-to-left text, 10,000 characters) that must come out as text, the HTML
-parsed to check it is well formed.
+order of the hosts, the sample interval, downsampling that keeps gaps, the clock chart's
+scale), and the pages called directly with a request over a real store on SQLite and
+PostgreSQL (``PagesContract``), with samples written through the store under hostile host
+names (markup, right-to-left text, 10,000 characters) that must come out as text, the HTML
+parsed to check it is well formed. A card's switch forms are posted to a real panel server
+over that store, where the Workers page's handler and the server's CSRF rule answer them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import html
+import http.client
 import json
 import math
 import os
@@ -19,19 +22,21 @@ import unittest
 from html.parser import HTMLParser
 from typing import Any
 from unittest import mock
+from urllib.parse import urlencode
 
 from rowfleet.claim import Claim
 from rowfleet.job import COMPLETED, JobSpec, Outcome, iso
-from rowfleet.panel import app, svg
+from rowfleet.panel import app, server, svg
 from rowfleet.panel.app import HttpError, Request
 from rowfleet.panel.deck_charts import BUCKET_SLACK, LINES_MOST, POINTS_PER_CHART, downsample
 from rowfleet.panel.pages import deck, models, schedules
 from rowfleet.panel.pages.deck import DEAD_AFTER, condition, host_charts, sample_interval, worst_first
 from rowfleet.schedule import Schedule, next_slot
+from rowfleet.store import open_store
 from rowfleet.telemetry.readings import fold_minute
 from rowfleet.views.hosts import GpuView, HostView
 from pg_harness import PostgresDatabaseCase
-from support import TempDirTestCase
+from support import TempDirTestCase, serve_in_background
 from contract.test_lifecycle import Clock
 
 SCRIPT = "<script>x</script>"
@@ -179,6 +184,24 @@ class HostChartsTest(unittest.TestCase):
                 self.assertGreater(drawn, POINTS_PER_CHART / 2)
                 json.dumps(chart.to_dict(), allow_nan=False)
 
+    def test_the_clock_chart_tops_at_the_cards_highest_clock(self):
+        idle = {"gpu.0.sm_mhz": 345, "gpu.1.sm_mhz": 210}
+        cases = [  # the clocks' readings -> the top of the SM clock chart, a line per GPU and the slowest's
+            ({**idle, "gpu.0.max_sm_mhz": 1980, "gpu.1.max_sm_mhz": 1755}, 1980.0, 1980.0),  # the fastest card's
+            ({**idle, "gpu.1.max_sm_mhz": 1755}, 1755.0, 1755.0),                            # the one known
+            ({**idle, "gpu.0.max_sm_mhz": "fast"}, 345.0, 210.0),  # none known: the highest value drawn
+            (idle, 345.0, 210.0),
+            ({"gpu.0.sm_mhz": 2100, "gpu.0.max_sm_mhz": 1980}, 2100.0, 2100.0),  # past its maximum: drawn whole
+        ]
+        for readings, *tops in cases:
+            rows = [{"at": float(t), "readings": readings} for t in range(0, 600, 2)]
+            for apart, top in zip((True, False), tops):
+                with self.subTest(readings=readings, gpus_apart=apart):
+                    chart, = [c for c in host_charts(rows, 0.0, 600.0, gap=6.0, gpus_apart=apart)
+                              if c.title == "SM clock"]
+                    self.assertEqual(chart.high, top)
+                    self.assertIn(f"0 to {top:.0f} MHz", deck._figure(chart))
+
     def test_garbage_readings_draw_nothing_and_many_lines_are_counted(self):
         rows = [{"at": float(t), "readings": {"cpu.busy": "busy", "gpu.x.util": 5, "gpu.0.util": [1],
                                               "temp.hottest": 10 ** 400,
@@ -194,7 +217,9 @@ class HostChartsTest(unittest.TestCase):
 
 class Page(HTMLParser):
     """A page as a browser would take it apart: the script tags, whether every element
-    closes in order, and per host card its heading, text and chart lines."""
+    closes in order, its forms (action, method, label, hidden fields, buttons), and per
+    host card its heading, text, chart lines, chart captions, switch rows, table rows (the
+    text of each cell) and forms."""
 
     VOID = frozenset({"meta", "link", "input", "br", "img", "hr"})
 
@@ -205,31 +230,67 @@ class Page(HTMLParser):
         self.moves: list[float] = []  # the translations of the groups open, in the chart's units
         self.problems: list[str] = []
         self.cards: list[dict[str, Any]] = []
+        self.forms: list[dict[str, Any]] = []
         self.text: list[str] = []
         self.links: list[str] = []
         self._heading = False
+        self._kept: list[tuple[int, list[str]]] = []  # elements whose text is kept: their depth, where it goes
         self.feed(text)
         self.close()
         if self.open:
             self.problems.append(f"left open: {self.open}")
 
+    def in_card(self) -> bool:
+        return bool(self.cards) and "section" in self.open
+
+    def keep_text(self, into: list[str]) -> None:
+        """Keep the text of the element opening now, as the last item of ``into``."""
+        into.append("")
+        self._kept.append((len(self.open), into))
+
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attributes = dict(attrs)
+        classes = (attributes.get("class") or "").split()
         if tag == "script":
             self.scripts.append(attributes)
         if tag == "a" and attributes.get("href"):
             self.links.append(attributes["href"])
-        if tag == "section" and "host" in (attributes.get("class") or "").split():
-            self.cards.append({"heading": "", "text": [], "lines": [], "ticks": [], "links": []})
-        if tag == "h2" and self.cards and "section" in self.open:
+        if tag == "section" and "host" in classes:
+            self.cards.append({"heading": "", "text": [], "lines": [], "ticks": [], "links": [], "forms": [],
+                               "captions": [], "switch_rows": [], "rows": []})
+        if tag == "h2" and self.in_card():
             self._heading = True
-        if tag == "a" and self.cards and "section" in self.open:
+        if tag == "a" and self.in_card():
             self.cards[-1]["links"].append(attributes.get("href"))
+        self._forms(tag, attributes)
+        if self.in_card():
+            if tag == "figcaption":
+                self.keep_text(self.cards[-1]["captions"])
+            if tag == "li" and "switch-row" in classes:
+                self.keep_text(self.cards[-1]["switch_rows"])
+            if tag == "tr":
+                self.cards[-1]["rows"].append([])
+            if tag == "td":
+                self.keep_text(self.cards[-1]["rows"][-1])
         if tag == "g":
             move = re.fullmatch(r"translate\((-?[0-9.]+)\)", attributes.get("transform") or "")
             self.moves.append(float(move.group(1)) if move else 0.0)
         if tag not in self.VOID:
             self.open.append(tag)
+
+    def _forms(self, tag: str, attributes: dict[str, str | None]) -> None:
+        if tag == "form":
+            form = {"action": attributes.get("action"), "method": attributes.get("method"),
+                    "label": attributes.get("aria-label"), "fields": {}, "buttons": []}
+            self.forms.append(form)
+            if self.in_card():
+                self.cards[-1]["forms"].append(form)
+        elif "form" in self.open and tag == "input" and attributes.get("type") == "hidden":
+            self.forms[-1]["fields"][attributes.get("name")] = attributes.get("value")
+        elif "form" in self.open and tag == "button":
+            self.forms[-1]["buttons"].append({"name": attributes.get("name"), "value": attributes.get("value"),
+                                              "current": attributes.get("aria-current"), "text": []})
+            self.keep_text(self.forms[-1]["buttons"][-1]["text"])
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "polyline" and self.cards and "section" in self.open:  # as drawn: moved by its groups
@@ -248,9 +309,13 @@ class Page(HTMLParser):
             self.moves.pop()
         if tag == "h2":
             self._heading = False
+        while self._kept and self._kept[-1][0] >= len(self.open):
+            self._kept.pop()
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
+        for _, into in self._kept:
+            into[-1] += data
         if self.cards and "section" in self.open:
             self.cards[-1]["text"].append(data)
             if self._heading:
@@ -279,12 +344,13 @@ class PagesContract:
         self.plain_sql("INSERT INTO host_samples (host, tier, at, readings) VALUES (?, 'detail', ?, ?)",
                        (host, at, json.dumps(readings)))
 
-    def request(self, path: str, memo: dict[str, Any] | None = None, **query: str) -> Request:
-        return Request("GET", path, query, {}, self.store, self.store.clock(), "csrf-token", False,
+    def request(self, path: str, memo: dict[str, Any] | None = None, read_only: bool = False, **query: str) -> Request:
+        return Request("GET", path, query, {}, self.store, self.store.clock(), "csrf-token", read_only,
                        memo={} if memo is None else memo)
 
-    def render(self, handler, path: str, memo: dict[str, Any] | None = None, **query: str) -> tuple[app.View, Page]:
-        req = self.request(path, memo=memo, **query)
+    def render(self, handler, path: str, memo: dict[str, Any] | None = None, read_only: bool = False,
+               **query: str) -> tuple[app.View, Page]:
+        req = self.request(path, memo=memo, read_only=read_only, **query)
         view = handler(req)
         status, kind, body = app.render(view, req, as_json=False, note=None)
         self.assertEqual((status, kind), (200, app.HTML))
@@ -423,6 +489,147 @@ class PagesContract:
         self.assertEqual((view.data["hosts"], page.cards), ([], []))
         self.assertIn("rowfleet sampler", "".join(page.text))
 
+    # --- a card's switches and GPUs ----------------------------------------------------------------
+
+    def test_a_card_offers_each_queue_its_switch_with_the_form_token(self):
+        self.write("box", {**HOST, **GPU0})
+        self.store.worker_beat("box:1:0", "", "box", "gpu", 1, None, queues=("gpu", "cpu"))
+        self.store.worker_beat("box:2:0", "beta", "box", "gpu", 2, None)
+        self.store.worker_beat("other:3:0", "", "other", "far", 3, None)  # another host's queue: not on this card
+        self.store.set_switch("", "box", "cpu", "off", "drain", changed_by="ops", reason="fan <swap>")
+        view, page = self.render(deck.flight_deck, "/deck")
+        card, = page.cards
+        forms = {(form["fields"]["project"], form["fields"]["queue"]): form for form in card["forms"]}
+        self.assertEqual(list(forms), [("", "cpu"), ("", "gpu"), ("beta", "gpu")])
+        for (project, queue), form in forms.items():
+            with self.subTest(project=project, queue=queue):
+                self.assertEqual((form["method"], form["action"]), ("post", "/workers/switch"))
+                self.assertEqual(form["fields"], {"project": project, "host": "box", "queue": queue,
+                                                  "csrf": "csrf-token", "back": "/deck"})
+                self.assertEqual([(b["name"], b["value"], b["text"]) for b in form["buttons"]],
+                                 [("set", "on", ["ON"]), ("set", "off-drain", ["OFF drain"]),
+                                  ("set", "off-hard", ["OFF hard"])])
+        pressed = {key: [b["value"] for b in form["buttons"] if b["current"] == "true"] for key, form in forms.items()}
+        self.assertEqual(pressed, {("", "cpu"): ["off-drain"], ("", "gpu"): ["on"], ("beta", "gpu"): ["on"]})
+        self.assertEqual([" ".join(row.split()) for row in card["switch_rows"]],
+                         ["queue cpu off (drain) reason ON OFF drain OFF hard",
+                          "queue gpu on reason ON OFF drain OFF hard",
+                          "queue gpu · project beta on reason ON OFF drain OFF hard"])
+        self.assertIn("1 of 3 queues off", card["heading"])
+        self.assertEqual([(q["project"], q["queue"], q["switch"] and q["switch"]["reason"])
+                          for q in view.data["hosts"][0]["latest"]["queues"]],
+                         [("", "cpu", "fan <swap>"), ("", "gpu", None), ("beta", "gpu", None)])
+
+        _, page = self.render(deck.flight_deck, "/deck", host="box")
+        self.assertEqual({form["fields"]["back"] for form in page.cards[0]["forms"]}, {"/deck?host=box"},
+                         "one host's card brings the operator back to it")
+
+        _, page = self.render(deck.flight_deck, "/deck", read_only=True)
+        self.assertEqual(page.forms, [], "a read-only panel offers no switch")
+        self.assertEqual([" ".join(row.split()) for row in page.cards[0]["switch_rows"]],
+                         ["queue cpu off (drain)", "queue gpu on", "queue gpu · project beta on"])
+
+    def panel(self) -> "PanelPoster":
+        """A real panel server over this test's store (its clock too), and a client of it."""
+        made = server.PanelServer(("127.0.0.1", 0), lambda: open_store(self.config(), clock=self.clock), None, False)
+        return PanelPoster(serve_in_background(self, made))
+
+    def test_the_cards_form_switches_its_queue_through_the_workers_pages_handler(self):
+        self.write("box", HOST)
+        self.store.worker_beat("box:1:0", "", "box", "gpu", 1, None)
+        panel = self.panel()
+        status, _, body = panel.get("/deck")
+        self.assertEqual(status, 200, body[:300])
+        form, = Page(body).cards[0]["forms"]
+        self.assertEqual(form["fields"]["csrf"], panel.csrf, "the server's token, as every form of it carries")
+        fields = {**form["fields"], "set": "off-drain", "reason": "fan <swap>"}
+
+        # A stale token: refused as the Workers page's own form is refused, and nothing written.
+        workers_form, = [f for f in Page(panel.get("/workers")[2]).forms if f["label"] == "switch queue gpu of box"]
+        refused = [panel.post(action, {**sent, "set": "off-drain", "csrf": "stale"})
+                   for action, sent in ((form["action"], fields), (workers_form["action"], workers_form["fields"]))]
+        self.assertEqual([status for status, _, _ in refused], [403, 403])
+        self.assertEqual({error_line(body) for _, _, body in refused},
+                         {"refused: the form's token is missing or stale; reload the page and try again"})
+        self.assertEqual((self.store.switches_in_force("", "box", ("gpu",)), self.store.reads.switch_log()),
+                         ({"gpu": None}, []))
+
+        status, headers, body = panel.post(form["action"], fields)
+        self.assertEqual(status, 303, body[:300])
+        self.assertRegex(headers["location"], r"^/deck\?note=")
+        held = self.store.switches_in_force("", "box", ("gpu",))["gpu"]
+        self.assertEqual((held.desired, held.policy, held.reason, held.changed_by),
+                         ("off", "drain", "fan <swap>", "panel"))
+        status, _, body = panel.get(headers["location"])
+        landed = Page(body)
+        self.assertIn("queue gpu of box: off (drain)", landed.text)
+        self.assertEqual([" ".join(row.split()[:4]) for row in landed.cards[0]["switch_rows"]],
+                         ["queue gpu off (drain)"])
+        self.assertEqual([b["value"] for b in landed.cards[0]["forms"][0]["buttons"] if b["current"]], ["off-drain"])
+
+        # A form naming anywhere but one of the panel's own pages to go back to lands on the Workers page.
+        for back in ("//evil.example/deck", "https://evil.example/", "/\\evil.example", "/deck\r\nSet-Cookie: a=b",
+                     "javascript:alert(1)", "/deck#x"):
+            with self.subTest(back=back):
+                status, headers, _ = panel.post(form["action"], {**fields, "set": "on", "back": back})
+                self.assertEqual(status, 303)
+                self.assertRegex(headers["location"], r"^/workers\?note=")
+        self.assertIsNone(self.store.switches_in_force("", "box", ("gpu",))["gpu"])
+
+    def test_each_gpu_shows_its_warm_models_its_memory_and_its_job(self):
+        self.store.worker_beat("box:9:0", "", "box", "gpu", 9, None, models=("gone",), gpu_index=1, warm_model="gone")
+        self.clock.advance(120.0)  # that worker is silent now: what it held is no longer shown
+        self.write("box", {**HOST, **GPU0})  # GPU 0 read by the sampler; GPU 1 not at all
+        self.store.enqueue(JobSpec(task=SCRIPT, queue="gpu"))
+        job = self.store.claim(Claim("", "gpu", "box:11", 600.0))
+        self.store.worker_beat("box:11:0", "", "box", "gpu", 11, job.id, models=(SCRIPT,), gpu_index=0,
+                               vram_total_mb=81920, vram_free_mb=100, warm_model=SCRIPT)
+        self.store.worker_beat("box:12:0", "", "box", "gpu", 12, None, models=("llm",), gpu_index=1,
+                               vram_total_mb=24000, vram_free_mb=4000, warm_model="llm")
+        self.store.worker_beat("box:13:0", "", "box", "gpu", 13, None, models=("llm", "vae"), gpu_index=1,
+                               vram_total_mb=24000, vram_free_mb=4000, warm_model="vae")
+        view, page = self.render(deck.flight_deck, "/deck")
+        card, = page.cards
+        gpus = {row[0]: [" ".join(cell.split()) for cell in row[:4]] for row in card["rows"] if row}
+        self.assertEqual(gpus, {  # gpu, warm models, job, vram: the sampler's reading over the adverts'
+            "0": ["0", SCRIPT, f"job {job.id} {SCRIPT}", "60,000 / 81,920 MiB"],
+            "1": ["1", "llm, vae", "-", "20,000 / 24,000 MiB"]})
+        self.assertIn(f"/jobs/{job.id}", card["links"])
+        shown = view.data["hosts"][0]["latest"]["gpus"]
+        self.assertEqual([(g["index"], g["models"], g["jobs"]) for g in shown],
+                         [(0, [SCRIPT], [{"job_id": job.id, "task": SCRIPT}]), (1, ["llm", "vae"], [])])
+
+    def test_a_gpu_switched_off_shows_who_and_why_and_a_cleared_verdict_shows_as_a_note(self):
+        self.write("box", {**HOST, **GPU0})
+        self.store.record_gpu_health("box", 0, "uncorrectable ECC errors: 3 <since> the driver loaded")
+        view, page = self.render(deck.flight_deck, "/deck")
+        row = next(row for row in page.cards[0]["rows"] if row and row[0].startswith("0"))
+        self.assertIn("off by health gate: uncorrectable ECC errors: 3 <since> the driver loaded", row[0])
+        self.assertNotIn("<since>", str(view.body), "the reason is escaped")
+        self.assertEqual(view.data["hosts"][0]["latest"]["gpus"][0]["switch"]["desired"], "off")
+        self.store.set_gpu_switch("box", 0, "on", changed_by="ops")
+        _, page = self.render(deck.flight_deck, "/deck")
+        row = next(row for row in page.cards[0]["rows"] if row and row[0].startswith("0"))
+        self.assertIn("failing, cleared: uncorrectable ECC errors", row[0])
+        self.assertNotIn("off by", row[0])
+
+    def test_the_clock_chart_tops_at_the_cards_highest_clock(self):
+        idle = {**HOST, **GPU0, "gpu.0.sm_mhz": 345}
+        for _ in range(5):
+            self.write("box", {**idle, "gpu.0.max_sm_mhz": 1980})
+            self.write("older", idle)  # a sampler that reads no maximum
+            self.clock.advance(2.0)
+        for query in ({}, {"host": "box"}):
+            with self.subTest(query=query):
+                view, page = self.render(deck.flight_deck, "/deck", **query)
+                card = {" ".join(c["heading"].split()[:1]): c for c in page.cards}["box"]
+                self.assertIn("SM clock 0 to 1980 MHz", card["captions"])
+                clock, = [c for c in view.data["hosts"][0]["charts"] if c["title"] == "SM clock"]
+                self.assertEqual(clock["high"], 1980.0)
+                self.assertIn("345 / 1,980 MHz", [cell for row in card["rows"] for cell in row])
+        _, page = self.render(deck.flight_deck, "/deck", host="older")
+        self.assertIn("SM clock 0 to 345 MHz", page.cards[0]["captions"], "no maximum known: the highest value seen")
+
     # --- Schedules ------------------------------------------------------------------------------
 
     def fire(self, project: str, name: str, slot: float, fired_by: str = "box:1") -> int:
@@ -511,6 +718,35 @@ class PagesContract:
         view, page = self.render(models.model_list, "/models")
         self.assertEqual([p["models"] for p in view.data["projects"]], [[]])
         self.assertIn("no model jobs or GPU workers", "".join(page.text))
+
+
+class PanelPoster:
+    """Requests to a panel server as its own pages make them (same origin), each on a
+    connection of its own: the status, the headers (lower-case names) and the body."""
+
+    def __init__(self, panel: server.PanelServer) -> None:
+        self.port, self.csrf = panel.server_address[1], panel.csrf
+
+    def request(self, method: str, path: str, body: str | None = None, headers: dict | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request(method, path, body=body, headers={"Sec-Fetch-Site": "same-origin", **(headers or {})})
+            response = conn.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read().decode("utf-8")
+        finally:
+            conn.close()
+
+    def get(self, path: str):
+        return self.request("GET", path)
+
+    def post(self, path: str, fields: dict[str, str]):
+        return self.request("POST", path, urlencode(fields), {"Content-Type": "application/x-www-form-urlencoded"})
+
+
+def error_line(body: str) -> str:
+    """The one line an error page says."""
+    found = re.search(r'<p class="error">(.*?)</p>', body)
+    return html.unescape(found.group(1)) if found else body[:200]
 
 
 class SQLitePagesTest(PagesContract, TempDirTestCase):

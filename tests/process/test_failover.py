@@ -100,8 +100,11 @@ def hold():
 # that tries the vanished primary first (connect_timeout: 2 s) and some slack for a loaded
 # machine: 1 + 1 + 2 + 2 s. (Measured: the renewal landed 4.6 s after the fault.)
 LEASE, RENEW, HEARTBEAT = 8.0, 1.0, 1.0
-SETTINGS = ("--lease", str(LEASE), "--renew", str(RENEW), "--heartbeat", str(HEARTBEAT), "--poll", "0.2",
-            "--interval", "0.5")
+# Every process's settings (its PostgreSQL connections' bounds follow them), then those of the
+# commands that read them.
+SETTINGS = ("--lease", str(LEASE), "--renew", str(RENEW), "--heartbeat", str(HEARTBEAT))
+OWN_SETTINGS = {"worker": ("--poll", "0.2"), "orchestrator": ("--poll", "0.2", "--interval", "0.5"),
+                "scheduler": ("--poll", "0.2"), "sampler": ("--poll", "0.2")}
 SCHEDULES = [{"name": "tick", "task": "tick", "every": 1, "queue": "ticks"}]
 NOTES = 400
 BUSY_WORKERS = ("w1", "w2")
@@ -138,7 +141,8 @@ class FailoverCase(TempDirTestCase):
 
     def launch(self, name: str, *args: str) -> subprocess.Popen:
         """``rowfleet --db <multi-host URL> ARGS`` in its own process group, as application ``name``."""
-        process = self.launch_logged(name, *args, *SETTINGS, env=child_env(PGAPPNAME=name))
+        process = self.launch_logged(name, *args, *SETTINGS, *OWN_SETTINGS.get(args[0], ()),
+                                     env=child_env(PGAPPNAME=name))
         process.name = name
         return process
 

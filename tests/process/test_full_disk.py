@@ -132,8 +132,8 @@ class StartedOnAFullDiskTest(FullDiskCase):
                               "--args", '{"a": 2, "b": 3}').stdout)
         self.assertFalse(os.path.exists(self.db + "-shm"), "every connection closed: the next opens it afresh")
         self.disk.fill()
-        quick = ("--poll", "0.05", "--interval", "0.2", "--heartbeat", "0.5", "--log-level", "INFO")
-        orchestrator = self.launch_logged("orchestrator", "orchestrator", *quick)
+        quick = ("--poll", "0.05", "--heartbeat", "0.5", "--log-level", "INFO")
+        orchestrator = self.launch_logged("orchestrator", "orchestrator", *quick, "--interval", "0.2")
         worker = self.launch_logged("worker", "worker", "--procs", "1", "--app", "fulldisk_tasks", *quick)
         # The orchestrator, and the supervised worker and the host's sampler, each say it once.
         wait_until(lambda: orchestrator.poll() is not None or worker.poll() is not None or (

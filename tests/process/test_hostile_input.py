@@ -48,7 +48,7 @@ INT64_MAX = 2 ** 63 - 1
 DEEP = "[" * 1000 + "]" * 1000  # json.loads itself gives up (RecursionError)
 HUGE = "1" * 5000  # more digits than int() converts
 ARABIC_THREE = "\u0663"  # int() reads it as 3
-SHARED = "*"  # a row's command for the options every command takes (the settings, --db, --project)
+SHARED = "*"  # a row's command for the settings' options: each reads alike on every command that takes it
 
 
 def digest(path: str) -> str:
@@ -84,42 +84,48 @@ FLAGS: list[Flag] = [
     flag("--project", b"--project", b"p\xff", b"enqueue", b"m:f", says="project must be valid UTF-8"),
     flag("--project", "status", "--project", "a b", says="project must be a non-empty word"),
     flag("--log-level", "status", "--log-level", "loud", says="--log-level must be DEBUG, INFO, WARNING or ERROR"),
-    flag("--host", b"enqueue", b"m:f", b"--host", b"h\xff", says="host must be valid UTF-8"),
-    flag("--lease", "enqueue", "m:f", "--lease", "1e400", says="argument --lease"),
-    flag("--lease", "status", "--lease", " 30", says="argument --lease: invalid float value: ' 30'"),
-    flag("--renew", "status", "--renew", "700", says="renew (700s) must be shorter than lease (30s)"),
-    flag("--heartbeat", "status", "--heartbeat", "0", says="argument --heartbeat: expected a positive number"),
-    flag("--poll", "status", "--poll", "1e-6", says="argument --poll: expected a number of seconds of at least 0.05"),
+    # A setting's row goes to a command that reads it; a worker's with --burst, the
+    # orchestrator's with --once, so that a value let through would not start a long run.
+    flag("--host", b"worker", b"--host", b"h\xff", b"--burst", says="host must be valid UTF-8"),
+    flag("--lease", "worker", "--lease", "1e400", "--burst", says="argument --lease"),
+    flag("--lease", "worker", "--lease", " 30", "--burst", says="argument --lease: invalid float value: ' 30'"),
+    flag("--renew", "worker", "--renew", "700", "--burst", says="renew (700s) must be shorter than lease (30s)"),
+    flag("--heartbeat", "worker", "--heartbeat", "0", "--burst",
+         says="argument --heartbeat: expected a positive number"),
+    flag("--poll", "wait", "1", "--poll", "1e-6",
+         says="argument --poll: expected a number of seconds of at least 0.05"),
     flag("--poll", "worker", "--poll", "0.01", "--burst", says="argument --poll"),
-    flag("--interval", "status", "--interval", "nan", says="argument --interval"),
-    flag("--backoff-base", "status", "--backoff-base", "-1", says="argument --backoff-base"),
-    flag("--backoff-max", "status", "--backoff-max", "inf", says="argument --backoff-max"),
-    flag("--retention", "status", "--retention", "1e12", says="at most 3155760000 (100 years)"),
+    flag("--interval", "orchestrator", "--once", "--interval", "nan", says="argument --interval"),
+    flag("--backoff-base", "worker", "--backoff-base", "-1", "--burst", says="argument --backoff-base"),
+    flag("--backoff-max", "worker", "--backoff-max", "inf", "--burst", says="argument --backoff-max"),
+    flag("--retention", "orchestrator", "--once", "--retention", "1e12", says="at most 3155760000 (100 years)"),
     flag("--synchronous", "status", "--synchronous", "OFF", says="synchronous must be FULL or NORMAL"),
     flag("--pooler", "status", "--pooler", "bogus", says="pooler must be none, session or transaction, got 'bogus'"),
     flag("--listen-url", "status", "--listen-url", "x.db", says="listen_url must be a postgresql:// URL"),
     flag("--busy-timeout", "enqueue", "m:f", "--busy-timeout", "inf", says="argument --busy-timeout"),
-    flag("--budget", "status", "--budget", "0", says="argument --budget"),
-    flag("--stall-window", "status", "--stall-window", "inf", says="argument --stall-window"),
-    flag("--stall-samples", "status", "--stall-samples", "0", says="argument --stall-samples"),
-    flag("--stall-samples", "status", "--stall-samples", str(2 ** 31),
+    flag("--budget", "worker", "--budget", "0", "--burst", says="argument --budget"),
+    flag("--stall-window", "worker", "--stall-window", "inf", "--burst", says="argument --stall-window"),
+    flag("--stall-samples", "worker", "--stall-samples", "0", "--burst", says="argument --stall-samples"),
+    flag("--stall-samples", "worker", "--stall-samples", str(2 ** 31), "--burst",
          says="argument --stall-samples: expected an integer of at least 1 and at most 2147483647"),
-    flag("--stall-spacing", "status", "--stall-spacing", "nan", says="argument --stall-spacing"),
-    flag("--idle-gpu", "enqueue", "m:f", "--idle-gpu", "nan", says="argument --idle-gpu"),
-    flag("--memory-delta-mb", "status", "--memory-delta-mb", "0", says="argument --memory-delta-mb"),
-    flag("--gpu-first-window", "status", "--gpu-first-window", "-5", says="argument --gpu-first-window"),
-    flag("--gpu-window", "status", "--gpu-window", "inf", says="argument --gpu-window"),
-    flag("--gpu-sample", "status", "--gpu-sample", "0", says="argument --gpu-sample"),
-    flag("--watchdog-retries", "status", "--watchdog-retries", "-1", says="argument --watchdog-retries"),
-    flag("--watchdog-retries", "status", "--watchdog-retries", ARABIC_THREE,
+    flag("--stall-spacing", "worker", "--stall-spacing", "nan", "--burst", says="argument --stall-spacing"),
+    flag("--idle-gpu", "worker", "--idle-gpu", "nan", "--burst", says="argument --idle-gpu"),
+    flag("--memory-delta-mb", "worker", "--memory-delta-mb", "0", "--burst", says="argument --memory-delta-mb"),
+    flag("--gpu-first-window", "worker", "--gpu-first-window", "-5", "--burst", says="argument --gpu-first-window"),
+    flag("--gpu-window", "worker", "--gpu-window", "inf", "--burst", says="argument --gpu-window"),
+    flag("--gpu-sample", "worker", "--gpu-sample", "0", "--burst", says="argument --gpu-sample"),
+    flag("--watchdog-retries", "orchestrator", "--once", "--watchdog-retries", "-1",
+         says="argument --watchdog-retries"),
+    flag("--watchdog-retries", "worker", "--watchdog-retries", ARABIC_THREE, "--burst",
          says="argument --watchdog-retries: invalid int value"),
-    flag("--nvidia-smi", "status", "--nvidia-smi", " ", says="nvidia_smi must name a command"),
-    flag("--restart-delay", "status", "--restart-delay", "0", says="argument --restart-delay"),
-    flag("--restart-delay-max", "status", "--restart-delay-max", "inf", says="argument --restart-delay-max"),
-    flag("--cancel-grace", "status", "--cancel-grace", "nan", says="argument --cancel-grace"),
-    flag("--sample-every", "status", "--sample-every", "0", says="argument --sample-every"),
-    flag("--sample-detail-keep", "status", "--sample-detail-keep", "inf", says="argument --sample-detail-keep"),
-    flag("--sample-minute-keep", "status", "--sample-minute-keep", "-1", says="argument --sample-minute-keep"),
+    flag("--nvidia-smi", "worker", "--nvidia-smi", " ", "--burst", says="nvidia_smi must name a command"),
+    flag("--restart-delay", "worker", "--restart-delay", "0", "--burst", says="argument --restart-delay"),
+    flag("--restart-delay-max", "worker", "--restart-delay-max", "inf", "--burst", says="argument --restart-delay-max"),
+    flag("--cancel-grace", "worker", "--cancel-grace", "nan", "--burst", says="argument --cancel-grace"),
+    flag("--sample-every", "sampler", "--once", "--sample-every", "0", says="argument --sample-every"),
+    flag("--sample-detail-keep", "hosts", "--sample-detail-keep", "inf", says="argument --sample-detail-keep"),
+    flag("--sample-minute-keep", "orchestrator", "--once", "--sample-minute-keep", "-1",
+         says="argument --sample-minute-keep"),
 
     # enqueue
     flag("task", b"enqueue", b"m:\xff", says="task name must be valid UTF-8"),
@@ -151,6 +157,8 @@ FLAGS: list[Flag] = [
          says="model 'ghost' is not registered by the --app modules"),
     flag("--vram-mb", "enqueue", "m:f", "--vram-mb", "0", says="argument --vram-mb"),
     flag("--vram-mb", "enqueue", "m:f", "--vram-mb", ARABIC_THREE, says="argument --vram-mb: invalid int value"),
+    flag("--gpus", "enqueue", "m:f", "--gpus", "0", says="argument --gpus: expected an integer of at least 1"),
+    flag("--gpus", "enqueue", "m:f", "--gpus", "65", says="argument --gpus: expected an integer of at least 1"),
     flag("--unique", "enqueue", "m:f", "--unique", "always", says="argument --unique: invalid choice"),
     flag("--debounce", "enqueue", "m:f", "--debounce", "-1", says="argument --debounce"),
     flag("--debounce", "enqueue", "m:f", "--debounce", "inf", says="argument --debounce"),
@@ -270,6 +278,12 @@ FLAGS: list[Flag] = [
     flag("action", "model-control", "load", "m", says="argument action: invalid choice"),
     flag("model", "model-control", "pin", "a b", says="argument model: expected a non-empty word"),
     flag("--by", "model-control", "pin", "m", "--by", "b" * 256, says="argument --by: expected at most 255"),
+    flag("action", "gpu-control", "reset", "0", says="argument action: invalid choice"),
+    flag("gpu", "gpu-control", "off", "-1", says="argument INDEX: expected an integer of at least 0"),
+    flag("gpu", "gpu-control", "off", ARABIC_THREE, says="argument INDEX: invalid int value"),
+    flag("--reason", "gpu-control", "off", "0", "--reason", "r" * 4097,
+         says="argument --reason: expected at most 4096 characters"),
+    flag("--by", b"gpu-control", b"off", b"0", b"--by", b"me\xff", says="argument --by: expected valid"),
 
     # schedules
     flag("--schedule", "scheduler", "--schedule", "missing.json", "--once", says="cannot read it"),
@@ -333,8 +347,8 @@ class FlagCoverageTest(unittest.TestCase):
 
     def setUp(self):
         self.commands = subcommands(cli.build_parser())
-        shared = set.intersection(*({id(action) for action in sub._actions} for sub in self.commands.values()))
-        self.options = {name: {self.name_of(action): id(action) in shared for action in sub._actions
+        settings = {setting.flag for setting in config.SETTINGS if setting.scope != config.OWN}
+        self.options = {name: {self.name_of(action): self.name_of(action) in settings for action in sub._actions
                                if action.dest != "help"} for name, sub in self.commands.items()}
         self.takes_a_value = {(name, self.name_of(action)) for name, sub in self.commands.items()
                               for action in sub._actions if action.nargs != 0}
@@ -737,6 +751,7 @@ FIELDS = [  # field of names.RULES, a value (text where its kind is a number) ->
     ("prefetch", "1000", True), ("prefetch", "1001", False), ("prefetch", "0", False),
     ("vram mb", "1", True), ("vram mb", "0", False),
     ("gpu index", "0", True), ("gpu index", "-1", False),
+    ("gpus", "1", True), ("gpus", "64", True), ("gpus", "0", False), ("gpus", "65", False),
     ("host priority", str(-(2 ** 31 - 1)), True), ("host priority", str(2 ** 31), False),
     ("port", "0", True), ("port", "65535", True), ("port", "65536", False),
     ("seconds", "1.5", True), ("seconds", "0", False), ("seconds", "inf", False), ("seconds", " 1", False),

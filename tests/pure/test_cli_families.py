@@ -16,7 +16,7 @@ from support import child_env
 def commands_added_by(family: str) -> tuple[str, ...]:
     added: list[str] = []
 
-    def command(name, handler, help_text):
+    def command(name, handler, help_text, *, reads):
         added.append(name)
         return Parser(prog=name, add_help=False)
     cli.family_module(family).add_commands(command)

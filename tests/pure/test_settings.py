@@ -22,7 +22,7 @@ from unittest import mock
 from support import ROOT
 
 from rowfleet import cli, config
-from rowfleet.cli.arguments import config_overrides
+from rowfleet.cli.arguments import config_overrides, settings_of
 from rowfleet.errors import ConfigError
 
 
@@ -67,6 +67,12 @@ OWN_COMMAND = {"allow_modules": "worker", "sample_paths": "worker", "metrics_tok
 
 def sample(setting: config.Setting) -> tuple[str, object]:
     return TEXT_SAMPLES[setting.name] if setting.kind is config.TEXT else SAMPLES[setting.kind]
+
+
+def reader(setting: config.Setting) -> str:
+    """The first command that takes ``setting``'s flag and needs no argument of its own."""
+    return next(name for name, sub in cli.build_parser().commands.items() if setting in settings_of(sub)
+                and not any(action.required for action in sub._actions))  # argparse has no public walk
 
 
 # The fields every caller builds Config with, in order: the declarations must keep them.
@@ -148,7 +154,7 @@ class CommandLineTest(unittest.TestCase):
                 continue
             text, value = sample(setting)
             with self.subTest(flag=setting.flag):
-                overrides = config_overrides(self.parse("status", setting.flag, text))
+                overrides = config_overrides(self.parse(reader(setting), setting.flag, text))
                 self.assertEqual(getattr(config.from_env({}, **overrides), setting.name), value)
 
     def test_flags_not_given_leave_the_environment_and_defaults(self):
@@ -162,47 +168,49 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(self.parse("--log-level", "DEBUG", "status").log_level, "DEBUG")
 
     def test_help_shows_every_flag_with_its_default(self):
-        # A setting of its own scope shows on the command that reads it.
+        # A setting of its own scope shows on the command that reads it; one of a family, on
+        # the commands that read it (tests/pure/test_cli_settings.py checks which those are).
         own = OWN_COMMAND
         self.assertEqual(set(own), {s.name for s in config.SETTINGS if s.scope == config.OWN})
-        for command, scopes in (([], (config.GLOBAL,)), (["worker"], (config.GLOBAL, config.COMMAND)),
-                                (["metrics"], (config.COMMAND,)), (["panel"], (config.COMMAND,))):
+        commands = cli.build_parser().commands
+        for command in ([], ["worker"], ["orchestrator"], ["metrics"], ["panel"]):
+            taken = settings_of(commands[command[0]]) if command else []
             stdout = io.StringIO()
             with contextlib.redirect_stdout(stdout), self.assertRaises(SystemExit) as exit:
                 cli.main([*command, "--help"])
             self.assertEqual(exit.exception.code, 0)
             shown = " ".join(stdout.getvalue().split())
             for setting in config.SETTINGS:
-                if setting.scope in scopes or command and own.get(setting.name) == command[0]:
+                if setting.scope == config.GLOBAL or setting in taken or own.get(setting.name) in command[:1]:
                     with self.subTest(command=command, flag=setting.flag):
                         self.assertIn(f"{setting.flag} ", shown)
                         self.assertIn(f"default {setting.default_text()})", shown)
 
     def test_bad_flag_values_are_refused_as_before(self):
         cases = [  # argv after the command -> the one line
-            (["--lease", "x"], "rowfleet status: argument --lease: invalid float value: 'x' (expected a number of "
+            (["--lease", "x"], "rowfleet worker: argument --lease: invalid float value: 'x' (expected a number of "
                                "seconds)"),
-            (["--lease", "0"], "rowfleet status: argument --lease: expected a positive number of seconds, got '0'"),
-            (["--stall-samples", "0"], "rowfleet status: argument --stall-samples: expected an integer of at least 1, "
+            (["--lease", "0"], "rowfleet worker: argument --lease: expected a positive number of seconds, got '0'"),
+            (["--stall-samples", "0"], "rowfleet worker: argument --stall-samples: expected an integer of at least 1, "
                                        "got '0'"),
-            (["--stall-samples", "3000000000"], "rowfleet status: argument --stall-samples: expected an integer of at "
+            (["--stall-samples", "3000000000"], "rowfleet worker: argument --stall-samples: expected an integer of at "
                                                 "least 1 and at most 2147483647, got '3000000000'"),
-            (["--stall-samples", " 3"], "rowfleet status: argument --stall-samples: invalid int value: ' 3' (expected "
+            (["--stall-samples", " 3"], "rowfleet worker: argument --stall-samples: invalid int value: ' 3' (expected "
                                         "a whole number)"),
-            (["--poll", "0.01"], "rowfleet status: argument --poll: expected a number of seconds of at least 0.05, "
+            (["--poll", "0.01"], "rowfleet worker: argument --poll: expected a number of seconds of at least 0.05, "
                                  "got '0.01'"),
-            (["--watchdog-retries", "-1"], "rowfleet status: argument --watchdog-retries: expected an integer of at "
+            (["--watchdog-retries", "-1"], "rowfleet worker: argument --watchdog-retries: expected an integer of at "
                                            "least 0, got '-1'"),
-            (["--idle-gpu", "nan"], "rowfleet status: argument --idle-gpu: expected a positive finite number, "
+            (["--idle-gpu", "nan"], "rowfleet worker: argument --idle-gpu: expected a positive finite number, "
                                     "got 'nan'"),
             (["--renew", "700"], "rowfleet: error: renew (700s) must be shorter than lease (30s)"),
-            (["--allow-module", "x"], "rowfleet: unrecognized arguments: --allow-module x"),
+            (["--interval", "1"], "rowfleet: unrecognized arguments: --interval 1"),  # the orchestrator's
             (["--log-level", "loud"], "rowfleet: error: --log-level must be DEBUG, INFO, WARNING or ERROR, "
                                       "got 'loud'"),
         ]
         for argv, line in cases:
             with self.subTest(argv=argv):
-                self.assertEqual(self.refusal("status", *argv), line)
+                self.assertEqual(self.refusal("worker", *argv), line)
 
     def test_a_bad_log_level_in_the_environment_is_named_with_its_value(self):
         line = self.refusal("status", env={"ROWFLEET_LOG_LEVEL": "loud"})

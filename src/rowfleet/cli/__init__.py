@@ -7,7 +7,9 @@ traceback. The environment is read here and in ``config`` only.
 Each module of this package adds one family of commands with ``add_commands(command)``:
 ``jobs`` (schema and single jobs), ``processes`` (worker, orchestrator), ``workflows``,
 ``up`` (a whole box), ``fleet`` (switches and the fleet's views), ``models`` (the GPU
-fleet's models).
+fleet's models), ``settings`` (the settings' listing). Each command names, as it is added,
+the families of settings it reads (``config.GROUPS``): it takes their flags, and no other
+setting's.
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ COMMAND_FAMILIES = {
     "processes": ("worker", "sampler", "orchestrator"),
     "up": ("up",),
     "workflows": ("run", "runs", "cancel-run", "restart", "submit"),
-    "fleet": ("control", "model-control", "limit", "limits", "workers", "broker"),
+    "fleet": ("control", "model-control", "gpu-control", "limit", "limits", "workers", "broker"),
     "schedules": ("scheduler", "schedules"),
     "models": ("models",),
     "hosts": ("hosts",),
     "metrics": ("metrics",),
     "panel": ("panel",),
+    "settings": ("settings",),
 }
 FAMILY_OF = {command: family for family, commands in COMMAND_FAMILIES.items() for command in commands}
 
@@ -53,22 +56,28 @@ def family_module(family: str):
 
 
 def build_parser(families: Sequence[str] = tuple(COMMAND_FAMILIES)) -> Parser:
+    """rowfleet's parser with the commands of ``families``; ``commands`` holds each
+    command's parser."""
     knobs = Parser(add_help=False)
     add_global_flags(knobs, default=argparse.SUPPRESS)  # accepted after the command too; keeps an earlier value
-    add_setting_flags(knobs)
 
     parser = Parser(prog="rowfleet", description="A self-healing job fleet on the database you already run.")
     parser.add_argument("--version", action="version", version=f"rowfleet {rowfleet.__version__}")
     add_global_flags(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    reading: dict[str, Sequence[str]] = {}
 
-    def command(name: str, handler: Callable[..., int], help_text: str) -> Parser:
+    def command(name: str, handler: Callable[..., int], help_text: str, *, reads: Sequence[str]) -> Parser:
+        """Add command ``name``, which reads the settings of the families ``reads``."""
         sub = commands.add_parser(name, help=help_text, description=help_text, parents=[knobs])
         sub.set_defaults(handler=handler)
+        parser.commands[name], reading[name] = sub, reads
         return sub
 
     for family in families:
         family_module(family).add_commands(command)
+    for name, sub in parser.commands.items():  # after the command's own options, in its help too
+        add_setting_flags(sub, reading[name])
     return parser
 
 

@@ -1,8 +1,9 @@
 """How the command line is read: argparse types that refuse bad values in one line, each
 the rule of a field of ``names.RULES`` (``typed("procs")``), and every setting of
-``config.SETTINGS`` as a flag (global, per command, or the commands' own), its type,
-default and help all derived from the declaration. Numbers are read from ASCII text only:
-Python's ``int()`` also takes ``' 3'`` and other scripts' digits.
+``config.SETTINGS`` as a flag (global, on the commands whose families read it, or the
+commands' own), its type, default, help and heading all derived from the declaration;
+``settings_of`` tells which settings a command's parser takes. Numbers are read from ASCII
+text only: Python's ``int()`` also takes ``' 3'`` and other scripts' digits.
 
 The flags several commands share live here too (``--allow-host``, a GPU worker's routing
 flags, the panel's address, the schedules of ``--schedule`` and ``--app``), so that no
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import weakref
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rowfleet import models, names, tasks
 from rowfleet.cli.output import warn
-from rowfleet.config import (COMMAND, CONFIG_SETTINGS, ENV_PREFIX, GLOBAL, SETTING, SETTINGS, Config,
+from rowfleet.config import (COMMAND, CONFIG_SETTINGS, ENV_PREFIX, GLOBAL, GROUPS, SETTING, SETTINGS, Config,
                              Setting)
 from rowfleet.errors import ConfigError
 from rowfleet.gpu import routing
@@ -42,7 +44,12 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line and an exception, not a usage dump."""
+    """An ArgumentParser whose errors are one line and an exception, not a usage dump.
+    ``commands``: rowfleet's parser holds each command's parser by its name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, Parser] = {}
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
@@ -106,51 +113,86 @@ def _help(setting: Setting, *more: str) -> str:
     return f"{setting.help} ({details})".replace("%", "%%")
 
 
+# The setting each setting's flag stands for, by its action, whichever function added it.
+_SETTING_OF: weakref.WeakKeyDictionary[argparse.Action, Setting] = weakref.WeakKeyDictionary()
+
+
+def _setting_flag(container: Any, setting: Setting, **options: Any) -> argparse.Action:
+    action = container.add_argument(setting.flag, **options)
+    _SETTING_OF[action] = setting
+    return action
+
+
+def settings_of(parser: argparse.ArgumentParser) -> list[Setting]:
+    """The settings whose flags ``parser`` takes, in its order: rowfleet's own, and those
+    of a command's parser (``add_setting_flags`` and the commands' own)."""
+    return [_SETTING_OF[action] for action in parser._actions if action in _SETTING_OF]  # no public walk
+
+
 def add_global_flags(parser: argparse.ArgumentParser, default: Any = None) -> None:
     """rowfleet's own flags (``--db``, ``--project``, ``--log-level``); ``default`` is
     what a flag not given leaves (``argparse.SUPPRESS`` keeps a value given earlier)."""
     for setting in SETTINGS:
         if setting.scope == GLOBAL:
-            parser.add_argument(setting.flag, dest=setting.name, type=_flag_type(setting), default=default,
-                                help=_help(setting, f"or {setting.env}"))
+            _setting_flag(parser, setting, dest=setting.name, type=_flag_type(setting), default=default,
+                          help=_help(setting, f"or {setting.env}"))
 
 
-def add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    """Every command's settings as flags, in a group of their own. A flag not given is
-    None, so the environment and the defaults apply."""
-    group = parser.add_argument_group(f"settings (also {ENV_PREFIX}<NAME> in the environment)")
+def add_setting_flags(parser: argparse.ArgumentParser, reads: Sequence[str]) -> None:
+    """The flags of the settings that the families ``reads`` (of ``config.GROUPS``) read,
+    and no others: each under the heading of the first family of its ``read_by`` that
+    ``reads`` names. A flag not given is None, so the environment and the defaults apply.
+
+    >>> parser = Parser(prog="rowfleet status")
+    >>> add_setting_flags(parser, ["database"])
+    >>> [setting.name for setting in settings_of(parser)]
+    ['synchronous', 'busy_timeout', 'pooler', 'listen_url']
+    """
+    unknown = [family for family in reads if family not in GROUPS]
+    if unknown:
+        raise ValueError(f"no family of settings {unknown[0]!r}; the families are {', '.join(GROUPS)}")
+    placed: dict[str, list[Setting]] = {}
     for setting in SETTINGS:
-        if setting.scope == COMMAND:
-            group.add_argument(setting.flag, dest=setting.name, type=_flag_type(setting), default=None,
-                               help=_help(setting))
+        family = next((family for family in setting.read_by if family in reads), None)
+        if family is not None:
+            placed.setdefault(family, []).append(setting)
+    for family, heading in GROUPS.items():
+        group = parser.add_argument_group(heading) if family in placed else None
+        for setting in placed.get(family, ()):
+            _setting_flag(group, setting, dest=setting.name, type=_flag_type(setting), default=None,
+                          help=_help(setting))
+    if placed:
+        parser.epilog = (f"Each setting may also be given as {ENV_PREFIX}<NAME> in the environment; "
+                         f"`rowfleet settings` lists them all, with the commands that read each.")
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``Config`` settings the command line gave (None where a flag was not given)."""
-    return {setting.name: getattr(args, setting.name) for setting in CONFIG_SETTINGS
+    """The ``Config`` settings the command line gave (None where a flag was not given, or
+    the command takes no such flag)."""
+    return {setting.name: getattr(args, setting.name, None) for setting in CONFIG_SETTINGS
             if setting.scope in (GLOBAL, COMMAND)}
 
 
 def allow_module_flag(sub: argparse.ArgumentParser) -> None:
     """``--allow-module PREFIX``: whose ``module:function`` names a worker runs (see ``trusted``)."""
     setting = SETTING["allow_modules"]
-    sub.add_argument(setting.flag, action="append", default=None, metavar="PREFIX", type=typed("module"),
-                     help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
+    _setting_flag(sub, setting, action="append", default=None, metavar="PREFIX", type=typed("module"),
+                  help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
 
 
 def sample_path_flag(sub: argparse.ArgumentParser) -> None:
     """``--sample-path PATH``: more filesystems whose space the host's sampler reports."""
     setting = SETTING["sample_paths"]
-    sub.add_argument(setting.flag, action="append", default=None, metavar="PATH", dest="sample_paths",
-                     type=typed("path"), help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
+    _setting_flag(sub, setting, action="append", default=None, metavar="PATH", dest="sample_paths",
+                  type=typed("path"), help=_help(setting, "repeatable", f"{setting.env} is a comma list"))
 
 
 def metrics_token_flag(sub: argparse.ArgumentParser, name: str = "metrics_token") -> None:
     """``--token TOKEN``: the token ``rowfleet metrics`` (or, with ``panel_token``, the
     panel) requires."""
     setting = SETTING[name]
-    sub.add_argument(setting.flag, default=None, metavar="TOKEN", dest="token",
-                     help=_help(setting, f"better: {setting.env}, which keeps it out of the process list"))
+    _setting_flag(sub, setting, default=None, metavar="TOKEN", dest="token",
+                  help=_help(setting, f"better: {setting.env}, which keeps it out of the process list"))
 
 
 def with_sample_paths(config: Config, args: argparse.Namespace) -> Config:
@@ -182,9 +224,9 @@ def json_flag(flag: str, text: str) -> Any:
 def allow_host_flag(sub: Any) -> None:
     """``--allow-host NAME`` (repeatable): a host name the server answers to besides
     localhost and IP addresses (the ``allowed_hosts`` setting)."""
-    sub.add_argument(ALLOWED_HOSTS.flag, action="append", default=None, metavar="NAME", dest="allowed_hosts",
-                     help=f"{ALLOWED_HOSTS.help} (repeatable; {ALLOWED_HOSTS.env} is a comma list; "
-                          f"default {ALLOWED_HOSTS.default_text()})")
+    _setting_flag(sub, ALLOWED_HOSTS, action="append", default=None, metavar="NAME", dest="allowed_hosts",
+                  help=f"{ALLOWED_HOSTS.help} (repeatable; {ALLOWED_HOSTS.env} is a comma list; "
+                       f"default {ALLOWED_HOSTS.default_text()})")
 
 
 def with_allowed_hosts(config: Config, args: argparse.Namespace) -> Config:
@@ -225,10 +267,14 @@ def routing_options(text: str) -> argparse.Namespace:
     """A worker kind written as options, ``gpu,models=a+b,vram-mb=20000`` (``+`` between
     models, since ``,`` is between options): ``gpu`` and the routing flags, each read as its
     flag is, in the namespace ``gpu_settings_of`` reads; a refusal is a ``ConfigError``.
+    ``gpu-index=0+1`` spreads the workers over those GPUs (``gpu_indexes``; the first is
+    ``gpu_index``).
 
     >>> options = routing_options("gpu,models=llm+sd,lane=model")
-    >>> options.gpu, options.models, options.lane, options.vram_mb
-    (True, 'llm,sd', 'model', None)
+    >>> options.gpu, options.models, options.lane, options.vram_mb, options.gpu_indexes
+    (True, 'llm,sd', 'model', None, ())
+    >>> routing_options("gpu,gpu-index=2+3").gpu_indexes
+    (2, 3)
     >>> routing_options("gpu,vram=1")
     Traceback (most recent call last):
     rowfleet.errors.ConfigError: unknown option 'vram=1': give gpu, models=, vram-mb=, gpu-index=, lane=, host-priority=, idle-unload=
@@ -236,7 +282,7 @@ def routing_options(text: str) -> argparse.Namespace:
     Traceback (most recent call last):
     rowfleet.errors.ConfigError: gpu-index: invalid int value: 'x' (expected a whole number from 0 to 2147483647, in ASCII digits)
     """
-    given: dict[str, Any] = {"gpu": False, **dict.fromkeys(ROUTING_FLAGS)}
+    given: dict[str, Any] = {"gpu": False, **dict.fromkeys(ROUTING_FLAGS), "gpu_indexes": ()}
     known = ", ".join(["gpu", *(f"{name.replace('_', '-')}=" for name in ROUTING_FLAGS)])
     for option in text.split(","):
         key, equals, value = option.partition("=")
@@ -246,7 +292,11 @@ def routing_options(text: str) -> argparse.Namespace:
         elif name in ROUTING_READERS and equals:
             read = ROUTING_READERS[name][0]
             try:
-                given[name] = read(value.replace("+", ",") if name == "models" else value)
+                if name == "gpu_index":
+                    given["gpu_indexes"] = tuple(dict.fromkeys(read(part) for part in value.split("+")))
+                    given[name] = given["gpu_indexes"][0]
+                else:
+                    given[name] = read(value.replace("+", ",") if name == "models" else value)
             except argparse.ArgumentTypeError as exc:
                 raise ConfigError(f"{key.strip()}: {exc}") from None
         else:

@@ -22,7 +22,8 @@ BROKER_STATES = ("queued", "running", "failed", "completed", "cancelled")
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
-    sub = command("control", cmd_control, "switch the workers of a queue (or a whole box) off or on")
+    sub = command("control", cmd_control, "switch the workers of a queue (or a whole box) off or on",
+                  reads=("database", "switches"))
     which = sub.add_mutually_exclusive_group(required=True)
     which.add_argument("--queue", type=typed("queue"), help="the queue whose workers to switch")
     which.add_argument("--all-queues", action="store_true", help="every queue of the host: a box-wide switch")
@@ -41,7 +42,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--json", action="store_true")
 
     sub = command("model-control", cmd_model_control, "pin, forbid, unload or preload a model on a box, or list "
-                                                       "the rules")
+                                                       "the rules", reads=("database", "switches"))
     sub.add_argument("action", choices=(*control.MODEL_ACTIONS, "list"),
                      help="pin: keep it warm here (never unloaded); forbid: never claim its jobs here; unload, "
                           "preload: once, now; list: the rules and requests for this host")
@@ -52,7 +53,20 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--by", type=typed("by"), help="who asks, recorded on the row (default: this user)")
     sub.add_argument("--json", action="store_true")
 
-    sub = command("limit", cmd_limit, "set a queue's flow limits: running jobs, per key, rates, fair share")
+    sub = command("gpu-control", cmd_gpu_control, "switch a GPU of a box on or off for new claims (the health gate "
+                                                   "switches a failing one off), or list the GPUs' switches",
+                  reads=("database", "switches"))
+    sub.add_argument("action", choices=(control.ON, control.OFF, "list"),
+                     help="on: claims again (and acknowledges the health gate's verdict in force); off: its workers "
+                          "finish the job in hand and claim nothing more; list: every GPU's switch and verdict")
+    sub.add_argument("gpu", nargs="?", type=typed("gpu index"), metavar="INDEX", help="the GPU's index (not for list)")
+    # The host is the --host setting (default: this machine's label, as workers here use).
+    sub.add_argument("--reason", default="", type=typed("reason"), help="why, recorded on the switch")
+    sub.add_argument("--by", type=typed("by"), help="who switches it, recorded on the row (default: this user)")
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("limit", cmd_limit, "set a queue's flow limits: running jobs, per key, rates, fair share",
+                  reads=("database",))
     sub.add_argument("queue", type=typed("queue"), help="the queue (it need not have jobs yet)")
     sub.add_argument("--concurrency", type=typed("count"), metavar="N", help="at most N of its jobs running fleet-wide")
     sub.add_argument("--per-key", type=typed("count"), metavar="N",
@@ -71,17 +85,18 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--by", type=typed("by"), help="who asks, recorded on the limit (default: this user)")
     sub.add_argument("--json", action="store_true")
 
-    sub = command("limits", cmd_limits, "each queue's flow limits with their use now")
+    sub = command("limits", cmd_limits, "each queue's flow limits with their use now", reads=("database",))
     sub.add_argument("--all-projects", action="store_true", help="every project's limits, not only this one's")
     sub.add_argument("--json", action="store_true")
 
-    sub = command("workers", cmd_workers, "workers with what their switches want and what they do")
+    sub = command("workers", cmd_workers, "workers with what their switches want and what they do", reads=("database",))
     sub.add_argument("--all-projects", action="store_true", help="every project's workers, not only this one's")
     sub.add_argument("--all", action="store_true", dest="include_old",
                      help=f"also workers stopped, dead or silent for more than {liveness.LISTED_FOR / 60:.0f} minutes")
     sub.add_argument("--json", action="store_true")
 
-    sub = command("broker", cmd_broker, "the whole shared database: every project's queues, counts and workers")
+    sub = command("broker", cmd_broker, "the whole shared database: every project's queues, counts and workers",
+                  reads=("database",))
     sub.add_argument("--json", action="store_true")
 
 
@@ -189,6 +204,42 @@ def _list_model_controls(config: configuration.Config, host: str | None, as_json
                   iso(row.done_at) if row.done_at is not None else ("-" if row.action in control.STANDING
                                                                      else "pending")] for row in rows])
           or "no model controls")
+    return exitcodes.OK
+
+
+def cmd_gpu_control(args: argparse.Namespace, config: configuration.Config) -> int:
+    if args.action == "list":
+        if args.gpu is not None or args.reason:
+            raise ConfigError("gpu-control list takes no GPU index and no --reason")
+        return _list_gpu_switches(config, args.json)
+    if args.gpu is None:
+        raise ConfigError(f"gpu-control {args.action} needs the GPU's index, e.g. gpu-control {args.action} 0 "
+                          f"--host {config.host}")
+    with open_store(config) as store:
+        store.require_schema()
+        switch = store.set_gpu_switch(config.host, args.gpu, args.action, args.by or _user(), args.reason)
+    if args.json:
+        print_json(switch.to_dict())
+    elif switch.off:
+        say(f"GPU {switch.gpu_index} of host {switch.host}: off; its workers finish the job in hand and claim nothing "
+            f"more")
+    else:
+        cleared = f" (the health gate's verdict cleared: {switch.cleared})" if switch.cleared else ""
+        say(f"GPU {switch.gpu_index} of host {switch.host}: on{cleared}")
+    return exitcodes.OK
+
+
+def _list_gpu_switches(config: configuration.Config, as_json: bool) -> int:
+    with open_store(config) as store:
+        store.require_schema()
+        switches = store.gpu_switches()
+    if as_json:
+        print_json({"gpu_switches": [switch.to_dict() for switch in switches]})
+        return exitcodes.OK
+    print(table(["host", "gpu", "switch", "by", "at", "why", "health"],
+                [[s.host, s.gpu_index, s.desired, s.changed_by or "-", iso(s.changed_at), s.reason or "-",
+                  s.health or ("ok" if s.health_at is not None else "-")] for s in switches])
+          or "no GPU has been judged or switched")
     return exitcodes.OK
 
 

@@ -28,7 +28,8 @@ NO_HOSTS = ("no host has sampled yet: run `rowfleet sampler` on each host, or a 
 
 def add_commands(command: Callable[..., Parser]) -> None:
     sub = command("hosts", cmd_hosts, "each host's newest telemetry (CPU, memory, temperature, GPUs with the "
-                  "last hour's throttling) and the jobs running there, or one host's samples over a window")
+                  "last hour's throttling) and the jobs running there, or one host's samples over a window",
+                  reads=("database", "telemetry"))
     # Not "host": that is the --host setting's name (this machine's label).
     sub.add_argument("target", nargs="?", metavar="HOST", type=typed("host"), help="show this host's samples over --since instead")
     sub.add_argument("--since", default=None, metavar="DURATION",
@@ -101,11 +102,20 @@ def gpu_text(gpu: GpuView) -> str:
     'gpu0 87% 61.2/80.0 GiB 71°C 305/350 W 1980 MHz thr 12s [sw_power_cap]'
     >>> gpu_text(GpuView(1, None, None, None, None, None, None, None, None))
     'gpu1 ?% ?/? GiB ?°C ?/? W ? MHz thr 0s'
+    >>> from rowfleet.control import GpuSwitch
+    >>> gpu_text(GpuView(2, None, None, None, None, None, None, None, None,
+    ...                  switch=GpuSwitch("box", 2, "off", "row remapping failed", "health gate")))
+    'gpu2 ?% ?/? GiB ?°C ?/? W ? MHz thr 0s OFF by health gate: row remapping failed'
     """
     text = (f"gpu{gpu.index} {percent(gpu.util)} {_of(gpu.vram_used_mib, MIB_PER_GIB)}/"
             f"{_of(gpu.vram_total_mib, MIB_PER_GIB)} GiB {celsius(gpu.temp)} {_whole(gpu.power_w)}/"
             f"{_whole(gpu.power_limit_w)} W {_whole(gpu.sm_mhz)} MHz thr {gpu.throttled():.0f}s")
-    return text + (f" [{', '.join(gpu.slowdowns)}]" if gpu.slowdowns else "")
+    text += f" [{', '.join(gpu.slowdowns)}]" if gpu.slowdowns else ""
+    if gpu.off:
+        text += f" OFF by {gpu.switch.changed_by or 'an operator'}" + (f": {gpu.switch.reason}" if gpu.switch.reason else "")
+    elif gpu.switch is not None and gpu.switch.health:
+        text += f" failing (cleared by an operator): {gpu.switch.health}"
+    return text
 
 
 def series_table(series: HostSeries) -> str:

@@ -22,10 +22,10 @@ from rowfleet.views.snapshot import Progress, snapshot, unplaceable_text
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
-    sub = command("init", cmd_init, "create or upgrade the schema (idempotent); print its version")
+    sub = command("init", cmd_init, "create or upgrade the schema (idempotent); print its version", reads=("database",))
     sub.add_argument("--json", action="store_true")
 
-    sub = command("enqueue", cmd_enqueue, "enqueue one job; print its id")
+    sub = command("enqueue", cmd_enqueue, "enqueue one job; print its id", reads=("database", "waiting"))
     sub.add_argument("task", help="a registered task name, or module:function")
     app_flag(sub, "import this module first and refuse a task that a worker with it would refuse "
                   "(repeatable; without it an untrusted task name is only warned of)")
@@ -51,8 +51,11 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--model", default=None, metavar="MODEL",
                      help="the model this job needs warm (default: its task's when an --app module registers it)")
     sub.add_argument("--vram-mb", type=positive_int, default=None, metavar="MB",
-                     help="GPU memory (MiB) this job needs (default: what an --app module registered its model "
-                          "with, else unknown)")
+                     help="GPU memory (MiB) this job needs, on each of its GPUs (default: what an --app module "
+                          "registered its model with, else unknown)")
+    sub.add_argument("--gpus", type=typed("gpus"), default=None, metavar="N",
+                     help="GPUs of one host this job needs: only a GPU worker that can hold N now takes it, with "
+                          "CUDA_VISIBLE_DEVICES naming them (default: its task's, else none)")
     sub.add_argument("--json", action="store_true", help="print the whole job")
     sub.add_argument("--wait", action="store_true",
                      help="wait for the job to end and print its result as JSON, as `rowfleet wait` does")
@@ -60,35 +63,37 @@ def add_commands(command: Callable[..., Parser]) -> None:
                      help="with --wait: give up after this long (exit 124; default: wait as long as it takes)")
 
     sub = command("wait", cmd_wait, "wait for a job to end; print its result as JSON (exit 1 when it failed or was "
-                  "cancelled, with its error; 124 when --timeout passed first)")
+                  "cancelled, with its error; 124 when --timeout passed first)", reads=("database", "waiting"))
     sub.add_argument("id", type=int64)
     sub.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
                      help="give up after this long (exit 124; default: wait as long as it takes)")
 
-    sub = command("status", cmd_status, "job counts per project/queue/state, and workers")
+    sub = command("status", cmd_status, "job counts per project/queue/state, and workers", reads=("database",))
     sub.add_argument("--json", action="store_true")
 
-    sub = command("jobs", cmd_jobs, "list jobs, newest first")
+    sub = command("jobs", cmd_jobs, "list jobs, newest first", reads=("database",))
     sub.add_argument("--state", choices=STATES)
     sub.add_argument("--queue", type=typed("queue"))
     sub.add_argument("--limit", type=positive_int, default=50)
     sub.add_argument("--json", action="store_true")
 
-    sub = command("job", cmd_job, "one job with its events")
+    sub = command("job", cmd_job, "one job with its events", reads=("database",))
     sub.add_argument("id", type=int64)
     sub.add_argument("--json", action="store_true")
 
-    sub = command("retry", cmd_retry, "re-queue a failed or cancelled job")
+    sub = command("retry", cmd_retry, "re-queue a failed or cancelled job", reads=("database",))
     sub.add_argument("id", type=int64)
     sub.add_argument("--json", action="store_true")
 
-    sub = command("cancel", cmd_cancel, "cancel a queued job; ask a running job's worker to stop it")
+    sub = command("cancel", cmd_cancel, "cancel a queued job; ask a running job's worker to stop it",
+                  reads=("database",))
     sub.add_argument("id", type=int64)
     sub.add_argument("--wait", type=positive_float, default=None, metavar="SECONDS",
                      help="for a running job: wait up to SECONDS for it to end, and say how it ended")
     sub.add_argument("--json", action="store_true")
 
-    sub = command("prioritize", cmd_prioritize, "make a queued job run next, ahead of every priority")
+    sub = command("prioritize", cmd_prioritize, "make a queued job run next, ahead of every priority",
+                  reads=("database",))
     sub.add_argument("id", type=int64)
     sub.add_argument("--json", action="store_true")
 
@@ -125,15 +130,15 @@ def cmd_enqueue(args: argparse.Namespace, config: configuration.Config) -> int:
                    priority=args.priority, run_next=args.run_next, delay=args.delay, key=args.key,
                    max_attempts=args.max_attempts, timeout=args.timeout, model=args.model,
                    vram_mb=args.vram_mb, unique=args.unique, debounce=args.debounce,
-                   concurrency_key=args.concurrency_key)
+                   concurrency_key=args.concurrency_key, gpus=args.gpus)
     tasks.import_apps(args.app)
     warning = tasks.vet(args.task, config.allow_modules, strict=bool(args.app))  # with --app: refuse
     if args.app and args.model is not None and models.registered(args.model) is None:
         raise ConfigError(f"model {args.model!r} is not registered by the --app modules, so no worker with them "
                           f"can load it: register it with @rowfleet.model, or leave out --app")
-    stamp = tasks.stamp(args.task, args.queue, args.timeout, args.model, args.vram_mb)  # what --app registered
+    stamp = tasks.stamp(args.task, args.queue, args.timeout, args.model, args.vram_mb, args.gpus)  # --app's
     spec = dataclasses.replace(spec, queue=stamp.queue, timeout=stamp.timeout, model=stamp.model,
-                               vram_mb=stamp.vram_mb)
+                               vram_mb=stamp.vram_mb, gpus=stamp.gpus)
     with open_store(config) as store:
         job = store.enqueue(spec)
         if warning:  # once written: a refused command says only why
@@ -238,7 +243,7 @@ def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
         return exitcodes.OK
     keys = ["id", "task", "queue", "project", "state", "priority", "run_next", "attempts", "max_attempts", "args",
             "result", "error", "claimed_by", "lease_token", "run_at", "created_at", "started_at", "finished_at"]
-    keys += [key for key in ("concurrency_key", "run_id", "node_id", "node_item", "timeout", "required_model", "progress",
+    keys += [key for key in ("concurrency_key", "run_id", "node_id", "node_item", "timeout", "required_model", "vram_mb", "gpus", "progress",
                              "progress_message", "progress_at", "cancel_requested_at", "cancel_reason",
                              "unreadable") if data[key] is not None]
     keys += ["watchdog_retries"] if data["watchdog_retries"] else []

@@ -27,7 +27,8 @@ DEFAULT_PORT = 9464
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
-    sub = command("metrics", cmd_metrics, "serve the fleet's metrics for Prometheus at /metrics, or print them once")
+    sub = command("metrics", cmd_metrics, "serve the fleet's metrics for Prometheus at /metrics, or print them once",
+                  reads=("database", "connection"))
     sub.add_argument("--bind", default=DEFAULT_BIND, metavar="ADDRESS",
                      help=f"the address to listen on (default {DEFAULT_BIND}: this machine only)")
     sub.add_argument("--port", type=port_number, default=DEFAULT_PORT,

@@ -20,7 +20,7 @@ from rowfleet.views.snapshot import MODEL_WINDOW, Holder, ModelView, models
 
 def add_commands(command: Callable[..., Parser]) -> None:
     sub = command("models", cmd_models, "each model's jobs, where it is warm, its load figures and "
-                  f"warm hits over the last {MODEL_WINDOW / 3600:.0f} hour")
+                  f"warm hits over the last {MODEL_WINDOW / 3600:.0f} hour", reads=("database",))
     sub.add_argument("--json", action="store_true")
 
 

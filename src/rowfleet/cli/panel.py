@@ -22,7 +22,8 @@ from rowfleet.services.runner import stop_on_signals
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
-    sub = command("panel", cmd_panel, "serve the operator panel (the Flight Deck) in a browser")
+    sub = command("panel", cmd_panel, "serve the operator panel (the Flight Deck) in a browser",
+                  reads=("database", "connection", "telemetry", "panel"))
     sub.add_argument("--bind", default=PANEL_BIND, metavar="ADDRESS",
                      help=f"the address to listen on (default {PANEL_BIND}: this machine only; any other "
                           f"needs a token)")

@@ -23,7 +23,8 @@ from rowfleet.worker.loop import check_prefetch
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
-    sub = command("worker", cmd_worker, "claim and run jobs of one queue, or of several in order")
+    sub = command("worker", cmd_worker, "claim and run jobs of one queue, or of several in order",
+                  reads=("database", "connection", "worker", "watchdog", "supervisor", "sampler"))
     sub.add_argument("--queue", action="append", default=None, metavar="QUEUE", type=typed("queue"),
                      help="the queue to serve (default: default); repeat it to serve several in order: "
                           "the first with a due job wins")
@@ -54,7 +55,8 @@ def add_commands(command: Callable[..., Parser]) -> None:
                       help="stop the sidecar after this long without a job (default: keep it while the worker lives)")
 
     sub = command("sampler", cmd_sampler, "record this host's telemetry (CPU, memory, disks, network, "
-                  "temperatures, power, GPUs) in the database, for a box without a supervised worker")
+                  "temperatures, power, GPUs) in the database, for a box without a supervised worker",
+                  reads=("database", "connection", "sampler"))
     sub.add_argument("--every", type=positive_float, default=None, metavar="SECONDS",
                      help="seconds between readings (the --sample-every setting; default 2)")
     sub.add_argument("--once", action="store_true",
@@ -62,7 +64,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sample_path_flag(sub)
 
     sub = command("orchestrator", cmd_orchestrator, "migrate, then reclaim lapsed leases, flag "
-                  "silent workers and prune old jobs on a timer")
+                  "silent workers and prune old jobs on a timer", reads=("database", "connection", "orchestrator"))
     sub.add_argument("--once", action="store_true", help="one sweep, print what it did, exit")
     sub.add_argument("--fail-unplaceable-after", type=positive_float, default=None, metavar="SECONDS",
                      help="fail a queued model job that no GPU worker could hold for longer than SECONDS, "

@@ -19,7 +19,7 @@ from rowfleet.store import open_store
 
 def add_commands(command: Callable[..., Parser]) -> None:
     sub = command("scheduler", cmd_scheduler, "enqueue one job per due slot of each schedule, exactly once "
-                  "however many schedulers run")
+                  "however many schedulers run", reads=("database", "connection", "scheduler"))
     sub.add_argument("--schedule", action="append", default=[], metavar="FILE",
                      help="a JSON file: a list of schedules (repeatable)")
     sub.add_argument("--app", action="append", default=[], metavar="MODULE",
@@ -30,7 +30,7 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--json", action="store_true", help="with --once, print what fired as JSON")
 
     sub = command("schedules", cmd_schedules, "each schedule the database knows: its newest slot and the "
-                  "slots fired lately, with their jobs")
+                  "slots fired lately, with their jobs", reads=("database",))
     sub.add_argument("--limit", type=positive_int, default=5, help="slots shown per schedule (default 5)")
     sub.add_argument("--json", action="store_true")
 

@@ -58,8 +58,8 @@ class PanelAsk:
 def add_commands(command: Callable[..., Parser]) -> None:
     sub = command("up", cmd_up, "run this box's whole share of the fleet under one supervisor: orchestrator, "
                   "workers, scheduler, telemetry sampler and, with --panel, the panel",
-                  reads=("database", "worker", "watchdog", "supervisor", "sampler", "orchestrator", "scheduler",
-                         "telemetry", "panel"))
+                  reads=("database", "connection", "worker", "watchdog", "supervisor", "sampler", "orchestrator",
+                         "scheduler", "telemetry", "panel"))
     sub.add_argument("--queue", action="append", default=None, metavar="Q[:N[:OPTIONS]]",
                      help="N worker processes for queue Q (N default 1; repeatable; default: default:1); OPTIONS "
                           "give that queue's workers their own kind, as gpu,models=a+b,vram-mb=20000 (gpu and the "
@@ -141,7 +141,7 @@ def queue_workers(specs: Sequence[str], args: argparse.Namespace) -> list[Worker
             continue
         try:
             kind = routing_options(options)
-            lines.append(Workers(queue, count, kind.gpu, gpu_settings_of(kind)))
+            lines.append(Workers(queue, count, kind.gpu, gpu_settings_of(kind), kind.gpu_indexes))
         except ConfigError as exc:
             raise ConfigError(f"--queue {names.shown(f'{queue}:{count}:{options}')}: {exc}") from None
     unused = [f"--{name.replace('_', '-')}" for name in ("gpu", *ROUTING_FLAGS) if getattr(args, name)]

@@ -17,7 +17,7 @@ from rowfleet.store import open_store
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
-    sub = command("run", cmd_run, "start a workflow run; print its id")
+    sub = command("run", cmd_run, "start a workflow run; print its id", reads=("database",))
     sub.add_argument("workflow", help="a workflow JSON file, or the name of a workflow an --app module registers")
     sub.add_argument("--args", default="null", help="JSON: the run's arguments, read by {\"$from\": \"$args...\"}")
     sub.add_argument("--app", action="append", default=[], metavar="MODULE",
@@ -27,22 +27,22 @@ def add_commands(command: Callable[..., Parser]) -> None:
                      help="do not resolve the nodes' tasks here (for a host without their dependencies)")
     sub.add_argument("--json", action="store_true", help="print the whole run")
 
-    sub = command("runs", cmd_runs, "list workflow runs, newest first; or one run with its nodes")
+    sub = command("runs", cmd_runs, "list workflow runs, newest first; or one run with its nodes", reads=("database",))
     sub.add_argument("id", nargs="?", type=int64, help="show this run and its nodes")
     sub.add_argument("--state", choices=dag.RUN_STATES)
     sub.add_argument("--limit", type=positive_int, default=50)
     sub.add_argument("--json", action="store_true")
 
-    sub = command("cancel-run", cmd_cancel_run, "cancel a workflow run and its queued nodes")
+    sub = command("cancel-run", cmd_cancel_run, "cancel a workflow run and its queued nodes", reads=("database",))
     sub.add_argument("id", type=int64)
     sub.add_argument("--json", action="store_true")
 
     sub = command("restart", cmd_restart, "re-run a failed or cancelled run's failed and cancelled nodes "
-                  "and what follows them, keeping completed results")
+                  "and what follows them, keeping completed results", reads=("database",))
     sub.add_argument("id", type=int64)
     sub.add_argument("--json", action="store_true")
 
-    sub = command("submit", cmd_submit, "answer an input node of a run that awaits input")
+    sub = command("submit", cmd_submit, "answer an input node of a run that awaits input", reads=("database",))
     sub.add_argument("id", type=int64)
     sub.add_argument("node", help="the input node's id")
     sub.add_argument("--value", required=True, help="JSON: the node's result")

@@ -15,7 +15,9 @@ A worker started with ``--gpu`` and models to load (``GpuSettings``) holds a ``G
   the model loading, free GPU memory). Plus ``gpu_locked_to`` once the GPU was found
   leased to another model.
 * ``place(store, job)``: before a model job runs, the GPU's lease for its model (one model
-  per GPU). While another holder leases it for another model the job is handed back,
+  per GPU); a job that asks for ``gpus=N`` also takes N-1 other free GPUs of the host, lent
+  to it (``rowfleet.gpu.gang``), all or none, named in ``CUDA_VISIBLE_DEVICES`` until it ends.
+  A GPU lent to another worker's job hands back whatever was claimed on it. While another holder leases it for another model the job is handed back,
   which is no fault (no attempt nor retry spent), and the claims that follow take only
   that model's jobs (and plain ones) until its lease is gone, as re-read once per
   heartbeat interval.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -43,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from rowfleet import control, models, names
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, ModelLoadFailed, RowfleetError
-from rowfleet.gpu import routing
+from rowfleet.gpu import gang, routing
 from rowfleet.gpu.advert import boxes_of, model_info_of
 from rowfleet.job import Job
 from rowfleet.telemetry import gpu
@@ -146,17 +149,20 @@ class GpuMemory:
         self.command, self.gpu_index, self.timeout = command, gpu_index, timeout
         self._sample, self._clock = sample, clock
         self._lock = threading.Lock()
-        self._reading: gpu.GpuReading | None = None
+        self._readings: tuple[gpu.GpuReading, ...] = ()
         self._read_at: float | None = None
 
     def reading(self, max_age: float = 0.0) -> gpu.GpuReading | None:
         """This GPU's reading, at most ``max_age`` seconds old (0: read now)."""
+        return next((r for r in self.readings(max_age) if r.index == self.gpu_index), None)
+
+    def readings(self, max_age: float = 0.0) -> tuple[gpu.GpuReading, ...]:
+        """Every GPU of the host, as one run read them, at most ``max_age`` seconds ago."""
         with self._lock:
             if self._read_at is None or self._clock() - self._read_at >= max_age:
-                sample = self._sample(command=self.command, timeout=self.timeout)
-                self._reading = next((r for r in sample.readings if r.index == self.gpu_index), None)
+                self._readings = tuple(self._sample(command=self.command, timeout=self.timeout).readings)
                 self._read_at = self._clock()
-            return self._reading
+            return self._readings
 
     def processes(self) -> list[tuple[int, int | None]]:
         """(pid, MiB) of the processes holding memory on this GPU (``--query-compute-apps``,
@@ -182,6 +188,8 @@ class FleetView:
     models: Mapping[str, routing.ModelInfo] = dataclasses.field(default_factory=dict)
     rules: control.ModelRules = control.ModelRules()  # the operators' model_controls for this host
     requests: tuple[control.ModelControl, ...] = ()   # their pending unload and preload rows
+    leases: Mapping[int, "GpuLease"] = dataclasses.field(default_factory=dict)  # its host's GPU leases, by index
+    gpus_off: frozenset[int] = frozenset()  # its host's GPUs that a switch holds off
 
 
 class GpuBox:
@@ -205,6 +213,8 @@ class GpuBox:
         self._lock_read_at = 0.0
         self._idle_since = time.monotonic()  # since the last job ended (or the start)
         self._load_spent = 0.0  # seconds the job in hand spent loading its model
+        self._gang: list["GpuLease"] = []  # the other GPUs lent to the job in hand (gpus=N)
+        self._visible_before: str | None = None  # CUDA_VISIBLE_DEVICES before the job in hand set it
 
     # --- what the claim and the heartbeat show -----------------------------------------
 
@@ -225,9 +235,26 @@ class GpuBox:
     def claim_fields(self, store: "Store") -> dict[str, Any]:
         """The routing fields of the next ``Claim``."""
         view, me = self._fleet(store), self.box()
-        inputs = routing.claim_inputs(me, (me, *view.boxes), self._known_models(view), view.backlogs, store.local_clock(),
+        now = store.local_clock()
+        inputs = routing.claim_inputs(me, (me, *view.boxes), self._known_models(view), view.backlogs, now,
                                       self.settings.lane)
-        return {**inputs.fields(), "gpu_locked_to": self._lock_now(store)}
+        fields = {**inputs.fields(), "gpu_locked_to": self._lock_now(store),
+                  "gpus_free": 1 + len(gang.free_others(self.settings.gpu_index, self._host_gpus(view.leases,
+                                                                                                view.gpus_off, now)))}
+        lent = view.leases.get(self.settings.gpu_index)
+        if lent is not None and gang.is_lent(lent.model) and lent.holder != self.holder and lent.expires_at > now:
+            fields.update(gpu_locked_to=lent.model, lane=routing.MODEL)  # lent to a gang: claim nothing
+        return fields
+
+    def _host_gpus(self, leases: Mapping[int, "GpuLease"], off: frozenset[int], now: float,
+                   max_age: float | None = None) -> list[gang.HostGpu]:
+        """The host's GPUs as a gang sees them: nvidia-smi's (memory at most ``max_age``
+        seconds old; default one heartbeat interval), ``off`` those switched off, leased
+        those another holder's live lease holds."""
+        readings = self.memory.readings(self.config.heartbeat if max_age is None else max_age)
+        free = {r.index: vram_figures(r, None)[1] for r in readings if isinstance(r.index, int)}
+        held = [index for index, lease in leases.items() if lease.expires_at > now and lease.holder != self.holder]
+        return gang.host_gpus(free, off, held)
 
     def _known_models(self, view: FleetView) -> Mapping[str, routing.ModelInfo]:
         """The view's model figures, with what this worker measured loading its warm model
@@ -271,7 +298,9 @@ class GpuBox:
         for model_id in self.settings.models:
             registered = models.registered(model_id)
             infos[model_id] = model_info(model_id, registered.vram_mb if registered else None, stats.get(model_id), now)
-        return FleetView(boxes, backlogs, infos, control.model_rules(controls, self.config.host), requests)
+        leases = store.host_gpu_leases(self.config.host)
+        off = frozenset(s.gpu_index for s in store.gpu_switches() if s.host == self.config.host and s.off)
+        return FleetView(boxes, backlogs, infos, control.model_rules(controls, self.config.host), requests, leases, off)
 
     def _backlogs(self, store: "Store", stats: Mapping[str, Any]) -> dict[str, routing.Backlog]:
         """What is queued per model across this worker's queues (counts added, the oldest
@@ -307,11 +336,69 @@ class GpuBox:
     # --- a model job ---------------------------------------------------------------------
 
     def place(self, store: "Store", job: Job) -> bool:
-        """Lease the GPU for the job's model (a job that needs none needs no lease); False
-        when another model holds it, and then the job was handed back."""
+        """Lease the GPU for the job's model (a job that needs none needs no lease), and for
+        a job of ``gpus=N`` the gang's other GPUs; False when another model holds the GPU,
+        it is lent to another job, or the host has too few free for the gang: then the job
+        was handed back."""
+        lent = self._lent_away(store)
+        if lent is not None:
+            return self._refuse(store, job, lent)
         model = job.required_model
-        if model is None or self._lease_for(store, model):
-            return True
+        if model is not None and not self._lease_for(store, model):
+            return self._refuse_leased(store, job, model)
+        if (job.gpus or 1) > 1:
+            return self._take_gang(store, job)
+        if job.gpus is not None:
+            self._show_devices((self.settings.gpu_index,))
+        return True
+
+    def _lent_away(self, store: "Store") -> str | None:
+        """Why this worker's GPU may run nothing now: another worker's job holds it in its
+        gang (read afresh on a host of several GPUs, the only kind where that can be)."""
+        if len(self.memory.readings(self.config.heartbeat)) < 2:
+            return None
+        lease = store.gpu_lease(self.config.host, self.settings.gpu_index)
+        if lease is None or not gang.is_lent(lease.model) or lease.holder == self.holder \
+                or lease.expires_at <= store.local_clock():
+            return None
+        self._locked_to, self._lock_read_at = lease.model, time.monotonic()
+        return f"GPU {self.settings.gpu_index} of {self.config.host or 'this host'} is one of the {lease.model}"
+
+    def _take_gang(self, store: "Store", job: Job) -> bool:
+        """Lend the other GPUs of ``job``'s gang to it (the worker's own too, for a job of no
+        model, whose own lease is then the gang's), all or none, and name them for it."""
+        if job.required_model is None and self.resident.held() is not None:
+            self.unload(store)  # its own GPU joins the gang: one model per GPU, and none for a plain gang
+        view = self._fleet(store)
+        leases = store.host_gpu_leases(self.config.host)
+        gpus = self._host_gpus(leases, view.gpus_off, store.local_clock(), max_age=0.0)
+        chosen = gang.gang(self.settings.gpu_index, gpus, job.gpus or 1, job.vram_mb)
+        if chosen is None:
+            return self._refuse(store, job, gang.shortfall(self.settings.gpu_index, gpus, job.gpus or 1, job.vram_mb,
+                                                           self.config.host or "this host"))
+        lent = chosen[1:] if job.required_model is not None else chosen
+        taken = store.acquire_gpus(self.config.host, lent, gang.lent_to(job.id), self.holder, self.config.lease)
+        if taken is None:
+            return self._refuse(store, job, f"another holder leased one of GPUs {gang.visible_devices(lent)} of "
+                                            f"{self.config.host or 'this host'} first")
+        with self._lock:
+            self._gang = taken
+        self._show_devices(chosen)
+        return True
+
+    def _show_devices(self, indexes: Sequence[int]) -> None:
+        """Name the job's GPUs in ``CUDA_VISIBLE_DEVICES`` until it ends (``job_done``): the
+        environment of this process, which the handler and what it starts read."""
+        if self._visible_before is None:
+            self._visible_before = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        os.environ["CUDA_VISIBLE_DEVICES"] = gang.visible_devices(indexes)
+
+    def _refuse(self, store: "Store", job: Job, reason: str) -> bool:
+        if store.hand_back(job, reason):
+            log.warning("job %d: %s; handed back", job.id, reason)
+        return False
+
+    def _refuse_leased(self, store: "Store", job: Job, model: str) -> bool:
         current = store.gpu_lease(self.config.host, self.settings.gpu_index)
         held_by = f"{current.holder} for model {current.model!r}" if current is not None else "another holder"
         reason = f"GPU {self.settings.gpu_index} of {self.config.host or 'this host'} is leased by {held_by}"
@@ -380,12 +467,29 @@ class GpuBox:
         preloading to weigh (``Store.record_model_run``)."""
         self._idle_since = time.monotonic()
         loading, self._load_spent = self._load_spent, 0.0
+        self._end_gang(store)
         if not completed or job.required_model is None:
             return
         try:
             store.record_model_run(self.config.project, job.required_model, max(0.0, seconds - loading))
         except RowfleetError as exc:  # a figure lost is no reason to fail anything
             log.warning("could not record the run time of model %r: %s", job.required_model, exc)
+
+    def _end_gang(self, store: "Store") -> None:
+        """Let the gang's other GPUs go and put ``CUDA_VISIBLE_DEVICES`` back as it was."""
+        with self._lock:
+            lent, self._gang = self._gang, []
+        for lease in lent:
+            try:
+                store.release_gpu(lease, self.holder)
+            except RowfleetError as exc:  # it lapses by itself within a lease
+                log.warning("could not release the lease of GPU %d: %s", lease.gpu_index, exc)
+        if self._visible_before is not None:
+            if self._visible_before:
+                os.environ["CUDA_VISIBLE_DEVICES"] = self._visible_before
+            else:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            self._visible_before = None
 
     # --- idle unload, renewal, stop ------------------------------------------------------
 
@@ -469,6 +573,7 @@ class GpuBox:
         # Under the lock for the whole renewal: a release between reading the lease and
         # renewing it would be undone, and the GPU left locked to a model nobody holds.
         with self._lock:
+            self._renew_gang(store)
             lease = self._lease
             if lease is None:
                 return
@@ -481,6 +586,23 @@ class GpuBox:
         if renewed is None:
             log.warning("worker %s: the lease of GPU %d for model %r changed hands", self.holder,
                         lease.gpu_index, lease.model)
+
+    def _renew_gang(self, store: "Store") -> None:
+        """Extend the leases of the gang's other GPUs (under ``_lock``, as ``renew``); one
+        that changed hands is dropped: the job's own lease decides whether it runs on."""
+        kept = []
+        for lease in self._gang:
+            try:
+                renewed = store.renew_gpu(lease, self.holder, self.config.lease)
+            except RowfleetError as exc:
+                log.warning("GPU lease renewal failed (will retry): %s", exc)
+                renewed = lease
+            if renewed is None:
+                log.warning("worker %s: the lease of GPU %d lent to its job changed hands", self.holder,
+                            lease.gpu_index)
+            else:
+                kept.append(renewed)
+        self._gang = kept
 
     def _release(self, store: "Store") -> None:
         with self._lock:  # never while a renewal is in flight (see renew)

@@ -120,6 +120,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "gpu_power_watts": (GAUGE, "GPU power draw."),
     "gpu_power_limit_watts": (GAUGE, "GPU power limit in force."),
     "gpu_sm_clock_hertz": (GAUGE, "GPU streaming-multiprocessor clock."),
+    "gpu_off": (GAUGE, "1 when a GPU is switched off for new claims, by who switched it (\"health gate\", or "
+                       "an operator); 0 when on."),
+    "gpu_failing": (GAUGE, "1 when the GPU health gate's last verdict on a GPU is failing (uncorrectable ECC "
+                           "errors, failed or pending row remaps, a card-fault Xid...); 0 when healthy."),
     "gpu_throttle_seconds_total": (COUNTER, "Seconds a GPU's clocks were held back, by reason: the driver's "
                                             "own counter as last sampled, which restarts when the host boots."),
     "gpu_throttled_last_hour_seconds": (GAUGE, "Seconds a GPU was held back over the last hour, by reason."),
@@ -162,11 +166,12 @@ class Family:
 
 def exposition(snapshot: "Snapshot", rows: "MetricsRows",
                throttle: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None, limits: Iterable[Any] = (),
-               ) -> str:
+               gpu_switches: Iterable[Any] = ()) -> str:
     """The Prometheus text of ``snapshot`` (``rowfleet.views.snapshot.Snapshot``) and ``rows``
     (``rowfleet.store.telemetry.MetricsRows``); ``throttle``: seconds each host's GPUs were
     held back over the last hour, host -> GPU index -> reason -> seconds (none: left out);
-    ``limits``: the flow limits with their use (``Store.limits``).
+    ``limits``: the flow limits with their use (``Store.limits``); ``gpu_switches``: each
+    judged or switched GPU (``Store.gpu_switches``).
 
     >>> from types import SimpleNamespace as Rows
     >>> fleet = Rows(at=100.0, counts=[Rows(project="", queue="q", state="queued", n=2)], unplaceable=[],
@@ -178,7 +183,7 @@ def exposition(snapshot: "Snapshot", rows: "MetricsRows",
     rowfleet_jobs{project="",queue="q",state="queued"} 2
     rowfleet_jobs{project="",queue="q",state="running"} 0
     """
-    return render(families(snapshot, rows, throttle, limits))
+    return render(families(snapshot, rows, throttle, limits, gpu_switches))
 
 
 def render(found: Iterable[Family]) -> str:
@@ -188,7 +193,7 @@ def render(found: Iterable[Family]) -> str:
 
 def families(snapshot: "Snapshot", rows: "MetricsRows",
              throttle: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
-             limits: Iterable[Any] = ()) -> list[Family]:
+             limits: Iterable[Any] = (), gpu_switches: Iterable[Any] = ()) -> list[Family]:
     """Every family that has a sample, in ``FAMILIES`` order (see ``exposition``)."""
     samples: dict[str, list[Sample]] = {name: [] for name in FAMILIES}
     _jobs(samples, snapshot, rows)
@@ -197,6 +202,7 @@ def families(snapshot: "Snapshot", rows: "MetricsRows",
     _fleet(samples, snapshot)
     _hosts(samples, rows.samples, snapshot.at)
     _throttle(samples, throttle or {})
+    _gpu_switches(samples, gpu_switches)
     return [Family(PREFIX + name, kind, help_text, tuple(samples[name]))
             for name, (kind, help_text) in FAMILIES.items() if samples[name]]
 
@@ -318,6 +324,14 @@ def _hosts(samples: dict[str, list[Sample]], newest: Iterable[Any], now: float) 
                 found.setdefault(family, []).append(Sample("", host + label, _scaled(value, scale)))
         for family, lines in found.items():
             samples[family].extend(sorted(lines, key=lambda line: line.labels))
+
+
+def _gpu_switches(samples: dict[str, list[Sample]], switches: Iterable[Any]) -> None:
+    """Each GPU's switch (a ``control.GpuSwitch``) and the health gate's last verdict on it."""
+    off = {(str(s.host), str(s.gpu_index), str(s.changed_by)): 1 if s.off else 0 for s in switches}
+    failing = {(str(s.host), str(s.gpu_index)): 1 if s.health else 0 for s in switches if s.health_at is not None}
+    _series(samples["gpu_off"], ("host", "gpu", "changed_by"), off)
+    _series(samples["gpu_failing"], ("host", "gpu"), failing)
 
 
 def _throttle(samples: dict[str, list[Sample]], throttle: Mapping[str, Mapping[str, Mapping[str, float]]]) -> None:

@@ -67,14 +67,17 @@ class Line:
 @dataclasses.dataclass(frozen=True, eq=False)  # known by identity: ``layouts`` hands the same ones
 class Layout:
     """One chart of a card: its title and unit, the least top of its scale (100 % and
-    100 °C, so that hosts side by side compare), its lines, and how many were left out
-    past ``LINES_MOST``."""
+    100 °C, so that hosts side by side compare), its lines, how many were left out past
+    ``LINES_MOST``, and the readings whose largest value tops its scale where the rows
+    hold any (``ceiling``: the GPUs' highest SM clock, so that an idle card's 345 MHz
+    reads as low on its own scale rather than filling the chart)."""
 
     title: str
     unit: str
     least_top: float
     lines: tuple[Line, ...]
     left_out: int = 0
+    ceiling: tuple[str, ...] = ()
 
 
 
@@ -90,6 +93,8 @@ def layouts(present: frozenset[str], gpus_apart: bool = True) -> tuple[Layout, .
     [('Utilisation', ['cpu', 'gpu0', 'gpu1']), ('Throttled', ['hw_slowdown'])]
     >>> [line.label for line in layouts(frozenset({"gpu.0.util", "gpu.1.util"}), gpus_apart=False)[0].lines]
     ['GPUs mean', 'least busy GPU']
+    >>> layouts(frozenset({"gpu.0.sm_mhz", "gpu.0.max_sm_mhz", "gpu.1.sm_mhz"}))[0].ceiling
+    ('gpu.0.max_sm_mhz',)
     """
     gpus = [index for index in gpu_indexes(dict.fromkeys(present)) if index.isascii() and index.isdigit()]
     nets = sorted({name[len("net."):-len(".rx_bps")] for name in present
@@ -125,12 +130,13 @@ def layouts(present: frozenset[str], gpus_apart: bool = True) -> tuple[Layout, .
         vram = all_gpus("vram_used_mib", "max", "GPUs", "sum") + \
             all_gpus("vram_total_mib", "mean", "GPUs total", "sum", "line limit s1")
 
-    asked = [  # title, unit, the least top of its scale, its lines
+    highest_clocks = tuple(f"gpu.{index}.max_sm_mhz" for index in gpus if f"gpu.{index}.max_sm_mhz" in present)
+    asked = [  # title, unit, the least top of its scale, its lines, the readings that top its scale
         ("Utilisation", "%", 100.0, host("cpu", "cpu.busy", "line cpu", "max") + utilisation),
         ("Temperature", "°C", TEMPERATURE_SCALE,
          host("hottest sensor", "temp.hottest", "line hottest", "max") + temperature),
         ("GPU power", "W", 0.0, power),
-        ("SM clock", "MHz", 0.0, clock),
+        ("SM clock", "MHz", 0.0, clock, highest_clocks),
         ("VRAM", "MiB", 0.0, vram),
         ("Network", "B/s", 0.0, [Line(f"{clipped(net, LABEL_MOST)} {way}", (f"net.{net}.{way}_bps",),
                                       f"line {way} s{n % PALETTE}")
@@ -140,8 +146,8 @@ def layouts(present: frozenset[str], gpus_apart: bool = True) -> tuple[Layout, .
                                              tuple(f"gpu.{index}.throttle_s.{reason}" for index in gpus),
                                              f"line s{n % PALETTE}", "max") for n, reason in enumerate(reasons)]),
     ]
-    return tuple(Layout(title, unit, top, tuple(lines[:LINES_MOST]), max(len(lines) - LINES_MOST, 0))
-                 for title, unit, top, lines in asked if lines)
+    return tuple(Layout(title, unit, top, tuple(lines[:LINES_MOST]), max(len(lines) - LINES_MOST, 0), *ceiling)
+                 for title, unit, top, lines, *ceiling in asked if lines)
 
 
 def _pairs(first: list[Line], second: list[Line]) -> list[Line]:
@@ -353,21 +359,27 @@ class Slice:
     as nan) and the drawings made of it. Holds its rows' readings, so that the ids its
     key is made of stay theirs while it is kept."""
 
-    __slots__ = ("start", "rows", "points", "edges", "tops", "drawings")
+    __slots__ = ("start", "rows", "points", "edges", "tops", "ceilings", "drawings")
 
     def __init__(self, start: float, rows: tuple[tuple[float, Mapping[str, Any]], ...],
                  points: tuple[tuple[tuple[Point, ...], ...], ...],
-                 edges: tuple[tuple[tuple[float, float] | None, ...], ...]) -> None:
+                 edges: tuple[tuple[tuple[float, float] | None, ...], ...],
+                 ceilings: tuple[float | None, ...]) -> None:
         self.start = start
         self.rows = rows
         self.points = points  # per chart, per line: bucketed, a gap as nan
         self.edges = edges    # per chart, per line: the times of its first and last sample here, or None
         self.tops = tuple(_top(lines) for lines in points)  # per chart, per line: its largest value
+        self.ceilings = ceilings  # per chart: the largest of its ceiling's readings, or None
         self.drawings: dict[tuple[Any, ...], tuple[str, tuple[Incoming, ...]]] = {}
 
     def top(self, chart: int) -> tuple[float | None, ...]:
         """Each line of chart ``chart``: its largest value in the slice, None for none."""
         return self.tops[chart]
+
+    def ceiling(self, chart: int) -> float | None:
+        """The largest of chart ``chart``'s ceiling readings in the slice, None for none."""
+        return self.ceilings[chart]
 
     def drawing(self, chart: int, lines: tuple[Line, ...], incoming: tuple[Incoming, ...], axis: Axis,
                 high: float, unit: str) -> tuple[str, tuple[Incoming, ...]]:
@@ -471,7 +483,7 @@ class ChartMemo:
         start = key[-1][0] * axis.slice
         end = start + axis.slice
         window = axis.end - axis.start
-        points, edges = [], []
+        points, edges, ceilings = [], [], []
         for chart in charts:
             most = axis.slice // bucket_seconds(len(chart.lines), axis.slice, window)
             samples = [_points(rows, line.readings, line.combine) for line in chart.lines]
@@ -479,7 +491,9 @@ class ChartMemo:
             points.append(tuple(tuple(_downsampled(one, start, end, most, axis.gap, line.how))
                                 for one, line in zip(samples, chart.lines)))
             edges.append(tuple((one[0][0], one[-1][0]) if one else None for one in samples))
-        made = Slice(start, tuple(rows), tuple(points), tuple(edges))
+            ceilings.append(max((value for _, value in _points(rows, chart.ceiling, "max")), default=None)
+                            if chart.ceiling else None)
+        made = Slice(start, tuple(rows), tuple(points), tuple(edges), tuple(ceilings))
         self.slices.put(key, made)
         return made
 
@@ -530,7 +544,11 @@ class ChartMemo:
         shown = [n for n in range(len(lines)) if any(top[n] is not None for top in tops)]
         if not shown:
             return None
-        top = max([layout.least_top, *(top[n] for top in tops for n in shown if top[n] is not None)])
+        seen = max([layout.least_top, *(top[n] for top in tops for n in shown if top[n] is not None)])
+        # Up to the ceiling where the rows say one (the GPUs' highest clock); only where
+        # none is known (a sampler that reads no maximum, rows from plain SQL) up to the
+        # highest value seen. A value past the ceiling still fits.
+        top = max([seen, *(ceiling for part in parts for ceiling in (part.ceiling(index),) if ceiling is not None)])
         high = top if top > 0 else 1.0
         drawn = []
         last: tuple[Incoming, ...] = (None,) * len(lines)  # what each line comes in from
@@ -548,13 +566,21 @@ class Run:
     a chart's leftmost and its newest, which stay the same while the window moves on for
     a slice's time. Holds its slices, so that the ids its key is made of stay theirs."""
 
-    __slots__ = ("slices", "start", "tops", "drawings")
+    __slots__ = ("slices", "start", "tops", "ceilings", "drawings")
 
     def __init__(self, slices: tuple[Slice, ...]) -> None:
         self.slices = slices
         self.start = slices[0].start if slices else 0.0
         self.tops: dict[int, tuple[float | None, ...]] = {}
+        self.ceilings: dict[int, float | None] = {}
         self.drawings: dict[tuple[Any, ...], tuple[str, tuple[Incoming, ...]]] = {}
+
+    def ceiling(self, chart: int) -> float | None:
+        """The largest of chart ``chart``'s ceiling readings in the run, None for none."""
+        if chart not in self.ceilings:
+            self.ceilings[chart] = max((c for one in self.slices for c in (one.ceiling(chart),) if c is not None),
+                                       default=None)
+        return self.ceilings[chart]
 
     def top(self, chart: int) -> tuple[float | None, ...]:
         """Each line of chart ``chart``: its largest value in the run, None for none."""

@@ -25,6 +25,7 @@ NAV = (("/", "Overview"), ("/deck", "Flight Deck"), ("/jobs", "Jobs"), ("/runs",
        ("/workers", "Workers"), ("/limits", "Limits"), ("/schedules", "Schedules"), ("/models", "Models"))
 REFRESH_CHOICES = (0, 2, 5, 10, 30)  # seconds; 0: off
 TEXT_MOST = 2000  # characters of one value shown in a table cell before "… (N characters)"
+OWN_PATH_MOST = 2000  # characters of a path a form names to go back to (``own_path``)
 
 
 class Markup(str):
@@ -106,6 +107,26 @@ def url(path: str, **query: Any) -> str:
     """
     kept = {key: value for key, value in query.items() if value is not None and value != ""}
     return f"{path}?{urlencode(kept)}" if kept else path
+
+
+def own_path(text: Any) -> str | None:
+    """``text`` when it is a path on this panel (with its query), as a form may name the
+    page to go back to after an action; else None. One leading ``/`` and not ``//`` nor
+    ``/\\`` (which a browser takes for another host), printable ASCII (what ``url``
+    writes; no line break can reach a header), no backslash and no fragment.
+
+    >>> own_path("/deck?host=box"), own_path("//evil.example/"), own_path("/\\\\evil.example")
+    ('/deck?host=box', None, None)
+    >>> own_path("https://evil.example/"), own_path("/deck\\r\\nSet-Cookie: x=1"), own_path(None), own_path("")
+    (None, None, None, None)
+    """
+    if not isinstance(text, str) or not 0 < len(text) <= OWN_PATH_MOST:
+        return None
+    if not text.startswith("/") or text[1:2] in ("/", "\\"):
+        return None
+    if any(not "!" <= ch <= "~" or ch in "\\#" for ch in text):
+        return None
+    return text
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str = "nothing to show",

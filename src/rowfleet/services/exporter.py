@@ -56,7 +56,8 @@ def scrape(store: Store) -> str:
     oldest job of each queue that has queued jobs, and each host's newest sample."""
     fleet = snapshot(store)
     queued = sorted({(count.project, count.queue) for count in fleet.counts if count.state == QUEUED and count.n})
-    return prometheus.exposition(fleet, store.metrics_rows(queues=queued), limits=store.limits())
+    return prometheus.exposition(fleet, store.metrics_rows(queues=queued), limits=store.limits(),
+                                 gpu_switches=store.gpu_switches())
 
 
 def metrics_response(store: Store) -> Answer:

@@ -265,19 +265,29 @@ def check_queues(queues: Sequence[tuple[str, int]], what: str = "queues") -> tup
 @dataclasses.dataclass(frozen=True)
 class Workers:
     """The ``count`` worker processes of one ``queue``: ``gpu`` watches their jobs with the
-    GPU health watchdog, ``gpu_settings`` routes their claims by model (None: plain claims)."""
+    GPU health watchdog, ``gpu_settings`` routes their claims by model (None: plain claims);
+    ``gpu_indexes`` spreads them over those GPUs of the host, in turn (none: all on the
+    settings' GPU)."""
 
     queue: str
     count: int = 1
     gpu: bool = False
     gpu_settings: GpuSettings | None = None
+    gpu_indexes: tuple[int, ...] = ()
 
     def gpu_text(self) -> str | None:
         """Their GPU part of the plan, in words; None for plain workers."""
         if not self.gpu:
             return None
         models = self.gpu_settings.models if self.gpu_settings else ()
-        return "GPU watchdog" + (f", models {', '.join(models)}" if models else "")
+        spread = f", GPUs {', '.join(map(str, self.gpu_indexes))}" if len(self.gpu_indexes) > 1 else ""
+        return "GPU watchdog" + (f", models {', '.join(models)}" if models else "") + spread
+
+    def settings_of(self, worker: int) -> GpuSettings | None:
+        """The GPU settings of its ``worker``-th process: on the next GPU of ``gpu_indexes``."""
+        if self.gpu_settings is None or not self.gpu_indexes:
+            return self.gpu_settings
+        return dataclasses.replace(self.gpu_settings, gpu_index=self.gpu_indexes[worker % len(self.gpu_indexes)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,9 +381,9 @@ def box_children(box: Box, watchers: Sequence[Child] = ()) -> list[Child]:
         children.append(Child("orchestrator", partial(run_orchestrator, config), FATAL, reports_exits=False,
                               stop_stage=ORCHESTRATOR_STAGE))
     children += [Child("worker", partial(run_worker, config, (line.queue,), gpu=line.gpu,
-                                         gpu_settings=line.gpu_settings),
+                                         gpu_settings=line.settings_of(worker)),
                        FATAL, stop_stage=WORKER_STAGE, cold_signal=signal.SIGQUIT)
-                 for line in box.queues for _ in range(line.count)]
+                 for line in box.queues for worker in range(line.count)]
     if box.sampler:
         children.append(sampler_child(config, stop_stage=WATCHER_STAGE))
     return children + [dataclasses.replace(watcher, stop_stage=WATCHER_STAGE) for watcher in watchers]

@@ -12,7 +12,12 @@ and writes the detail row. The GPUs' state comes from one nvidia-smi left runnin
 mode (``telemetry.gpu_stream``: starting nvidia-smi each turn would cost more than all the
 rest); its clock-event counters (``-q -d PERFORMANCE``) are asked for every
 ``PERFORMANCE_EVERY`` seconds: they are cumulative, so asking less often loses no throttle
-second. A host without nvidia-smi is asked again only every ``ABSENT_GPU_RECHECK`` seconds. Once a minute has
+second. A host without nvidia-smi is asked again only every ``ABSENT_GPU_RECHECK`` seconds.
+Every ``HEALTH_EVERY`` seconds the sampler that holds the host judges each GPU's health
+(``telemetry.gpu_health``: uncorrectable ECC errors, row remaps, retired pages, the
+driver's Xid lines in the kernel's ring buffer where this process may read it) and
+records the verdicts (``Store.record_gpu_health``): a failing GPU is switched off for new
+claims until an operator switches it on. Once a minute has
 passed, its detail rows are folded into one minute row (``fold_minute``), written once
 whoever folds it; a sampler that starts folds the minutes of the last hour it finds
 unfolded, so a restart leaves no hole in the minute tier. Pruning both tiers is the
@@ -41,7 +46,7 @@ from rowfleet.store.wake import StopEvent
 from rowfleet.store import Store, open_store, sqlite_path
 from rowfleet.store import waiting
 from rowfleet.store.telemetry import DETAIL, MINUTE
-from rowfleet.telemetry import gpu, gpu_readings
+from rowfleet.telemetry import gpu, gpu_health, gpu_readings
 from rowfleet.telemetry.gpu_stream import GpuStateStream
 from rowfleet.telemetry.readings import fold_minute
 from rowfleet.telemetry.sample import HostReads, read_host, readings_of
@@ -50,6 +55,7 @@ log = logging.getLogger("rowfleet.sampler")
 
 MINUTE_SECONDS = 60.0
 PERFORMANCE_EVERY = 30.0    # seconds between reads of the GPUs' clock-event counters
+HEALTH_EVERY = 30.0         # seconds between judgements of the GPUs' health: ECC, remaps and Xids change rarely
 ABSENT_GPU_RECHECK = 300.0  # seconds before asking again for an nvidia-smi that was not there
 REFOLD_WINDOW = 3600.0      # how far back a starting sampler looks for unfolded minutes
 ERROR_LOG_EVERY = 60.0      # a failing database is logged once a minute, not every turn
@@ -127,6 +133,8 @@ class Sampler:
         self.last_readings: dict[str, Any] = {}
         self.performance_before: gpu_readings.GpuPerformanceSample | None = None
         self._next_performance = 0.0
+        self._next_health = 0.0
+        self._health: dict[int, str] = {}  # each GPU's last verdict recorded ('' healthy), for the log
         self._gpu_absent_until = 0.0
         self.holding = False
         self._announced_standby = False
@@ -156,7 +164,29 @@ class Sampler:
             self.holding = False
             log.warning("another sampler took host %r over; standing by", self.host)
             return Turn(standby=True)
+        if self.previous.gpu is not None and self._monotonic() >= self._next_health:
+            self._next_health = self._monotonic() + HEALTH_EVERY
+            self._judge_gpus()
         return Turn(at=at, folded=self._fold_minutes(at))
+
+    def _judge_gpus(self) -> None:
+        """Judge every GPU's health and record each verdict; a GPU the gate switches off is
+        logged as an error, once."""
+        readings, unknown = gpu_readings.sample_gpu_health(self._command)
+        if unknown is not None:
+            return  # the state query says why, in the sample's row
+        log_text = gpu_readings.read_kernel_log()
+        xids = gpu_health.parse_xid_log(log_text, boot_time=_boot_time(), now=time.time()) if log_text else []
+        for verdict in gpu_health.health_verdict(readings, xids, now=time.time()):
+            if verdict.index is None:
+                continue  # a GPU nvidia-smi no longer lists: its worker finds no GPU anyway
+            said = verdict.reason if verdict.failing else ""
+            switch = self.store.record_gpu_health(self.host, verdict.index, said)
+            if said and self._health.get(verdict.index) != said and switch.off:
+                log.error("GPU %d of host %r is failing (%s): switched off for new claims until an operator "
+                          "switches it on (rowfleet gpu-control on %d --host %s)", verdict.index, self.host, said,
+                          verdict.index, self.host)
+            self._health[verdict.index] = said
 
     def _read_host(self) -> HostReads:
         now = self._monotonic()
@@ -264,6 +294,16 @@ class StopSignal:
             yield
         finally:
             self._armed = False
+
+
+def _boot_time() -> float | None:
+    """When this host booted (epoch seconds), from ``/proc/uptime``: what dates the kernel
+    log's records; None where it cannot be read."""
+    try:
+        with open("/proc/uptime") as handle:
+            return time.time() - float(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def disk_paths(config: Config) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ import json
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rowfleet import control, exitcodes, liveness, names
-from rowfleet.control import ModelControl, Switch
+from rowfleet.control import GpuSwitch, ModelControl, Switch
 from rowfleet.errors import ConfigError
 from rowfleet.job import by_name, decode_column, encode_json, iso
 from rowfleet.store.core import StoreCore, Tx
@@ -64,6 +64,10 @@ class ModelRows:
     switches: list[Switch]
     stats: list[dict[str, Any]]
     claims: list[dict[str, Any]]
+
+
+class _NotAll(Exception):
+    """A gang's lease found one of its GPUs held: the transaction is rolled back."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,6 +234,37 @@ class FleetStore(StoreCore):
             tx.run("log_switch", **dataclasses.asdict(switch))
             return switch
 
+    def record_gpu_health(self, host: str, gpu_index: int, health: str) -> GpuSwitch:
+        """The health gate's verdict on GPU ``gpu_index`` of ``host`` ('' when healthy): kept
+        as its last verdict; a failing one switches the GPU off, unless it is on by an
+        operator's acknowledgement of that very verdict. Never switches a GPU on."""
+        with self.transaction(durable=False) as tx:
+            return GpuSwitch.from_row(tx.one("record_gpu_health", host=host, gpu_index=gpu_index, health=health,
+                                             gate=control.HEALTH_GATE))
+
+    def set_gpu_switch(self, host: str, gpu_index: int, desired: str, changed_by: str = "",
+                       reason: str = "") -> GpuSwitch:
+        """An operator switches GPU ``gpu_index`` of ``host`` on or off; on acknowledges the
+        health gate's verdict in force, so that only a new one switches it off again."""
+        if desired not in (control.ON, control.OFF):
+            raise ConfigError(f"a switch is {control.ON!r} or {control.OFF!r}, got {desired!r}")
+        names.check_name("host", host)
+        names.RULES["gpu index"].check("gpu index", gpu_index)
+        if not isinstance(reason, str) or len(reason) > REASON_MOST:
+            raise ConfigError(f"a switch's reason is text of at most {REASON_MOST} characters")
+        with self.transaction() as tx:
+            return GpuSwitch.from_row(tx.one("set_gpu_switch", host=host, gpu_index=gpu_index, desired=desired,
+                                             reason=reason, changed_by=changed_by))
+
+    def gpu_switch(self, host: str, gpu_index: int) -> GpuSwitch | None:
+        """GPU ``gpu_index`` of ``host``'s switch, or None when nothing has judged or switched it."""
+        row = self.reader().one("gpu_switch", host=host, gpu_index=gpu_index)
+        return None if row is None else GpuSwitch.from_row(row)
+
+    def gpu_switches(self) -> list[GpuSwitch]:
+        """Every GPU's switch, by host and index."""
+        return [GpuSwitch.from_row(row) for row in self.reader().all("gpu_switches")]
+
     def switches_in_force(self, project: str, host: str, queues: Iterable[str]) -> dict[str, Switch | None]:
         """For each of ``queues`` (in order), the off switch holding the workers of (project,
         host, queue), or None: one read for all of them."""
@@ -260,6 +295,27 @@ class FleetStore(StoreCore):
         with self.transaction(durable=False) as tx:
             return tx.one("release_gpu", host=lease.host, gpu_index=lease.gpu_index, token=lease.token,
                           holder=holder) is not None
+
+    def acquire_gpus(self, host: str, gpu_indexes: Sequence[int], model: str, holder: str,
+                     ttl: float) -> "list[GpuLease] | None":
+        """Lease every GPU of ``gpu_indexes`` of ``host`` for ``model`` (a gang's: see
+        ``rowfleet.gpu.gang``), all of them or none: None, and nothing taken, when a live
+        lease holds one for another model."""
+        try:
+            with self.transaction(durable=False) as tx:
+                leases = []
+                for index in gpu_indexes:
+                    row = tx.one("acquire_gpu", host=host, gpu_index=index, model=model, holder=holder, ttl=ttl)
+                    if row is None:
+                        raise _NotAll  # rolls back what this transaction took
+                    leases.append(GpuLease.from_row(row))
+                return leases
+        except _NotAll:
+            return None
+
+    def host_gpu_leases(self, host: str) -> "dict[int, GpuLease]":
+        """The lease rows of ``host``'s GPUs (live or lapsed), by index."""
+        return {lease.gpu_index: lease for lease in map(GpuLease.from_row, self.reader().all("host_gpu_leases", host=host))}
 
     def gpu_lease(self, host: str, gpu_index: int) -> "GpuLease | None":
         """The lease row of one GPU (live or lapsed), or None if it was never leased."""

@@ -193,14 +193,15 @@ class FlowStore(StoreCore):
         the first ``KEY_LOOKAHEAD`` held, or fair share) one probe per key."""
         held = verdict.keys_held
         if not verdict.fair:
-            ahead = tx.all("flow_ahead", project=claim.project, queue=claim.queue, limit=flow.KEY_LOOKAHEAD)
+            ahead = tx.all("flow_ahead", project=claim.project, queue=claim.queue, gpus_free=claim.gpus_free,
+                           limit=flow.KEY_LOOKAHEAD)
             for row in ahead:
                 if row["concurrency_key"] is None or row["concurrency_key"] not in held:
                     return row["id"]
             if len(ahead) < flow.KEY_LOOKAHEAD:
                 return None
-        params = {"project": claim.project, "queue": claim.queue, "held": encode_json(sorted(held)),
-                  "fair": int(verdict.fair), "limit": flow.UNKEYED_LOOKAHEAD}
+        params = {"project": claim.project, "queue": claim.queue, "gpus_free": claim.gpus_free,
+                  "held": encode_json(sorted(held)), "fair": int(verdict.fair), "limit": flow.UNKEYED_LOOKAHEAD}
         row = tx.one("flow_pick[look]", **params) if look else tx.one("flow_pick", **params)
         return None if row is None else row["id"]
 

@@ -639,7 +639,7 @@ def _enqueue_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> d
             "priority": spec.priority, "run_next": int(spec.run_next), "run_at": spec.run_at,
             "delay": max(float(spec.delay), spec.debounce), "max_attempts": spec.max_attempts,
             "key": spec.idempotency_key, "unique_key": spec.unique_key(), "concurrency_key": spec.concurrency_key,
-            "timeout": spec.timeout, "model": spec.model, "vram_mb": spec.vram_mb,
+            "timeout": spec.timeout, "model": spec.model, "vram_mb": spec.vram_mb, "gpus": spec.gpus,
             **(placement or {"run_id": None, "node_id": None, "node_generation": None})}
 
 
@@ -740,7 +740,7 @@ def claim_params(claim: Claim, held_keys: list[str] | None = None) -> dict[str, 
     gate, plain = _gate(claim)
     return {"project": claim.project, "queue": claim.queue, "holder": claim.holder, "host": claim.host,
             "lease": claim.lease,
-            "warm_model": claim.warm_model, "vram_free_mb": claim.vram_free_mb,
+            "warm_model": claim.warm_model, "vram_free_mb": claim.vram_free_mb, "gpus_free": claim.gpus_free,
             "gate": gate, "plain_preference": plain,
             "held_keys": None if held_keys is None else jobs.encode_json(held_keys)}
 

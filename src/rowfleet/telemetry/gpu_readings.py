@@ -23,9 +23,11 @@ No NVML bindings and no third-party modules; imports nothing from rowfleet outsi
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Mapping, Sequence
 
+from rowfleet.telemetry import gpu_health
 from rowfleet.telemetry.gpu import (
     DEFAULT_TIMEOUT, GPU_FIELD_ALIASES, INVALID_FIELD, GpuUnknown, card_fields, classify_gpu_failure, command_argv,
     run_nvidia_smi, split_query_output,
@@ -386,12 +388,24 @@ def throttle_seconds(t0: GpuPerformance, t1: GpuPerformance) -> dict[str, float 
 
 def sample_gpu_states(command: str | Sequence[str] = "nvidia-smi", timeout: float = DEFAULT_TIMEOUT,
                       fields: Sequence[str] = STATE_FIELDS) -> GpuStateSample:
-    """Run the state query once and return each GPU's state, or why there are none.
+    """Run the state query once and return each GPU's state, or why there are none (see
+    ``query_gpus``). Never raises."""
+    rows, skipped, left_out, unknown = query_gpus(command, timeout, fields, STATE_FIELD_ALIASES)
+    if unknown is not None:
+        return GpuStateSample(unknown=unknown, skipped=skipped, left_out=left_out)
+    return GpuStateSample(states=tuple(state_from_row(row) for row in rows), skipped=skipped, left_out=left_out)
+
+
+def query_gpus(command: str | Sequence[str], timeout: float, fields: Sequence[str],
+               aliases: Mapping[str, str]) -> tuple[list[dict[str, str]], tuple[str, ...], tuple[str, ...],
+                                                    GpuUnknown | None]:
+    """Run ``--query-gpu=FIELDS`` once: (rows, lines skipped, fields left out, None), or why
+    there are no rows in place of the None.
 
     An older driver rejects the whole query for one field it does not know; then that
-    field is left out (``left_out`` says which) and the query asked again, quickly, since
-    the rejection is immediate. Never raises: a missing binary, a timeout, a failed or
-    unreadable run all come back as ``GpuStateSample(unknown=...)``.
+    field is left out (``left_out`` says which; its column reads as unknown) and the query
+    asked again, quickly, since the rejection is immediate. Never raises: a missing binary,
+    a timeout, a failed or unreadable run all come back as the unknown.
     """
     fields = list(fields)
     left_out: list[str] = []
@@ -399,18 +413,60 @@ def sample_gpu_states(command: str | Sequence[str] = "nvidia-smi", timeout: floa
         argv = command_argv(command) + [f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
         ran = run_nvidia_smi(argv, timeout)
         if isinstance(ran, GpuUnknown):
-            return GpuStateSample(unknown=ran, left_out=tuple(left_out))
+            return [], (), tuple(left_out), ran
         returncode, stdout, stderr = ran
-        rows, skipped = split_query_output(stdout, fields, STATE_FIELD_ALIASES)
-        states = tuple(state_from_row(row) for row in rows)
-        if returncode == 0 and states:
-            return GpuStateSample(states=states, skipped=tuple(skipped), left_out=tuple(left_out))
+        rows, skipped = split_query_output(stdout, fields, aliases)
+        if returncode == 0 and rows:
+            return rows, tuple(skipped), tuple(left_out), None
         unknown = classify_gpu_failure(returncode, stdout, stderr, argv[0])
         rejected = _rejected_field(unknown, fields, stdout + stderr)
         if rejected is None:
-            return GpuStateSample(unknown=unknown, skipped=tuple(skipped), left_out=tuple(left_out))
+            return [], tuple(skipped), tuple(left_out), unknown
         fields.remove(rejected)
         left_out.append(rejected)
+
+
+def sample_gpu_health(command: str | Sequence[str] = "nvidia-smi",
+                      timeout: float = DEFAULT_TIMEOUT) -> tuple[list[gpu_health.GpuHealthReading], GpuUnknown | None]:
+    """Run the health query (``gpu_health.HEALTH_FIELDS``) once: each GPU's memory-error
+    state, and why there is none (None when read). A line that is no row is an unreadable
+    reading, which ``gpu_health`` judges. Never raises."""
+    rows, skipped, _, unknown = query_gpus(command, timeout, gpu_health.HEALTH_FIELDS, gpu_health.HEALTH_FIELD_ALIASES)
+    readings = [gpu_health.health_from_row(row) for row in rows]
+    return readings + [gpu_health.unreadable_line(why, why) for why in skipped], unknown
+
+
+KERNEL_LOG = "/dev/kmsg"
+KERNEL_LOG_MOST = 1 << 22  # bytes of the kernel's ring buffer read at most (its default is far less)
+
+
+def read_kernel_log(path: str = KERNEL_LOG, most: int = KERNEL_LOG_MOST) -> str | None:
+    """The records the kernel's ring buffer holds now (``/dev/kmsg``, one record a read, up
+    to ``most`` bytes), where the driver writes its Xid lines; None where this process may
+    not read it (``kernel.dmesg_restrict``, a container) or there is none. Never blocks."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    records: list[bytes] = []
+    size = 0
+    try:
+        while size < most:
+            try:
+                record = os.read(handle, 8192)
+            except BlockingIOError:
+                break  # every record read
+            except BrokenPipeError:
+                continue  # records overwritten while reading: the next read goes on from the oldest kept
+            except OSError:
+                return None
+            if not record:
+                break
+            records.append(record)
+            size += len(record)
+    finally:
+        os.close(handle)
+    return b"".join(records).decode("utf-8", "replace")
 
 
 def _rejected_field(unknown: GpuUnknown, fields: list[str], said: str) -> str | None:

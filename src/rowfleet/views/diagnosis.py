@@ -34,6 +34,7 @@ from rowfleet.errors import NotFound
 from rowfleet.gpu import routing
 from rowfleet.job import QUEUED, RUNNING, TERMINAL, raw_text
 from rowfleet.names import is_finite_number
+from rowfleet.telemetry.readings import gpu_indexes
 from rowfleet.views import snapshot
 from rowfleet.views.snapshot import GpuAdvert
 
@@ -110,6 +111,7 @@ class Facts:
     - ``model``: what the fleet measured of its required model (None: nothing, or no model);
     - ``forbidden_on``: the hosts of its workers where an operator's rule forbids its model;
     - ``limits``: what the flow limits of its queue hold it by now, in words (``rowfleet.flow``);
+    - ``host_gpus``: for a job that asks for several GPUs, how many GPUs each sampled host has;
     - a workflow node's: its run's state, its node's state, and the nodes of the run
       awaiting input.
     """
@@ -120,6 +122,7 @@ class Facts:
     model: routing.ModelInfo | None = None
     forbidden_on: frozenset[str] = frozenset()
     limits: tuple[str, ...] = ()
+    host_gpus: dict[str, int] = dataclasses.field(default_factory=dict)
     run_state: str | None = None
     node_state: str | None = None
     awaiting_input: tuple[str, ...] = ()
@@ -162,7 +165,7 @@ def why_not_running(job: Any, facts: Facts, now: float) -> list[Reason]:
         reasons.append(_queue_off(job, live, now))
     if not live:
         reasons.append(_no_worker(job, facts.workers, now))
-    placement = _placement(job, facts, live, now)
+    placement = _placement(job, facts, live, now) or _too_few_gpus(job, facts, live)
     if placement is not None:
         reasons.append(placement)
     if due:
@@ -192,12 +195,44 @@ def can_take(worker: QueueWorker, job: Any, facts: Facts) -> bool:
     (False, True, True)
     """
     advert = worker.gpu
+    gang = _gpus_asked(job) > 1  # only a GPU worker with models lends its host's other GPUs
     if advert is None:
-        return True
+        return not gang
     if job.required_model is None:
         return advert.lane != routing.MODEL
     return advert.lane != routing.PLAIN and worker.host not in facts.forbidden_on and \
         routing.can_serve(_box(worker), job.required_model, routing.vram_need(job.vram_mb, facts.model))
+
+
+def _gpus_asked(job: Any) -> int:
+    """The GPUs a job asks for; 0 for none, or a row's value that is no count (plain SQL)."""
+    gpus = getattr(job, "gpus", None)
+    return gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 0
+
+
+def _too_few_gpus(job: Any, facts: Facts, live: Sequence[QueueWorker]) -> Reason | None:
+    """Why a job that asks for several GPUs of one host fits no host of its queue's GPU
+    workers: none runs, or none's host has that many (as its sampler counts them).
+
+    >>> from types import SimpleNamespace as J
+    >>> gpu = QueueWorker("box", 7, "serving", gpu=GpuAdvert(("llm",), vram_total_mb=24000, lane="any"))
+    >>> _too_few_gpus(J(gpus=4, queue="q", project=""), Facts(host_gpus={"box": 2}), [gpu]).text
+    'it needs 4 GPUs of one host; the most a host of the GPU workers of queue q has is 2 (box)'
+    >>> _too_few_gpus(J(gpus=2, queue="q", project=""), Facts(host_gpus={"box": 2}), [gpu]) is None
+    True
+    """
+    need = _gpus_asked(job)
+    if need < 2 or not live:
+        return None
+    hosts = sorted({worker.host for worker in live if worker.gpu is not None})
+    if not hosts:
+        return Reason(NO_FIT, f"it needs {need} GPUs of one host, and no live worker of {_queue(job)} is a GPU "
+                              f"worker with models, the kind that lends its host's other GPUs")
+    most, host = max((facts.host_gpus.get(host, 1), raw_text(host)) for host in hosts)
+    if most >= need:
+        return None
+    return Reason(NO_FIT, f"it needs {need} GPUs of one host; the most a host of the GPU workers of {_queue(job)} "
+                          f"has is {most} ({host})")
 
 
 def _box(worker: QueueWorker) -> routing.Box:
@@ -406,9 +441,22 @@ def gather(store: "Store", job: "Job", now: float) -> Facts:
     facts = Facts(workers=workers, ahead=ahead, ahead_capped=capped, limits=tuple(hold.text for hold in holds))
     if job.required_model is not None:
         facts = dataclasses.replace(facts, **_model_facts(store, job, workers, now))
+    if _gpus_asked(job) > 1:
+        facts = dataclasses.replace(facts, host_gpus=_host_gpus(store, workers))
     if job.run_id is not None:
         facts = dataclasses.replace(facts, **_run_facts(store, job))
     return facts
+
+
+def _host_gpus(store: "Store", workers: Iterable[QueueWorker]) -> dict[str, int]:
+    """How many GPUs each host has: its sampler's count, or more where its GPU workers'
+    adverts name a higher index (a host sampled by no sampler)."""
+    found = {sample.host: len(gpu_indexes(sample.readings)) for sample in store.reads.latest_host_samples()}
+    for worker in workers:
+        index = worker.gpu.gpu_index if worker.gpu is not None else None
+        if isinstance(index, int) and not isinstance(index, bool):
+            found[worker.host] = max(found.get(worker.host, 0), index + 1)
+    return found
 
 
 def _model_facts(store: "Store", job: "Job", workers: Iterable[QueueWorker], now: float) -> dict[str, Any]:

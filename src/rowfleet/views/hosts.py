@@ -2,8 +2,10 @@
 typed values that every front end renders (``rowfleet hosts``; the panel may render the
 same values).
 
-``hosts(store)`` reads each host's newest detail sample, the fleet's snapshot (for the
-jobs running on each host, and the database's clock), and per host the last hour's rows
+``hosts(store)`` reads each host's newest detail sample, the fleet's workers and switches
+(for the queues each host serves and the switch in force on each, the jobs running on each
+host and on each of its GPUs, the models warm there, and the database's clock), the running
+jobs (for their task names), and per host the last hour's rows
 for its GPUs' throttle seconds: its minute rows, and the detail rows of the minutes not
 folded into them yet (``RecentRows``; a folded minute's row is what its detail rows add up
 to, read at a thirtieth of the cost; a front end may keep one between its reads). ``host_series(store, host, since_seconds)``
@@ -30,15 +32,17 @@ import threading
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from rowfleet import control, liveness, names
+from rowfleet.control import GpuSwitch, Switch
 from rowfleet.errors import NotFound
 from rowfleet.job import iso
 from rowfleet.names import is_finite_number
 from rowfleet.store.telemetry import DETAIL, MINUTE, HostSample
 from rowfleet.telemetry.readings import gpu_indexes, slowdowns, throttle_seconds
-from rowfleet.views.snapshot import Worker, workers_now
+from rowfleet.views.snapshot import Worker, snapshot_of
 
 if TYPE_CHECKING:
     from rowfleet.store import Store
+    from rowfleet.store.reads import EndedJob
 
 THROTTLE_WINDOW = 3600.0  # seconds back that a GPU's throttle seconds are added up over
 MINUTE_SPAN = 60.0        # a minute row covers [at, at + 60)
@@ -51,11 +55,25 @@ LIVE_STATES = (control.SERVING, control.DRAINING, control.PARKED)
 
 
 @dataclasses.dataclass(frozen=True)
+class GpuJob:
+    """A job running on a GPU: its id, and its task (None when it was no longer running
+    when the running jobs were read)."""
+
+    job_id: int
+    task: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class GpuView:
     """One GPU of a host's newest sample: utilisation (%), VRAM used and total (MiB),
     temperature (°C), power draw and limit (W), SM clock (MHz), the clock-event reasons
-    slowing it now, and the seconds it was held back per reason over the last hour.
-    A reading not known (or not a number) is None."""
+    slowing it now, the seconds it was held back per reason over the last hour, and its
+    highest SM clock (MHz). A reading not known (or not a number) is None. From the
+    heartbeats of the live workers on it: the models warm on it and the jobs they run
+    (``with_workers``); its VRAM, when the sample says none, as their adverts say."""
 
     index: int
     name: str | None
@@ -68,6 +86,15 @@ class GpuView:
     sm_mhz: float | None
     slowdowns: tuple[str, ...] = ()
     throttle_seconds: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    max_sm_mhz: float | None = None
+    models: tuple[str, ...] = ()
+    jobs: tuple[GpuJob, ...] = ()
+    switch: GpuSwitch | None = None  # its switch and the health gate's last verdict, if it has one
+
+    @property
+    def off(self) -> bool:
+        """Switched off for new claims (by an operator, or by the health gate)."""
+        return self.switch is not None and self.switch.off
 
     def throttled(self) -> float:
         """Seconds held back over the last hour, every reason added up.
@@ -80,6 +107,8 @@ class GpuView:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["slowdowns"], data["throttle_seconds"] = list(self.slowdowns), dict(self.throttle_seconds)
+        data["models"], data["jobs"] = list(self.models), [job.to_dict() for job in self.jobs]
+        data["switch"] = None if self.switch is None else self.switch.to_dict()
         return data
 
 
@@ -99,10 +128,25 @@ class HostJob:
 
 
 @dataclasses.dataclass(frozen=True)
+class HostQueue:
+    """A queue that workers on a host serve, in a project, with the off switch in force on
+    it (``control.in_force``; None: it serves)."""
+
+    project: str
+    queue: str
+    switch: Switch | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"project": self.project, "queue": self.queue,
+                "switch": None if self.switch is None else self.switch.to_dict()}
+
+
+@dataclasses.dataclass(frozen=True)
 class HostView:
     """A host at a glance, from its newest detail sample (taken at ``at``, ``age`` seconds
     before the view's moment): CPU busy %, 1-minute load, RAM used and total (bytes), the
-    hottest sensor (°C), its GPUs, and the jobs its workers are running. ``stale``: the
+    hottest sensor (°C), its GPUs, the jobs its workers are running and the queues they
+    serve (those of the workers listed, ``liveness.LISTED_FOR``). ``stale``: the
     sample is older than ``liveness.MISSED_BEATS`` times its interval (30 s when it says
     none); ``error``: its readings did not decode (every reading is then unknown);
     ``gpu_error``: why the sampler could not read the GPUs, as the sample says."""
@@ -120,12 +164,14 @@ class HostView:
     jobs: tuple[HostJob, ...] = ()
     error: str | None = None
     gpu_error: str | None = None
+    queues: tuple[HostQueue, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``at`` as ISO-8601, ``age`` in seconds."""
         data = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         data["at"] = iso(self.at)
         data["gpus"], data["jobs"] = [gpu.to_dict() for gpu in self.gpus], [job.to_dict() for job in self.jobs]
+        data["queues"] = [queue.to_dict() for queue in self.queues]
         return data
 
 
@@ -156,19 +202,26 @@ def hosts(store: "Store", now: float | None = None) -> list[HostView]:
 
 
 def hosts_with_rows(store: "Store", now: float | None = None, only: str | None = None,
-                    kept: "RecentRows | None" = None) -> list[tuple[HostView, list[HostSample], list[HostSample]]]:
+                    kept: "RecentRows | None" = None, running: "Iterable[EndedJob] | None" = None
+                    ) -> list[tuple[HostView, list[HostSample], list[HostSample]]]:
     """``hosts`` (or the one named ``only``), each with the rows of the last hour it was
     read from (``RecentRows``), for a front end that draws them too and need not read
-    them twice; through ``kept`` (a front end's, between its reads) when given."""
+    them twice; through ``kept`` (a front end's, between its reads) when given. The jobs'
+    tasks are those of ``running`` (``store.reads.jobs_running()``, read here when not given:
+    a front end that reads them anyway hands them over)."""
     latest = [sample for sample in store.reads.latest_host_samples() if only is None or sample.host == only]
-    at, workers = workers_now(store)
-    now = at if now is None else now
+    fleet = snapshot_of(store.reads.fleet_rows(0, liveness.LISTED_FOR, workers_only=True), 0)
+    now = fleet.at if now is None else now
+    tasks = {job.id: job.task for job in (store.reads.jobs_running() if running is None else running)}
     since = now - THROTTLE_WINDOW
     rows = (kept or RecentRows()).read(store, [sample.host for sample in latest], since, now)
+    gpu_switches = store.gpu_switches()
     found = []
     for sample in latest:
         minute, detail = rows[sample.host]
-        found.append((host_view(sample, throttle_seconds(hour_rows(detail, minute)), workers, now), minute, detail))
+        view = host_view(sample, throttle_seconds(hour_rows(detail, minute)), fleet.workers, now,
+                         switches=fleet.switches, tasks=tasks, gpu_switches=gpu_switches)
+        found.append((view, minute, detail))
     return found
 
 
@@ -280,10 +333,13 @@ def _sampled(store: "Store", host: str) -> bool:
 
 
 def host_view(sample: HostSample, throttle: Mapping[str, Mapping[str, float]], workers: Iterable[Worker],
-              now: float) -> HostView:
+              now: float, switches: Iterable[Switch] = (), tasks: Mapping[int, str] | None = None,
+              gpu_switches: Iterable[GpuSwitch] = ()) -> HostView:
     """The view of a host's newest sample at ``now``, with its GPUs' throttle seconds
-    (``telemetry.readings.throttle_seconds`` of the last hour's rows) and the jobs that
-    ``workers`` on the host are running.
+    (``telemetry.readings.throttle_seconds`` of the last hour's rows), the jobs that
+    ``workers`` on the host are running, what they hold on each GPU (``with_workers``: the
+    jobs' task names from ``tasks``, by job id), and the queues they serve with the switch
+    of ``switches`` in force on each; each GPU with its switch of ``gpu_switches``.
 
     >>> view = host_view(HostSample("box", "detail", 100.0, {"cpu.busy": 37.5, "load.1": "x", "interval": 2.0,
     ...                                                      "gpu.0.util": 87, "gpu.0.reasons": ["sw_power_cap"]}),
@@ -295,13 +351,15 @@ def host_view(sample: HostSample, throttle: Mapping[str, Mapping[str, float]], w
     """
     readings = sample.readings if sample.error is None else {}
     gpu_error = readings.get("gpu.error")
+    on_host = [worker for worker in workers if worker.host == sample.host]
     return HostView(
         host=sample.host, at=sample.at, age=round(now - sample.at, 3), stale=is_stale(sample.at, readings, now),
         cpu_busy=reading(readings, "cpu.busy"), load1=reading(readings, "load.1"),
         ram_used=reading(readings, "mem.used"), ram_total=reading(readings, "mem.total"),
-        hottest=reading(readings, "temp.hottest"), gpus=gpu_views(readings, throttle),
-        jobs=running_jobs(workers, sample.host), error=sample.error,
-        gpu_error=gpu_error if isinstance(gpu_error, str) else None)
+        hottest=reading(readings, "temp.hottest"),
+        gpus=with_switches(with_workers(gpu_views(readings, throttle), on_host, tasks), sample.host, gpu_switches),
+        jobs=running_jobs(on_host, sample.host), error=sample.error,
+        gpu_error=gpu_error if isinstance(gpu_error, str) else None, queues=served_queues(on_host, switches))
 
 
 def gpu_views(readings: Mapping[str, Any], throttle: Mapping[str, Mapping[str, float]]) -> tuple[GpuView, ...]:
@@ -327,6 +385,7 @@ def gpu_views(readings: Mapping[str, Any], throttle: Mapping[str, Mapping[str, f
             index=int(index), name=name if isinstance(name, str) else None, util=get("util"),
             vram_used_mib=get("vram_used_mib"), vram_total_mib=get("vram_total_mib"), temp=get("temp"),
             power_w=get("power_w"), power_limit_w=get("power_limit_w"), sm_mhz=get("sm_mhz"),
+            max_sm_mhz=get("max_sm_mhz"),
             slowdowns=tuple(slowdowns([r for r in reasons if isinstance(r, str)] if isinstance(reasons, list) else None)),
             throttle_seconds={reason: float(seconds) for reason, seconds in held.items()
                               if is_finite_number(seconds) and seconds > 0} if isinstance(held, Mapping) else {}))
@@ -340,6 +399,86 @@ def running_jobs(workers: Iterable[Worker], host: str) -> tuple[HostJob, ...]:
                     model=w.gpu.warm_model if w.gpu is not None else None)
             for w in workers if w.host == host and w.current_job is not None and w.actual in LIVE_STATES]
     return tuple(sorted(jobs, key=lambda job: job.job_id))
+
+
+def with_workers(gpus: Sequence[GpuView], workers: Iterable[Worker], tasks: Mapping[int, str] | None = None
+                 ) -> tuple[GpuView, ...]:
+    """``gpus`` with what the live workers on their host hold on each (their adverts' GPU):
+    the models warm on it, the jobs they run (with their task from ``tasks``, by job id),
+    and its VRAM as their adverts say when the sample says none; a GPU that workers
+    advertise but the sample has no reading of (a host whose sampler cannot read its GPUs)
+    joins with that alone.
+
+    >>> from rowfleet.store.fleet import GpuAdvert
+    >>> one = Worker("w", "", "box", "gpu", 11, "serving", 7, 0.0, 99.0, None, None, None, 10.0, 60.0, "serving",
+    ...              "on", None, 1.0, None)
+    >>> on = lambda index, model: dataclasses.replace(one, gpu=GpuAdvert(("llm",), index, 81920, 1920, model))
+    >>> gpu = GpuView(0, "H100", 5, None, None, None, None, None, 345)
+    >>> [(g.index, g.models, g.vram_used_mib, g.vram_total_mib, g.jobs)
+    ...  for g in with_workers([gpu], [on(0, "llm"), dataclasses.replace(on(1, None), current_job=None)], {7: "train"})]
+    [(0, ('llm',), 80000, 81920, (GpuJob(job_id=7, task='train'),)), (1, (), 80000, 81920, ())]
+    """
+    live = [worker for worker in workers if worker.actual in LIVE_STATES and _gpu_of(worker) is not None]
+    by_index = {gpu.index: gpu for gpu in gpus}
+    for index in {_gpu_of(worker) for worker in live} - set(by_index):
+        by_index[index] = GpuView(index, None, None, None, None, None, None, None, None)
+    return tuple(_held_on(gpu, [worker for worker in live if _gpu_of(worker) == index], tasks or {})
+                 for index, gpu in sorted(by_index.items()))
+
+
+def with_switches(gpus: Sequence[GpuView], host: str, switches: Iterable[GpuSwitch]) -> tuple[GpuView, ...]:
+    """``gpus`` (of ``host``) each with its switch among ``switches``; a GPU with a switch
+    but no reading (one that nvidia-smi no longer lists) joins with its switch alone.
+
+    >>> from rowfleet.control import GpuSwitch
+    >>> gpu = GpuView(0, "H100", 5, None, None, None, None, None, 345)
+    >>> [(g.index, g.off) for g in with_switches([gpu], "box", [GpuSwitch("box", 1, "off"), GpuSwitch("other", 0, "off")])]
+    [(0, False), (1, True)]
+    """
+    mine = {switch.gpu_index: switch for switch in switches  # a plain-SQL row's index may be no number
+            if switch.host == host and isinstance(switch.gpu_index, int) and not isinstance(switch.gpu_index, bool)}
+    by_index = {gpu.index: gpu for gpu in gpus}
+    for index in set(mine) - set(by_index):
+        by_index[index] = GpuView(index, None, None, None, None, None, None, None, None)
+    return tuple(dataclasses.replace(gpu, switch=mine.get(index)) for index, gpu in sorted(by_index.items()))
+
+
+def _held_on(gpu: GpuView, crew: Sequence[Worker], tasks: Mapping[int, str]) -> GpuView:
+    """``gpu`` with what ``crew`` (the live workers on it) hold there."""
+    if not crew:
+        return gpu
+    adverts = [worker.gpu for worker in crew if worker.gpu is not None]
+    jobs = tuple(GpuJob(job, tasks.get(job)) for job in sorted({w.current_job for w in crew} - {None}))
+    held = dataclasses.replace(gpu, models=tuple(sorted({a.warm_model for a in adverts if a.warm_model})), jobs=jobs)
+    if gpu.vram_used_mib is not None or gpu.vram_total_mib is not None:
+        return held  # the sampler's reading, of the whole GPU, over the workers' own adverts
+    total = next((a.vram_total_mb for a in adverts if a.vram_total_mb is not None), None)
+    free = next((a.vram_free_mb for a in adverts if a.vram_free_mb is not None), None)
+    return dataclasses.replace(held, vram_total_mib=total,
+                               vram_used_mib=None if total is None or free is None else total - free)
+
+
+def served_queues(workers: Iterable[Worker], switches: Iterable[Switch]) -> tuple[HostQueue, ...]:
+    """The (project, queue) pairs that ``workers`` (of one host, any state: those a listing
+    shows) serve, by project and queue, each with the off switch in force on it.
+
+    >>> one = Worker("w", "", "box", "gpu", 11, "serving", None, 0.0, 99.0, None, None, None, 10.0, 60.0, "serving",
+    ...              "on", None, 1.0, None)
+    >>> crew = [dataclasses.replace(one, queues=("gpu", "cpu")), dataclasses.replace(one, project="b")]
+    >>> off = Switch("", "box", "*", control.OFF, control.HARD)
+    >>> [(q.project, q.queue, q.switch and q.switch.policy) for q in served_queues(crew, [off])]
+    [('', 'cpu', 'hard'), ('', 'gpu', 'hard'), ('b', 'gpu', None)]
+    """
+    switches = list(switches)
+    pairs = sorted({(w.project, w.host, queue) for w in workers for queue in (w.queues or (w.queue,))})
+    return tuple(HostQueue(project, queue, control.in_force(switches, project, host, queue))
+                 for project, host, queue in pairs)
+
+
+def _gpu_of(worker: Worker) -> int | None:
+    """The GPU a worker's advert names, None for none (or an index no GPU has: plain SQL)."""
+    index = worker.gpu.gpu_index if worker.gpu is not None else None
+    return index if index is not None and index >= 0 else None
 
 
 def is_stale(at: float, readings: Mapping[str, Any], now: float) -> bool:

@@ -62,11 +62,14 @@ class Identity:
     poll: float          # between two reads of the switch (a NOTIFY on Postgres is sooner)
     cancel_grace: float  # how long a cancelled handler may take to return
     queues: tuple[str, ...] = ()  # every queue it serves, in order (``queue`` is the first)
+    gpu_index: int | None = None  # the GPU its jobs run on, whose switch holds it too; None: none
 
     @classmethod
-    def of(cls, config: Config, queues: str | Sequence[str], pid: int, started: float) -> "Identity":
+    def of(cls, config: Config, queues: str | Sequence[str], pid: int, started: float,
+           gpu_index: int | None = None) -> "Identity":
         """The identity of a worker of ``queues`` (one, or several in order) in process
-        ``pid``, started at ``started`` (epoch seconds).
+        ``pid``, started at ``started`` (epoch seconds), running its jobs on GPU
+        ``gpu_index`` (None: no GPU).
 
         >>> me = Identity.of(Config(host="box"), ["gpu", "cpu"], 42, 1.5)
         >>> me.worker_id, me.queue, me.queues
@@ -74,7 +77,7 @@ class Identity:
         """
         served = (queues,) if isinstance(queues, str) else tuple(queues)
         return cls(f"{config.host}:{pid}:{int(started * 1000)}", config.project, config.host, served[0], pid,
-                   config.lease, config.renew, config.heartbeat, config.poll, config.cancel_grace, served)
+                   config.lease, config.renew, config.heartbeat, config.poll, config.cancel_grace, served, gpu_index)
 
     @property
     def holder(self) -> str:
@@ -176,9 +179,17 @@ class SwitchCell:
 
 def read_switch(store: Store, identity: Identity, job_queue: str | None) -> tuple[Switch | None, frozenset[str]]:
     """The switch holding the worker (``control.holding``, with a job of ``job_queue`` in
-    hand or none) and its queues switched off, from one read of the switches in force."""
+    hand or none) and its queues switched off, from one read of the switches in force; a
+    worker of a GPU switched off (by an operator, or by the health gate) is held by it as by
+    a drain switch of all its queues, unless a queue's own switch holds it already."""
     per_queue = store.switches_in_force(identity.project, identity.host, identity.queues or (identity.queue,))
-    return control.holding(per_queue, job_queue), frozenset(q for q, switch in per_queue.items() if switch is not None)
+    holding, off = control.holding(per_queue, job_queue), frozenset(q for q, s in per_queue.items() if s is not None)
+    if identity.gpu_index is None or holding is not None:
+        return holding, off
+    gpu = store.gpu_switch(identity.host, identity.gpu_index)
+    if gpu is None or not gpu.off:
+        return holding, off
+    return gpu.holding(), frozenset(per_queue)
 
 
 class Keeper(threading.Thread):

@@ -99,7 +99,8 @@ class Worker:
         self._hard_exit = exit
         self._exit_lock = threading.Lock()
         self.exit = self._exit  # how a watchdog or a stale token ends the process (os._exit)
-        self.identity = Identity.of(config, self.queues, os.getpid(), time.time())
+        self.identity = Identity.of(config, self.queues, os.getpid(), time.time(),
+                                    gpu_index=gpu_settings.gpu_index if gpu_settings is not None else 0 if gpu else None)
         self.holder = self.identity.holder
         # A GPU worker's placement: None for a worker that loads no models (it claims as before).
         self.gpu_box = None if gpu_settings is None else _gpu_box(config, gpu_settings, self.identity.worker_id,
@@ -269,7 +270,9 @@ class Worker:
     def _claim_request(self, queue: str) -> Claim:
         """What this worker asks the store for, each time it claims or looks for due work
         in ``queue``."""
-        routing = {} if self.gpu_box is None else self.gpu_box.claim_fields(self.store)
+        # A --gpu worker without models holds its one GPU: jobs that ask for one GPU are its.
+        routing = self.gpu_box.claim_fields(self.store) if self.gpu_box is not None else \
+            {"gpus_free": 1} if self.gpu else {}
         limited = queue in self._limited_queues()
         return Claim(self.config.project, queue, self.holder, self.config.lease, limited=limited, **routing)
 

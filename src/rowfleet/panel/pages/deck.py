@@ -1,6 +1,9 @@
 """The Flight Deck (``/deck``): every host side by side, worst first, each a card with its
 newest sample, the jobs running on it, and its last hour drawn as charts on one time axis
 shared by every card (``[now - 1 h, now]``), so that hosts line up; ``?host=H`` shows one.
+A card is also where its host is switched: per queue its workers serve, the switch in
+force and the Workers page's form (ON, OFF drain, OFF hard), which brings the operator
+back here; and per GPU, the models warm on it, its memory and the jobs running on it.
 
 A card's charts: CPU and GPU utilisation, temperatures, GPU power against its limit, SM
 clock, VRAM used against total, network receive and send, and the seconds the GPUs were
@@ -14,7 +17,8 @@ The charts are drawn by ``rowfleet.panel.deck_charts`` a slice of time at a time
 the server's memo (``Request.memo``): a refresh draws only what new samples changed. Owns
 the order of the hosts (``worst_first``), ``sample_interval``, ``minute_rows`` and the
 cards. Reads through the hosts' read model (``rowfleet.views.hosts``) and the store's browsing
-reads; imports no driver, no SQL, no command line and no other page.
+reads; imports no driver, no SQL and no command line, and of the other pages only the
+Workers page's switch form (one form, one handler, wherever a switch is offered).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from rowfleet.errors import ConfigError
 from rowfleet.names import is_finite_number
 from rowfleet.panel import svg
 from rowfleet.panel.app import HttpError, Request, View
+from rowfleet.panel.pages import workers
 from rowfleet.panel.deck_charts import LABEL_MOST, Axis, ChartMemo, Drawn, Line
 from rowfleet.panel.html import Markup, clipped, definitions, join, link, table, tag, url, when
 from rowfleet.store.reads import EndedJob
@@ -256,7 +261,8 @@ def flight_deck(req: Request) -> View:
     now, wanted = req.now, req.word("host")
     start, end = now - WINDOW, now
     kept = req.memo.setdefault("deck rows" if wanted is None else "deck rows of one host", host_model.RecentRows())
-    read = host_model.hosts_with_rows(req.store, now, only=wanted, kept=kept)
+    running = req.store.reads.jobs_running()  # the cards' task names, and the ticks of jobs not ended yet
+    read = host_model.hosts_with_rows(req.store, now, only=wanted, kept=kept, running=running)
     if wanted is not None:
         read = [each for each in read if each[0].host == wanted]
         if not read:
@@ -264,11 +270,12 @@ def flight_deck(req: Request) -> View:
                                  f"have sampled")
     views = [view for view, _, _ in read]
     ended = req.memo.setdefault("deck jobs", EndedJobs()).read(req.store, start, now) if views else []
-    jobs = ended + req.store.reads.jobs_running() if views else []
+    jobs = ended + running if views else []
     ticks_on = job_ticks(jobs)
     memo = req.memo.setdefault("deck charts" if wanted is None else "deck charts of one host", ChartMemo())
     memo.turn()
     cards, hosts = [], []
+    back = url("/deck", host=wanted)  # where a card's switch brings the operator back to
     rows_of = {view.host: (minute, detail) for view, minute, detail in read}
     for view in worst_first(views, now):
         if wanted is None:  # every host: a point a minute, from the rows its view was read from
@@ -284,7 +291,7 @@ def flight_deck(req: Request) -> View:
         ticks = ticks_on.get(view.host, [])
         state = condition(view, now)
         strip = memo.strip(ticks[-TICKS_SHOWN:], _axis(start, end, gap, gpus_apart=wanted is not None), STRIP_HEIGHT)
-        cards.append(_card(view, state, charts, ticks, strip, now))
+        cards.append(_card(req, view, state, charts, ticks, strip, back))
         hosts.append((view, state, interval, gap, charts, ticks))
     tally = {name: sum(1 for host in hosts if host[1] == name) for name in CONDITIONS}
     summary = tag("p", join(
@@ -306,12 +313,13 @@ def flight_deck(req: Request) -> View:
     return View("Flight Deck", data, body, active="/deck")
 
 
-def _card(view: HostView, state: str, charts: Sequence[Drawn], ticks: Sequence[tuple[float, str]], strip: str,
-          now: float) -> Markup:
+def _card(req: Request, view: HostView, state: str, charts: Sequence[Drawn], ticks: Sequence[tuple[float, str]],
+          strip: str, back: str) -> Markup:
+    """A host's card; its switches' forms bring the operator back to ``back`` (this page)."""
     name = clipped(view.host, NAME_MOST)
     heading = tag("h2", join(link(url("/deck", host=view.host), name) if _linkable(view.host) else name, " ",
-                             tag("span", state, class_=f"badge condition-{state}")))
-    age = join(when(view.at, now), " ", tag("span", "stale", class_="bad stale") if view.stale else "")
+                             tag("span", state, class_=f"badge condition-{state}"), _switched_off(view.queues)))
+    age = join(when(view.at, req.now), " ", tag("span", "stale", class_="bad stale") if view.stale else "")
     facts = definitions([
         ("sample", age), ("cpu", _value(view.cpu_busy, "%", 0)), ("load", _value(view.load1, "", 2)),
         ("ram", _pair(_gib(view.ram_used), _gib(view.ram_total), "GiB", 1)),
@@ -322,18 +330,76 @@ def _card(view: HostView, state: str, charts: Sequence[Drawn], ticks: Sequence[t
                                             tag("span", _job_text(job), class_="muted")))
                              for job in view.jobs]), class_="host-jobs")
             if view.jobs else tag("p", "no job running", class_="muted host-jobs"))
-    gpus = table(["gpu", "name", "util", "vram", "temp", "power", "sm clock", "slowed now by", "held back (1 h)"],
-                 [[gpu.index, clipped(gpu.name or "-", 40), _value(gpu.util, "%", 0),
-                   _pair(gpu.vram_used_mib, gpu.vram_total_mib, "MiB"), _value(gpu.temp, "°C", 0),
-                   _pair(gpu.power_w, gpu.power_limit_w, "W"), _value(gpu.sm_mhz, "MHz", 0),
-                   ", ".join(gpu.slowdowns) or "-", _held(gpu.throttle_seconds)] for gpu in view.gpus],
-                 empty="no GPU readings", class_="grid gpus") if view.gpus or view.gpu_error else Markup("")
     drawn = [_figure(chart) for chart in charts]
     if not drawn:
         drawn.append(tag("p", "no samples in the last hour", class_="muted"))
     drawn.append(_job_strip(ticks, strip))
-    return tag("section", join(heading, facts, jobs, gpus, tag("div", join(*drawn), class_="charts")),
-               class_=f"host condition-{state}")
+    return tag("section", join(heading, facts, _switches(req, view, back), jobs, _gpu_table(view),
+                               tag("div", join(*drawn), class_="charts")), class_=f"host condition-{state}")
+
+
+def _switched_off(queues: Sequence[host_model.HostQueue]) -> Markup:
+    """A mark in the heading for a host whose workers a switch holds off, on some queues or all."""
+    off = sum(1 for queue in queues if queue.switch is not None)
+    if not off:
+        return Markup("")
+    text = "switched off" if off == len(queues) else f"{off} of {len(queues)} queues off"
+    return join(" ", tag("span", text, class_="badge switched-off"))
+
+
+def _switches(req: Request, view: HostView, back: str) -> Markup:
+    """A row per queue the host's workers serve: the switch in force, and the Workers
+    page's form that switches it ON, OFF drain or OFF hard (answered there); the switch in
+    force alone when the panel is read-only."""
+    rows = []
+    for queue in view.queues:
+        label = f"queue {clipped(queue.queue, LABEL_MOST)}" + \
+            (f" · project {clipped(queue.project, LABEL_MOST)}" if queue.project else "")
+        state = workers.switch_state(queue.switch)
+        form = workers.switch_form(req, queue.project, view.host, queue.queue, label, state=state,
+                                   current=workers.choice_of(queue.switch), back=back)
+        rows.append(tag("li", form or join(tag("span", label, class_="scope"), " ", state), class_="switch-row"))
+    return tag("ul", join(*rows), class_="host-switches", aria_label="switches") if rows else Markup("")
+
+
+def _gpu_table(view: HostView) -> Markup:
+    """The host's GPUs: what runs on each (the models warm there, the jobs) and its memory
+    first, where a narrow card shows them without scrolling; then its readings now and
+    over the hour, and its name."""
+    if not view.gpus and not view.gpu_error:
+        return Markup("")
+    headers = ["gpu", "warm model", "job", "vram", "util", "temp", "power", "sm clock", "slowed now by",
+               "held back (1 h)", "name"]
+    rows = [[join(str(gpu.index), _gpu_state(gpu)),
+             tag("span", ", ".join(clipped(model, LABEL_MOST) for model in gpu.models) or "-", class_="wraps"),
+             _gpu_jobs(gpu.jobs), _pair(gpu.vram_used_mib, gpu.vram_total_mib, "MiB"), _value(gpu.util, "%", 0),
+             _value(gpu.temp, "°C", 0), _pair(gpu.power_w, gpu.power_limit_w, "W"),
+             _value(gpu.sm_mhz, "MHz", 0) if gpu.max_sm_mhz is None else _pair(gpu.sm_mhz, gpu.max_sm_mhz, "MHz"),
+             ", ".join(gpu.slowdowns) or "-", _held(gpu.throttle_seconds), clipped(gpu.name or "-", 40)]
+            for gpu in view.gpus]
+    return table(headers, rows, empty="no GPU readings", class_="grid gpus")
+
+
+def _gpu_state(gpu: host_model.GpuView) -> Markup | str:
+    """A GPU switched off for new claims (the health gate's verdict, or an operator's word),
+    as a badge with who and why; a verdict an operator cleared, as a note. Switched on again
+    with ``rowfleet gpu HOST INDEX on``."""
+    switch = gpu.switch
+    if switch is None or not (switch.off or switch.health):
+        return ""
+    if switch.off:
+        text = f"off by {switch.changed_by or 'an operator'}" + (f": {switch.reason}" if switch.reason else "")
+        return join(" ", tag("span", clipped(text, 300), class_="badge switched-off", title=text))
+    return join(" ", tag("span", clipped(f"failing, cleared: {switch.health}", 300), class_="muted wraps"))
+
+
+def _gpu_jobs(jobs: Sequence[host_model.GpuJob]) -> Markup | str:
+    """The jobs running on a GPU: each linked, with its task."""
+    if not jobs:
+        return "-"
+    return Markup("<br>".join(tag("span", join(link(f"/jobs/{job.job_id}", f"job {job.job_id}"), " ",
+                                               tag("span", clipped(job.task or "-", LABEL_MOST), class_="muted")),
+                                  class_="wraps") for job in jobs))
 
 
 def _job_strip(ticks: Sequence[tuple[float, str]], strip: str) -> Markup:

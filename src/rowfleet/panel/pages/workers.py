@@ -6,6 +6,9 @@ a reason; and the log of who switched what when.
 A switch from the panel is the same ``worker_controls`` row the command line writes
 (``Store.set_switch``, logged in the same transaction, its project, host and queue checked
 there by the command line's rule), recorded as by ``panel`` or the name the operator gives.
+The switch's form is built here (``switch_form``) for every page that offers it (the
+Flight Deck's cards too), and answered here (``switch``): after it, the operator lands on
+the page the form names (``back``, a path of the panel's own), else on this one.
 """
 
 from __future__ import annotations
@@ -13,13 +16,17 @@ from __future__ import annotations
 from typing import Any
 
 from rowfleet import control
+from rowfleet.control import Switch
 from rowfleet.panel.app import HttpError, Redirect, Request, View
-from rowfleet.panel.html import (Markup, attrs, esc, join, link, state_badge, table, tag, url, when)
+from rowfleet.panel.html import (Markup, attrs, esc, hidden_fields, join, link, own_path, state_badge, table, tag,
+                                 url, when)
 from rowfleet.views.snapshot import snapshot
 
 LOG_SHOWN = 50
+SWITCH_PATH = "/workers/switch"
 CHOICES = {"on": (control.ON, control.DRAIN), "off-drain": (control.OFF, control.DRAIN),
            "off-hard": (control.OFF, control.HARD)}
+BUTTONS = (("on", "ON"), ("off-drain", "OFF drain"), ("off-hard", "OFF hard"))  # CHOICES' keys, as pressed
 
 
 def worker_list(req: Request) -> View:
@@ -32,12 +39,11 @@ def worker_list(req: Request) -> View:
     sections = []
     for (project, host), crew in sorted(boxes.items()):
         queues = sorted({queue for w in crew for queue in (w.queues or (w.queue,))})
-        rows = [[w.queue if not w.queues else ", ".join(w.queues), w.pid, _wanted(w), state_badge(w.actual),
+        rows = [[w.queue if not w.queues else ", ".join(w.queues), w.pid, switch_state(w.switch), state_badge(w.actual),
                  link(f"/jobs/{w.current_job}", w.current_job) if w.current_job else "-",
                  w.gpu.warm_model if w.gpu else None, when(w.last_seen, fleet.at), w.exit_code] for w in crew]
-        switches = [] if req.read_only else \
-            [_switch_form(req, project, host, queue, f"queue {queue}") for queue in queues] + \
-            [_switch_form(req, project, host, control.ANY, "the whole box")]
+        switches = [switch_form(req, project, host, queue, f"queue {queue}") for queue in queues] + \
+            [switch_form(req, project, host, control.ANY, "the whole box")]
         sections.append(join(
             tag("h2", join(link(url("/deck", host=host), host), f" · project {project!r}" if project else "")),
             table(["queue", "pid", "wanted", "doing", "job", "model", "last seen", "exit"], rows),
@@ -72,25 +78,50 @@ def switch(req: Request) -> Redirect:
     by = " ".join((req.form.get("by") or "").split())[:80] or "panel"
     written = req.store.set_switch(project, host, queue, desired, policy, changed_by=by, reason=reason)
     scope = "every queue" if queue == control.ANY else f"queue {queue}"
-    return Redirect(url("/workers"), f"{scope} of {host}: {_switch_text(written)}", written.to_dict())
+    # Back to the page the form was on, when it names one of the panel's own paths: never
+    # another site, whatever a forged form says.
+    back = own_path(req.form.get("back")) or url("/workers")
+    return Redirect(back, f"{scope} of {host}: {_switch_text(written)}", written.to_dict())
 
 
-def _wanted(worker: Any) -> Markup:
-    held = worker.switch
+def switch_state(held: Switch | None) -> Markup:
+    """What the switch in force (``held``, None: none) wants, in words and its colour."""
     if held is None or held.desired == control.ON:
-        return tag("span", "on", class_="ok")
-    return tag("span", f"off ({held.policy})", class_="warn", title=held.reason or None)
+        return tag("span", "on", class_="ok switch-state")
+    return tag("span", _switch_text(held), class_="warn switch-state", title=held.reason or None)
+
+
+def choice_of(held: Switch | None) -> str | None:
+    """The key of ``CHOICES`` that the switch in force (``held``, None: none) stands for;
+    None for a policy no button writes (plain SQL's).
+
+    >>> choice_of(None), choice_of(Switch("", "box", "gpu", control.OFF, control.DRAIN))
+    ('on', 'off-drain')
+    """
+    if held is None or held.desired == control.ON:
+        return "on"
+    chosen = f"off-{held.policy}"
+    return chosen if chosen in CHOICES else None
+
+
+def switch_form(req: Request, project: str, host: str, queue: str, label: str, *, state: Markup = Markup(""),
+                current: str | None = None, back: str | None = None) -> Markup:
+    """The form that switches the workers of (project, host, queue) ON, OFF drain or OFF
+    hard, with a reason, POSTed with the CSRF token to ``switch``: ``state`` is shown after
+    its ``label``, the button of ``current`` (a key of ``CHOICES``) is marked as the one in
+    force, and ``back`` is the page to land on after. Nothing when the panel is read-only:
+    it offers no change it would refuse."""
+    if req.read_only:
+        return Markup("")
+    hidden = hidden_fields({"project": project, "host": host, "queue": queue, "csrf": req.csrf, "back": back})
+    buttons = Markup(" ".join(
+        f'<button{attrs(type="submit", name="set", value=value, class_=f"switch-{value}", aria_current="true" if value == current else None)}>'
+        f'{esc(text)}</button>' for value, text in BUTTONS))  # not ``tag``, whose first argument is called name
+    reason = Markup('<label>reason <input type="text" name="reason" maxlength="500" size="14"></label>')
+    parts = [tag("span", label, class_="scope"), state, reason, buttons]  # apart, as text too (unstyled, read aloud)
+    return tag("form", join(hidden, Markup(" ".join(part for part in parts if part))), method="post",
+               class_="switch", action=SWITCH_PATH, aria_label=f"switch {label} of {host}")
 
 
 def _switch_text(switch: Any) -> str:
     return "on" if switch.desired == control.ON else f"off ({switch.policy})"
-
-
-def _switch_form(req: Request, project: str, host: str, queue: str, label: str) -> Markup:
-    hidden = "".join(f'<input type="hidden"{attrs(name=key, value=value)}>'
-                     for key, value in (("project", project), ("host", host), ("queue", queue), ("csrf", req.csrf)))
-    buttons = "".join(f'<button type="submit" name="set" value="{value}" class="switch-{value}">{esc(text)}</button>'
-                      for value, text in (("on", "ON"), ("off-drain", "OFF drain"), ("off-hard", "OFF hard")))
-    return Markup(f'<form method="post" action="/workers/switch" class="switch"{attrs(aria_label=f"switch {label} of {host}")}>'
-                  f'{hidden}<span class="scope">{esc(label)}</span>'
-                  f'<label>reason <input type="text" name="reason" maxlength="500" size="14"></label>{buttons}</form>')

@@ -25,7 +25,7 @@ WHERE table_schema = current_schema();
 -- name: schema_tables
 -- Names every table of the current schema and reads no row: fails naming a table that is gone.
 SELECT 1 AS present FROM jobs, job_events, workers, worker_controls, runs, run_nodes, dispatch_events,
-    schedules, schedule_slots, orchestrators, gpu_leases, model_stats, model_controls WHERE 1 = 0;
+    schedules, schedule_slots, orchestrators, gpu_leases, model_stats, model_controls, gpu_switches WHERE 1 = 0;
 
 -- name: migration_record
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (%(version)s, %(name)s, rowfleet_now(%(now)s));

@@ -221,6 +221,9 @@ RETURNING *;
 -- name: gpu_lease
 SELECT * FROM gpu_leases WHERE host = %(host)s AND gpu_index = %(gpu_index)s;
 
+-- name: host_gpu_leases
+SELECT * FROM gpu_leases WHERE host = %(host)s ORDER BY gpu_index;
+
 -- Measured figures of each model's loads.
 
 -- name: record_model_load
@@ -296,3 +299,43 @@ SELECT w.worker_id, w.project, w.host, w.queue, w.queues, w.pid, w.state, w.curr
 FROM workers AS w
 WHERE w.project = %(project)s AND w.models IS NOT NULL AND {{worker_listed}}
 ORDER BY w.project, w.host, w.queue, w.pid;
+
+-- The GPU health gate (rowfleet.telemetry.gpu_health): one switch per judged GPU of a host.
+
+-- fragment: gpu_trips
+-- Whether a verdict switches the GPU off: it is failing, the GPU is on, and it is not the
+-- very verdict an operator cleared by switching the GPU on.
+excluded.health <> '' AND gpu_switches.desired = 'on' AND gpu_switches.cleared IS DISTINCT FROM excluded.health
+
+-- name: record_gpu_health
+-- The sampler's verdict on one GPU (health '' when healthy): kept as its last verdict, and
+-- a failing one switches the GPU off (changed_by gate) unless {{gpu_trips}} says no. The
+-- gate never switches a GPU on.
+INSERT INTO gpu_switches (host, gpu_index, desired, reason, changed_by, changed_at, health, health_at)
+VALUES (%(host)s, %(gpu_index)s, CASE WHEN %(health)s::text = '' THEN 'on' ELSE 'off' END, %(health)s::text,
+        CASE WHEN %(health)s::text = '' THEN '' ELSE %(gate)s::text END, rowfleet_now(%(now)s), %(health)s::text,
+        rowfleet_now(%(now)s))
+ON CONFLICT (host, gpu_index) DO UPDATE
+SET desired = CASE WHEN {{gpu_trips}} THEN 'off' ELSE gpu_switches.desired END,
+    reason = CASE WHEN {{gpu_trips}} THEN excluded.health ELSE gpu_switches.reason END,
+    changed_by = CASE WHEN {{gpu_trips}} THEN excluded.changed_by ELSE gpu_switches.changed_by END,
+    changed_at = CASE WHEN {{gpu_trips}} THEN excluded.changed_at ELSE gpu_switches.changed_at END,
+    health = excluded.health, health_at = excluded.health_at
+RETURNING *;
+
+-- name: set_gpu_switch
+-- An operator's switch. Switching on clears the verdict in force (cleared), so that only a
+-- new verdict trips the gate again.
+INSERT INTO gpu_switches (host, gpu_index, desired, reason, changed_by, changed_at)
+VALUES (%(host)s, %(gpu_index)s, %(desired)s, %(reason)s, %(changed_by)s, rowfleet_now(%(now)s))
+ON CONFLICT (host, gpu_index) DO UPDATE
+SET desired = excluded.desired, reason = excluded.reason, changed_by = excluded.changed_by,
+    changed_at = excluded.changed_at,
+    cleared = CASE WHEN excluded.desired = 'on' THEN gpu_switches.health ELSE gpu_switches.cleared END
+RETURNING *;
+
+-- name: gpu_switch
+SELECT * FROM gpu_switches WHERE host = %(host)s AND gpu_index = %(gpu_index)s;
+
+-- name: gpu_switches
+SELECT * FROM gpu_switches ORDER BY host, gpu_index;

@@ -4,12 +4,12 @@
 -- A job due later is delayed: out of the claim index until a claim promotes it.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
-                  timeout, required_model, vram_mb, delayed, unique_key, concurrency_key)
+                  timeout, required_model, vram_mb, delayed, unique_key, concurrency_key, gpus)
 VALUES (%(project)s, %(queue)s, %(task)s, %(args)s, %(priority)s, %(run_next)s, coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
         %(max_attempts)s, %(key)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s, %(node_id)s,
         %(node_generation)s, %(timeout)s, %(model)s, %(vram_mb)s,
         CASE WHEN coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s) > rowfleet_now(%(now)s)
-             THEN 1 ELSE 0 END, %(unique_key)s, %(concurrency_key)s)
+             THEN 1 ELSE 0 END, %(unique_key)s, %(concurrency_key)s, %(gpus)s::integer)
 ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
@@ -19,7 +19,7 @@ RETURNING *;
 -- items are numbered by their place in the array.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   created_at, updated_at, run_id, node_id, node_item, node_generation,
-                  timeout, required_model, vram_mb, delayed, concurrency_key)
+                  timeout, required_model, vram_mb, delayed, concurrency_key, gpus)
 SELECT %(project)s, %(queue)s, %(task)s, batch.value, %(priority)s, %(run_next)s,
        coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
        %(max_attempts)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s::bigint, %(node_id)s::text,
@@ -27,7 +27,7 @@ SELECT %(project)s, %(queue)s, %(task)s, batch.value, %(priority)s, %(run_next)s
        %(timeout)s::double precision, %(model)s::text, %(vram_mb)s::integer,
        CASE WHEN coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s) > rowfleet_now(%(now)s)
             THEN 1 ELSE 0 END,
-       %(concurrency_key)s::text
+       %(concurrency_key)s::text, %(gpus)s::integer
 FROM jsonb_array_elements_text(%(args_list)s::jsonb) WITH ORDINALITY AS batch(value, n)
 ORDER BY batch.n;
 
@@ -61,14 +61,24 @@ SELECT * FROM jobs WHERE id = %(id)s AND project = %(project)s;
 -- event rows: Store.events gives them from here).
 SELECT state, lease_token, claimed_by, attempts, started_at, finished_at FROM jobs WHERE id = %(id)s;
 
--- fragment: claim_candidates
--- The jobs a claim may take: queued, not delayed (so the jobs_claim and jobs_model indexes
--- hold them) and due, in its project's queue. The claim's candidate rule, written here only:
--- every probe of claim_pick, claim_due and claim_batch includes it, so "is anything due?"
--- and "take it" cannot disagree, and every claim re-checks the row it takes against it.
--- run_at is still compared: a row written by plain SQL may be due later without being
--- marked delayed.
+-- fragment: due_candidates
+-- The jobs due in a claim's project and queue: queued, not delayed (so the jobs_claim and
+-- jobs_model indexes hold them) and due. run_at is still compared: a row written by plain
+-- SQL may be due later without being marked delayed.
 state = 'queued' AND delayed = 0 AND project = %(project)s AND queue = %(queue)s AND run_at <= rowfleet_now(%(now)s)
+
+-- fragment: claim_candidates
+-- The jobs a claim may take: due, and asking for no more GPUs than its worker can hold. The
+-- claim's candidate rule, written here only: every probe of claim_pick, claim_due and
+-- claim_batch includes it, so "is anything due?" and "take it" cannot disagree, and every
+-- claim re-checks the row it takes against it.
+{{due_candidates}} AND {{gpus_fit}}
+
+-- fragment: gpus_fit
+-- Whether a claim may take a job for the GPUs it asks for: one that asks for none, or for no
+-- more than the claiming worker can hold now (gpus_free; NULL: a worker of no GPU, which
+-- takes only jobs that ask for none). Written here only: claim_candidates includes it.
+(gpus IS NULL OR gpus <= %(gpus_free)s::integer)
 
 -- fragment: memory_fit
 -- Whether a job fits the memory a GPU claim has free (%(vram_free_mb)s; NULL: no limit, and
@@ -571,7 +581,7 @@ RETURNING id;
 -- (read from the jobs_model index).
 SELECT required_model AS model, count(*) AS queued, rowfleet_now(%(now)s) - min(run_at) AS oldest_wait
 FROM jobs
-WHERE {{claim_candidates}}
+WHERE {{due_candidates}}
   AND required_model IS NOT NULL
 GROUP BY required_model
 ORDER BY required_model;

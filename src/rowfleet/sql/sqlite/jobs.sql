@@ -4,10 +4,10 @@
 -- A job due later is delayed: out of the claim index until a claim promotes it.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
-                  timeout, required_model, vram_mb, delayed, unique_key, concurrency_key)
+                  timeout, required_model, vram_mb, delayed, unique_key, concurrency_key, gpus)
 VALUES (:project, :queue, :task, :args, :priority, :run_next, coalesce(:run_at, :now + :delay),
         :max_attempts, :key, :now, :now, :run_id, :node_id, :node_generation, :timeout, :model, :vram_mb,
-        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END, :unique_key, :concurrency_key)
+        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END, :unique_key, :concurrency_key, :gpus)
 ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
@@ -17,11 +17,11 @@ RETURNING *;
 -- items are numbered by their place in the array.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   created_at, updated_at, run_id, node_id, node_item, node_generation,
-                  timeout, required_model, vram_mb, delayed, concurrency_key)
+                  timeout, required_model, vram_mb, delayed, concurrency_key, gpus)
 SELECT :project, :queue, :task, value, :priority, :run_next, coalesce(:run_at, :now + :delay),
        :max_attempts, :now, :now, :run_id, :node_id, CASE WHEN :run_id IS NOT NULL THEN key END,
        :node_generation, :timeout, :model, :vram_mb, CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END,
-       :concurrency_key
+       :concurrency_key, :gpus
 FROM json_each(:args_list)
 ORDER BY key;
 
@@ -55,14 +55,24 @@ SELECT * FROM jobs WHERE id = :id AND project = :project;
 -- event rows: Store.events gives them from here).
 SELECT state, lease_token, claimed_by, attempts, started_at, finished_at FROM jobs WHERE id = :id;
 
--- fragment: claim_candidates
--- The jobs a claim may take: queued, not delayed (so the jobs_claim and jobs_model indexes
--- hold them) and due, in its project's queue. The claim's candidate rule, written here only:
--- every probe of claim_pick, claim_due and claim_batch includes it, so "is anything due?"
--- and "take it" cannot disagree, and every claim re-checks the row it takes against it.
--- run_at is still compared: a row written by plain SQL may be due later without being
--- marked delayed.
+-- fragment: due_candidates
+-- The jobs due in a claim's project and queue: queued, not delayed (so the jobs_claim and
+-- jobs_model indexes hold them) and due. run_at is still compared: a row written by plain
+-- SQL may be due later without being marked delayed.
 state = 'queued' AND delayed = 0 AND project = :project AND queue = :queue AND run_at <= :now
+
+-- fragment: claim_candidates
+-- The jobs a claim may take: due, and asking for no more GPUs than its worker can hold. The
+-- claim's candidate rule, written here only: every probe of claim_pick, claim_due and
+-- claim_batch includes it, so "is anything due?" and "take it" cannot disagree, and every
+-- claim re-checks the row it takes against it.
+{{due_candidates}} AND {{gpus_fit}}
+
+-- fragment: gpus_fit
+-- Whether a claim may take a job for the GPUs it asks for: one that asks for none, or for no
+-- more than the claiming worker can hold now (gpus_free; NULL: a worker of no GPU, which
+-- takes only jobs that ask for none). Written here only: claim_candidates includes it.
+(gpus IS NULL OR gpus <= :gpus_free)
 
 -- fragment: memory_fit
 -- Whether a job fits the memory a GPU claim has free (:vram_free_mb; NULL: no limit, and a
@@ -450,7 +460,7 @@ RETURNING id;
 -- (read from the jobs_model index).
 SELECT required_model AS model, count(*) AS queued, :now - min(run_at) AS oldest_wait
 FROM jobs
-WHERE {{claim_candidates}}
+WHERE {{due_candidates}}
   AND required_model IS NOT NULL
 GROUP BY required_model
 ORDER BY required_model;
