@@ -58,6 +58,13 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def fake_gpu_env(**extra: str) -> dict[str, str]:
+    """``child_env`` with the fake ``nvidia-smi`` of tests/fixtures/bin first on PATH: the
+    machine it plays is ``FAKE_NVIDIA_SMI`` or ``FAKE_NVIDIA_SMI_FILE`` in ``extra``."""
+    path = os.pathsep.join([os.path.join(ROOT, "tests", "fixtures", "bin"), os.environ.get("PATH", "")])
+    return child_env(PATH=path, **extra)
+
+
 _skips_announced: set[str] = set()
 
 

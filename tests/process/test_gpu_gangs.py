@@ -12,7 +12,7 @@ import time
 import unittest
 
 from rowfleet.gpu import gang
-from support import ROOT, TempDirTestCase, child_env, wait_until
+from support import TempDirTestCase, fake_gpu_env, wait_until
 
 HOST = "gangbox"
 APP = '''\
@@ -61,8 +61,7 @@ class GpuGangProcessTest(TempDirTestCase):
         self.store = self.open_store()
 
     def env(self) -> dict[str, str]:
-        path = os.pathsep.join([os.path.join(ROOT, "tests", "fixtures", "bin"), os.environ.get("PATH", "")])
-        return child_env(PATH=path, FAKE_NVIDIA_SMI_FILE=self.smi_file, ROWFLEET_HOST=HOST, ROWFLEET_POLL="0.2",
+        return fake_gpu_env(FAKE_NVIDIA_SMI_FILE=self.smi_file, ROWFLEET_HOST=HOST, ROWFLEET_POLL="0.2",
                          ROWFLEET_HEARTBEAT="0.5", ROWFLEET_RENEW="0.5")
 
     def runs(self) -> list[str]:

@@ -12,7 +12,7 @@ import os
 import unittest
 
 from rowfleet import control
-from support import ROOT, TempDirTestCase, child_env, wait_until
+from support import TempDirTestCase, fake_gpu_env, wait_until
 
 TASKS = """\
 import rowfleet
@@ -32,8 +32,7 @@ class GpuHealthGateProcessTest(TempDirTestCase):
         self.store = self.open_store()
 
     def env(self) -> dict[str, str]:
-        path = os.pathsep.join([os.path.join(ROOT, "tests", "fixtures", "bin"), os.environ.get("PATH", "")])
-        return child_env(PATH=path, FAKE_NVIDIA_SMI="failing", ROWFLEET_HOST=HOST, ROWFLEET_POLL="0.2",
+        return fake_gpu_env(FAKE_NVIDIA_SMI="failing", ROWFLEET_HOST=HOST, ROWFLEET_POLL="0.2",
                          ROWFLEET_HEARTBEAT="0.5")
 
     def worker_state(self) -> str | None:

@@ -23,7 +23,7 @@ from rowfleet.claim import Claim
 from rowfleet.job import JobSpec
 from rowfleet.views import snapshot
 from pg_harness import PostgresDatabaseCase
-from support import DEADLINE, ROOT, TempDirTestCase, child_env, wait_until
+from support import DEADLINE, ROOT, TempDirTestCase, fake_gpu_env, wait_until
 from contract.test_lifecycle import Clock
 
 HOST = "gpubox"
@@ -105,8 +105,7 @@ class GpuWorkerProcessTest(TempDirTestCase):
         self.store = self.open_store()
 
     def env(self) -> dict[str, str]:
-        path = os.pathsep.join([os.path.join(ROOT, "tests", "fixtures", "bin"), os.environ.get("PATH", "")])
-        return child_env(PATH=path, FAKE_NVIDIA_SMI_FILE=self.smi_file, ROWFLEET_HOST=HOST,
+        return fake_gpu_env(FAKE_NVIDIA_SMI_FILE=self.smi_file, ROWFLEET_HOST=HOST,
                          ROWFLEET_HEARTBEAT="0.5", ROWFLEET_POLL="0.2", ROWFLEET_RENEW="0.5",
                          ROWFLEET_LEASE="30", ROWFLEET_BACKOFF_BASE="0.05")
 

@@ -19,9 +19,12 @@ from datetime import datetime, timedelta, timezone
 
 from rowfleet.telemetry import gpu, gpu_readings
 from rowfleet.telemetry.gpu_health import (
-    APP_FAULT, APP_FAULT_XIDS, CARD_FAULT, CARD_FAULT_XIDS, FAILING, HEALTH_FIELDS, OK, OTHER, UNKNOWN, XID_NAMES,
-    GpuHealthReading, HealthThresholds, XidEvent, gpu_of, health_from_row, health_query_argv, health_verdict, judge_gpu,
-    parse_health, parse_health_xml, parse_xid_log, pci_key, xid_class,
+    FAILING, HEALTH_FIELDS, OK, UNKNOWN, GpuHealthReading, HealthThresholds, gpu_of, health_from_row,
+    health_query_argv, health_verdict, judge_gpu, parse_health, parse_health_xml,
+)
+from rowfleet.telemetry.gpu_xid import (
+    APP_FAULT, APP_FAULT_XIDS, CARD_FAULT, CARD_FAULT_XIDS, OTHER, XID_NAMES, XidEvent, parse_xid_log, pci_key,
+    xid_class,
 )
 from support import DEADLINE, TempDirTestCase, read_fixture
 

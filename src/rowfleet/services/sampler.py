@@ -46,7 +46,7 @@ from rowfleet.store.wake import StopEvent
 from rowfleet.store import Store, open_store, sqlite_path
 from rowfleet.store import waiting
 from rowfleet.store.telemetry import DETAIL, MINUTE
-from rowfleet.telemetry import gpu, gpu_health, gpu_readings
+from rowfleet.telemetry import gpu, gpu_health, gpu_readings, gpu_xid
 from rowfleet.telemetry.gpu_stream import GpuStateStream
 from rowfleet.telemetry.readings import fold_minute
 from rowfleet.telemetry.sample import HostReads, read_host, readings_of
@@ -176,7 +176,7 @@ class Sampler:
         if unknown is not None:
             return  # the state query says why, in the sample's row
         log_text = gpu_readings.read_kernel_log()
-        xids = gpu_health.parse_xid_log(log_text, boot_time=_boot_time(), now=time.time()) if log_text else []
+        xids = gpu_xid.parse_xid_log(log_text, boot_time=_boot_time(), now=time.time()) if log_text else []
         for verdict in gpu_health.health_verdict(readings, xids, now=time.time()):
             if verdict.index is None:
                 continue  # a GPU nvidia-smi no longer lists: its worker finds no GPU anyway
