@@ -114,11 +114,14 @@ def describe_switch(switch: Switch | None, step: str) -> str:
 
     >>> describe_switch(Switch("", "box", "q", control.OFF), control.PARK)
     "switched off (drain) by an operator for queue q of host box in project '': park"
+    >>> describe_switch(control.GpuSwitch("box", 1, control.OFF, "fan", "ops").holding(), control.PARK)
+    'switched off (drain) by ops for every queue of host box in every project (GPU 1 of box: fan): park'
     """
     if switch is None:
         return "switched on"
     by = switch.changed_by or "an operator"
-    return f"switched off ({switch.policy}) by {by} for {switch.scope()}: {step}"
+    why = f" ({switch.reason})" if switch.reason else ""
+    return f"switched off ({switch.policy}) by {by} for {switch.scope()}{why}: {step}"
 
 
 def next_stagger(spread: float, won: bool) -> float:
