@@ -464,7 +464,9 @@ class ClockStepProcessTest(TempDirTestCase):
         and holds its lapse reclaim, as its dead-worker flags, one heartbeat: the keeper
         renews meanwhile, and the live job is not re-queued."""
         orchestrator = self.launch("orchestrator", "orchestrator", "--interval", "0.2", *FAST)
-        worker = self.worker("default", *LEASE)
+        # The hold lasts the worker's heartbeat: 2 s, so that a keeper a loaded box keeps
+        # waiting for half a second still renews within it (0.5 s failed so on a 2-core CI).
+        worker = self.worker("default", *LEASE, "--heartbeat", "2")
         long_id, = self.enqueue("long", args={"seconds": 3})
         wait_until(lambda: self.marker(f"started-{long_id}"), message="the long job to start")
         self.step(STEP)

@@ -188,7 +188,8 @@ class Orchestrator:
         whether pruning is due); what they did."""
         now = self.store.clock() if now is None else now
         trusted = self.trust_moment()
-        reclaimed = self.store.reclaim_lapsed() if trusted else []
+        # Judged at the moment trusted: a step of the clock since must not make live leases read lapsed.
+        reclaimed = self.store.reclaim_lapsed(as_of=self._last_sweep.wall) if trusted else []
         for item in reclaimed:
             log.warning("job %d: lease of %s lapsed; %s", item["id"], item["holder"], item["action"])
         unheld = self.store.reclaim_unheld()

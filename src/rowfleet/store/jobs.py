@@ -314,15 +314,17 @@ class JobStore(StoreCore):
 
     # --- recovery ----------------------------------------------------------------------
 
-    def reclaim_lapsed(self, limit: int = 100) -> list[dict[str, Any]]:
+    def reclaim_lapsed(self, limit: int = 100, as_of: float | None = None) -> list[dict[str, Any]]:
         """Re-queue running jobs whose lease lapsed, with the attempt given back and a watchdog
         retry spent (``liveness.lapse_outcome``: failed once those are used up, cancelled when
-        it belongs to a workflow run that has ended or an operator cancelled it).
+        it belongs to a workflow run that has ended or an operator cancelled it). ``as_of``:
+        only leases that had lapsed by then (the moment a sweep judged trustworthy: a clock
+        step after it must not make a live lease read lapsed); None: now.
 
         A reclaimed job keeps its id and run_at, so it sorts ahead of fresh work of its priority.
         """
         with self.transaction() as tx:
-            rows = tx.all("reclaim_lapsed", limit=limit)
+            rows = tx.all("reclaim_lapsed", limit=limit, as_of=as_of)
             now = self._now_of(tx) if rows else 0.0
             done = []
             for row in rows:

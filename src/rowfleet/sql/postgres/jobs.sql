@@ -307,7 +307,7 @@ WHERE project = ANY (ARRAY(SELECT project FROM projects WHERE project IS NOT NUL
 {{projects_seek}}
 SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, watchdog_retries, run_id,
        cancel_reason, cancel_requested_at
-FROM {{running_rows}} AND lease_expires_at < rowfleet_now(%(now)s)
+FROM {{running_rows}} AND lease_expires_at < coalesce(%(as_of)s::double precision, rowfleet_now(%(now)s))
 ORDER BY lease_expires_at
 LIMIT %(limit)s
 FOR UPDATE OF jobs SKIP LOCKED;

@@ -269,7 +269,7 @@ WHERE project IN (SELECT project FROM projects) AND state = 'running'
 {{projects_seek}}
 SELECT id, project, lease_token, claimed_by, lease_expires_at, attempts, max_attempts, watchdog_retries, run_id,
        cancel_reason, cancel_requested_at
-FROM {{running_rows}} AND lease_expires_at < :now
+FROM {{running_rows}} AND lease_expires_at < coalesce(:as_of, :now)
 ORDER BY lease_expires_at
 LIMIT :limit;
 
