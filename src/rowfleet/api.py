@@ -301,9 +301,9 @@ def _node_dict(node: dict[str, Any]) -> dict[str, Any]:
     if node.get("kind", dag.TASK) != dag.TASK or not isinstance(task, (tasks.Task, str)):
         return node  # dag.parse_workflow says what is wrong with it
     stamp = tasks.stamp(task, timeout=node.get("timeout"), model=node.get("model"),
-                        vram_mb=node.get("vram_mb"))  # its jobs read no registry
+                        vram_mb=node.get("vram_mb"), gpus=node.get("gpus"))  # its jobs read no registry
     stamped = {"queue": stamp.queue, **node, "task": stamp.task}
-    for field in ("timeout", "model", "vram_mb"):
+    for field in ("timeout", "model", "vram_mb", "gpus"):
         if getattr(stamp, field) is not None:
             stamped[field] = getattr(stamp, field)
     return stamped

@@ -43,7 +43,7 @@ CONDITIONS = ("equals", "not_equals", "in", "empty")
 _INDEX = re.compile(r"-?[0-9]+")
 _WORKFLOW_FIELDS = frozenset({"name", "nodes", "description"})
 _NODE_FIELDS = frozenset({"id", "kind", "task", "queue", "args", "depends_on", "max_attempts", "priority",
-                          "skip_if", "map", "timeout", "model", "vram_mb"})
+                          "skip_if", "map", "timeout", "model", "vram_mb", "gpus"})
 _INPUT_FIELDS = frozenset({"id", "kind", "prompt", "depends_on", "skip_if"})
 
 
@@ -113,6 +113,7 @@ class Node:
     model: str | None = None
     prompt: str | None = None
     vram_mb: int | None = None  # GPU memory its jobs need (MiB), when it says or its model's registration does
+    gpus: int | None = None  # GPUs of one host its jobs need, when it says or its task's registration does
 
     def to_dict(self) -> dict[str, Any]:
         """The node in the JSON format, with defaults left out."""
@@ -126,7 +127,7 @@ class Node:
             if self.args is not None:
                 data["args"] = self.args
             data["max_attempts"] = self.max_attempts
-            for name in ("priority", "timeout", "model", "vram_mb"):
+            for name in ("priority", "timeout", "model", "vram_mb", "gpus"):
                 if getattr(self, name):
                     data[name] = getattr(self, name)
             if self.map is not None:
@@ -258,9 +259,12 @@ def _parse_node(raw: Any, index: int, default_queue: str) -> Node:
     vram_mb = raw.get("vram_mb")
     if vram_mb is not None:
         _checked("vram mb", where, "vram_mb", vram_mb)
+    gpus = raw.get("gpus")
+    if gpus is not None:
+        _checked("gpus", where, "gpus", gpus)
     mapped = _parse_map(raw["map"], where) if "map" in raw else None
     return Node(node_id, TASK, task, queue, raw.get("args"), tuple(depends_on), max_attempts, priority,
-                skip_if, mapped, None if timeout is None else float(timeout), model, vram_mb=vram_mb)
+                skip_if, mapped, None if timeout is None else float(timeout), model, vram_mb=vram_mb, gpus=gpus)
 
 
 def _parse_condition(raw: Any, where: str) -> Condition:

@@ -99,6 +99,7 @@ class Schedule:
     timeout: float | None = None
     model: str | None = None     # the GPU model its jobs need: the task's unless it says
     vram_mb: int | None = None   # their GPU memory (MiB): its own, else the model's registration
+    gpus: int | None = None      # GPUs of one host their jobs need: its own, else the task's
     timing: Cron | Every = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -113,8 +114,9 @@ class Schedule:
                 raise InvalidSchedule(self.name, "hours", f"needs [start, end] local hours, e.g. [8, 18], "
                                                           f"got {self.hours!r}")
             object.__setattr__(self, "hours", tuple(self.hours))
-        stamp = tasks.stamp(self.task, self.queue, self.timeout, self.model, self.vram_mb)  # a fired job reads no registry
-        for field in ("queue", "timeout", "model", "vram_mb"):
+        stamp = tasks.stamp(self.task, self.queue, self.timeout, self.model, self.vram_mb,
+                            self.gpus)  # a fired job reads no registry
+        for field in ("queue", "timeout", "model", "vram_mb", "gpus"):
             object.__setattr__(self, field, getattr(stamp, field))
         object.__setattr__(self, "timing", self._timing())
         try:
@@ -137,6 +139,8 @@ class Schedule:
             ("model", self.model is None or names.RULES["model"].allows(self.model), "must be a model id: a word without spaces"),
             ("vram_mb", self.vram_mb is None or names.RULES["vram mb"].allows(self.vram_mb),
              "must be a whole number of MiB, at least 1"),
+            ("gpus", self.gpus is None or names.RULES["gpus"].allows(self.gpus),
+             f"must be a whole number of GPUs from 1 to {names.MOST_GPUS}"),
             ("args", _is_json(self.args), "must be a JSON value (an object, a list, a string, a number ...)"),
         ]
         for field, ok, requirement in checks:
@@ -170,7 +174,8 @@ class Schedule:
     def spec(self, project: str) -> JobSpec:
         """The job each slot enqueues, in ``project``."""
         return JobSpec(task=self.task, args=self.args, queue=self.queue, project=project, priority=self.priority,
-                       max_attempts=self.max_attempts, timeout=self.timeout, model=self.model, vram_mb=self.vram_mb)
+                       max_attempts=self.max_attempts, timeout=self.timeout, model=self.model, vram_mb=self.vram_mb,
+                       gpus=self.gpus)
 
     def to_dict(self) -> dict[str, Any]:
         """As a schedule file writes it."""

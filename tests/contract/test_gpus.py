@@ -71,6 +71,23 @@ class GpusContract:
                 JobSpec(task="app:train", gpus=bad)
 
 
+    def test_a_workflow_node_and_a_schedule_carry_their_gpus_to_their_jobs(self):
+        from rowfleet import dag
+        from rowfleet.schedule import Schedule
+
+        flow = dag.parse_workflow({"name": "train", "nodes": [{"id": "fit", "task": "app:fit", "queue": "gpu",
+                                                               "gpus": 4}]})
+        self.assertEqual(flow.nodes[0].to_dict()["gpus"], 4, "the definition keeps it")
+        self.store.start_run(flow, None, "")
+        [job] = [job for job in self.store.reads.list_jobs("", limit=10) if job.task == "app:fit"]
+        self.assertEqual(job.gpus, 4)
+        with self.assertRaises(dag.DefinitionError):
+            dag.parse_workflow({"name": "bad", "nodes": [{"id": "fit", "task": "app:fit", "gpus": 0}]})
+        self.assertEqual(Schedule(name="nightly", task="app:fit", every=60, gpus=2).spec("").gpus, 2)
+        with self.assertRaises(ConfigError):
+            Schedule(name="nightly", task="app:fit", every=60, gpus=65)
+
+
 class SQLiteGpusTest(GpusContract, TempDirTestCase):
     pass
 

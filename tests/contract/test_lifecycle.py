@@ -274,6 +274,17 @@ class LifecycleContract:
         with self.assertRaises(LeaseLost):
             self.store.finish(job, Outcome(FAILED, error="late", event="failed"))
 
+    def test_a_reclaim_as_of_a_moment_takes_only_the_leases_lapsed_by_then(self):
+        # A sweep judges its moment, then reclaims: a clock step between the two must not make
+        # a lease that was live at the judged moment read lapsed.
+        self.enqueue()
+        judged = self.clock()
+        held = self.claim(lease=10)
+        self.clock.advance(600)  # the step
+        self.assertEqual(self.store.reclaim_lapsed(as_of=judged), [])
+        self.assertEqual(self.store.get_job(held.id, "").state, "running")
+        self.assertEqual([r["action"] for r in self.store.reclaim_lapsed(as_of=judged + 11)], ["reclaimed"])
+
     # --- fencing -----------------------------------------------------------------------
 
     def test_a_stale_holder_is_fenced_off(self):

@@ -164,7 +164,8 @@ class Sampler:
             self.holding = False
             log.warning("another sampler took host %r over; standing by", self.host)
             return Turn(standby=True)
-        if self.previous.gpu is not None and self._monotonic() >= self._next_health:
+        # Not right after a state query that timed out: the health query would hang as long.
+        if self.previous.gpu is not None and not self._last_state_timed_out and self._monotonic() >= self._next_health:
             self._next_health = self._monotonic() + HEALTH_EVERY
             self._judge_gpus()
         return Turn(at=at, folded=self._fold_minutes(at))

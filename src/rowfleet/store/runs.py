@@ -266,7 +266,7 @@ class RunStore(StoreCore):
             return
         spec = JobSpec(task=node.task, args=action.args, queue=node.queue, project=run["project"],
                        priority=node.priority, max_attempts=node.max_attempts, timeout=node.timeout,
-                       model=node.model, vram_mb=node.vram_mb)
+                       model=node.model, vram_mb=node.vram_mb, gpus=node.gpus)
         placement = {"run_id": run["id"], "node_id": node.id, "node_generation": row["generation"]}
         if action.items is None:
             self._enqueue(tx, spec, placement)
