@@ -15,8 +15,10 @@ import os
 import shutil
 import signal
 import sqlite3
+import sys
 import time
 import unittest
+import weakref
 
 from rowfleet.claim import Claim
 from rowfleet.errors import StoreUnavailable
@@ -79,6 +81,31 @@ class StopSignalTest(unittest.TestCase):
             pass
         signal_(signal.SIGTERM, None)  # after the span: no raise
         self.assertTrue(signal_.event.is_set())
+
+    def test_an_interruption_python_swallowed_is_delivered_again(self):
+        """Python runs a handler between any two bytecodes, a weakref callback's too: the
+        Interrupted raised there was printed as "Exception ignored" with its traceback
+        (a fresh-clone CI run caught it under ``worker --procs``) and sampling went on."""
+        self.addCleanup(signal.signal, signal.SIGALRM, signal.getsignal(signal.SIGALRM))
+        self.addCleanup(setattr, sys, "unraisablehook", sys.unraisablehook)
+        printed = []
+        sys.unraisablehook = printed.append
+        signal_ = sampler.StopSignal()
+        signal_.install()
+
+        class Dying:
+            pass
+
+        dying = Dying()
+        watch = weakref.ref(dying, lambda _: signal_(signal.SIGTERM, None))
+        started = time.monotonic()
+        with self.assertRaises(sampler.Interrupted), signal_.interruptible():
+            del dying  # the handler runs inside the callback, where Python cannot raise
+            time.sleep(5)  # a blocking call: the redelivery breaks it
+        self.assertLess(time.monotonic() - started, 4)
+        self.assertEqual(printed, [], "nothing printed as ignored")
+        self.assertTrue(signal_.event.is_set())
+        self.assertIsNotNone(watch)
 
 
 class SamplerTurnTest(TempDirTestCase):

@@ -190,6 +190,7 @@ def run_sampler(config: Config, holder: str | None = None) -> int:
 
     stop = sampler.StopSignal()
     on_stop_signals(stop)
+    stop.install()
     return sampler.sample_host(config, stop, holder=holder)
 
 

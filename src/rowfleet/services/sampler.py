@@ -35,6 +35,8 @@ import dataclasses
 import logging
 import math
 import os
+import signal
+import sys
 import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
@@ -276,11 +278,20 @@ class StopSignal:
     """The sampler process's stop signal, installed as its handler: it sets ``event`` and,
     while ``sample_host`` is sampling, raises ``Interrupted`` so that nothing is waited
     for. Outside that span (logging why sampling ended, the way out of the process) it only
-    sets the event: an exception raised there would escape every handler as a traceback."""
+    sets the event: an exception raised there would escape every handler as a traceback.
+
+    Python runs a handler between any two bytecodes, so ``Interrupted`` may be raised
+    inside a weakref callback or a ``__del__``, where Python cannot pass it on: it prints
+    it as "Exception ignored" and goes on. ``install`` catches that case and asks for the
+    interruption again ``REDELIVER_AFTER`` seconds later (SIGALRM, a timer of the kernel's:
+    it also breaks a blocking read), from wherever sampling is by then."""
+
+    REDELIVER_AFTER = 0.01
 
     def __init__(self) -> None:
         self.event = StopEvent()  # a threading.Event's set() could wait for a lock this handler interrupted
         self._armed = False
+        self._sampling = False
 
     def __call__(self, *_: Any) -> None:
         self.event.set()
@@ -288,13 +299,32 @@ class StopSignal:
             self._armed = False  # once: the way out (letting the lease go) runs undisturbed
             raise Interrupted()
 
+    def install(self) -> None:
+        """Take SIGALRM and the unraisable hook of this process (the sampler's own): the
+        redelivery described above. Only from the main thread, as ``signal.signal``."""
+        signal.signal(signal.SIGALRM, self)
+        previous = sys.unraisablehook
+
+        def hook(unraisable: Any) -> None:
+            if isinstance(unraisable.exc_value, Interrupted):
+                self._redeliver()
+            else:
+                previous(unraisable)
+
+        sys.unraisablehook = hook
+
+    def _redeliver(self) -> None:
+        if self._sampling:
+            self._armed = True
+            signal.setitimer(signal.ITIMER_REAL, self.REDELIVER_AFTER)
+
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
-        self._armed = True
+        self._armed = self._sampling = True
         try:
             yield
         finally:
-            self._armed = False
+            self._armed = self._sampling = False
 
 
 def _boot_time() -> float | None:
@@ -320,13 +350,13 @@ def disk_paths(config: Config) -> tuple[str, ...]:
     return tuple(dict.fromkeys(config.sample_paths + folder))
 
 
-def sample_host(config: Config, signal: StopSignal, paths: Sequence[str] | None = None,
+def sample_host(config: Config, stop_signal: StopSignal, paths: Sequence[str] | None = None,
                 holder: str | None = None) -> int:
     """The sampler process's body: wait for the database and its schema, then sample until
-    ``signal`` arrives; the exit code (0 once stopped). ``holder``: see ``holder_name``."""
-    stop = signal.event
+    ``stop_signal`` arrives; the exit code (0 once stopped). ``holder``: see ``holder_name``."""
+    stop = stop_signal.event
     try:
-        with signal.interruptible():
+        with stop_signal.interruptible():
             store = waiting.open_when_ready(lambda: open_store(config), stop, config.poll, log,
                                             ready=lambda opened: opened.require_schema())
             if store is None:
