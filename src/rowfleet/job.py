@@ -183,7 +183,7 @@ _INTEGER_COLUMNS = frozenset({"id", "priority", "run_next", "attempts", "max_att
                               "node_item", "node_generation", "watchdog_retries", "delayed", "vram_mb",
                               "warm_claim", "waited", "gpus"})
 _TIME_COLUMNS = ("run_at", "lease_expires_at", "created_at", "updated_at", "started_at", "finished_at",
-                 "progress_at", "cancel_requested_at", "unplaceable_at", "tallied_at")
+                 "progress_at", "cancel_requested_at", "unplaceable_at", "tallied_at", "schedule_slot")
 _NUMBER_COLUMNS = frozenset(_TIME_COLUMNS + ("timeout", "progress"))
 
 
@@ -393,6 +393,11 @@ class Job:
     waited: bool = False  # somebody waits for its end (rowfleet.wait): on PostgreSQL the end notifies
     concurrency_key: str | None = None  # what per-key limits and fair share count it by
     gpus: int | None = None  # GPUs of one host it needs; None: none asked for (any worker runs it)
+    # A scheduled job: the schedule that fired it, the slot (epoch seconds) and why it fired
+    # (``boot``, ``tick``, ``catch_up``, ``manual``); None for every other job.
+    schedule: str | None = None
+    schedule_slot: float | None = None
+    fire_reason: str | None = None
     # The finish /metrics' tallies counted (its finished_at then): their bookkeeping, not the
     # job's state, so two reads of a job the orchestrator tallied between are still equal.
     tallied_at: float | None = dataclasses.field(default=None, compare=False)
