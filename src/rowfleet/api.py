@@ -182,18 +182,20 @@ install_waiter(wait)  # what Job.wait() calls
 
 
 def limit(queue: str, *, concurrency: int | None = None, per_key: int | None = None, rate: Any = None,
-          per_key_rate: Any = None, fair: bool | None = None, clear: bool = False, all_projects: bool = False,
-          project: str | None = None, by: str = "") -> flow.Limit | None:
+          per_key_rate: Any = None, fair: bool | None = None, lost_first: bool | None = None, clear: bool = False,
+          all_projects: bool = False, project: str | None = None, by: str = "") -> flow.Limit | None:
     """Set a queue's flow limits at run time (like ``rowfleet limit``): ``concurrency`` jobs
     running fleet-wide, ``per_key`` running per ``concurrency_key``, ``rate`` and
-    ``per_key_rate`` starts per window (``"10/1"``, or ``(10, 1.0)``), ``fair`` share by key.
-    A rule not given keeps its value; ``clear`` drops them all first. ``all_projects``: one
-    limit over this queue of every project. Returns the limit, or None when none is left.
-    Workers read it within a poll."""
+    ``per_key_rate`` starts per window (``"10/1"``, or ``(10, 1.0)``), ``fair`` share by key;
+    ``lost_first``: a job lost with its worker goes back in the front band. A rule not given
+    keeps its value; ``clear`` drops them all first. ``all_projects``: one limit over this
+    queue of every project. Returns the limit, or None when none is left. Workers read it
+    within a poll."""
     names.check_name("queue", queue)
     scope = flow.ANY if all_projects else _project(project)
     rules = {"concurrency": concurrency, "per_key": per_key, "rate": flow.Rate.of("rate", rate),
-             "key_rate": flow.Rate.of("per_key_rate", per_key_rate), "fair": fair}
+             "key_rate": flow.Rate.of("per_key_rate", per_key_rate), "fair": fair,
+             "lost_first": lost_first}
     return default_store().set_limit(scope, queue, names.check_text("by", by, empty=True), clear=clear, **rules)
 
 

@@ -20,6 +20,11 @@ claim must hold (a project's own row and the every-project row both count):
 - ``fair``: among the jobs of equal run-next and priority, a claim takes the key that
   started least recently (a key never started first), so one key's backlog cannot starve
   the others. Jobs without a key are one more key here.
+- ``lost_first``: not a limit but the queue's choice for a job lost with its worker (a
+  lapsed lease, a worker known dead or found gone by its host's next worker): back in the
+  front band (run-next), so that it does not wait behind newer work. Off by default: such
+  a job keeps its place (its due time and priority), ahead of fresh work of its priority.
+  Holds no claim: a row with only this rule makes no queue limited.
 
 The order of a claim, in one place (``ORDER``): run-next, then on a GPU worker the model
 routing's terms (starved, warm, rank: ``rowfleet.claim``), then priority, then with fair
@@ -39,11 +44,11 @@ below the leaves, and no driver.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Iterable, Mapping
 
 from rowfleet import names
 from rowfleet.errors import ConfigError
+from rowfleet.terminal import seconds_text
 
 ANY = "*"  # a limit's project: every project of the database
 KEY_LOOKAHEAD = 16  # jobs a keyed claim reads in claim order before probing key by key
@@ -51,7 +56,7 @@ KEY_LOOKAHEAD = 16  # jobs a keyed claim reads in claim order before probing key
 # key: keyed jobs have an index by key (jobs_flow); jobs without one do not, so that a queue
 # with no keyed rule pays nothing for it. Give every job of a keyed queue a key.
 UNKEYED_LOOKAHEAD = 16
-LIMIT_FIELDS = ("concurrency", "per_key", "rate", "key_rate", "fair")
+LIMIT_FIELDS = ("concurrency", "per_key", "rate", "key_rate", "fair", "lost_first")
 ORDER = ("run_next", "routing", "priority", "fair_key", "due")
 MAX_RATE_COUNT = 10_000  # starts one rate window may count (its row lists their times)
 
@@ -157,6 +162,7 @@ class Limit:
     rate: Rate | None = None
     key_rate: Rate | None = None
     fair: bool = False
+    lost_first: bool = False
     updated_at: float | None = None
     updated_by: str = ""
 
@@ -167,6 +173,9 @@ class Limit:
         for field in ("concurrency", "per_key"):
             if getattr(self, field) is not None:
                 names.RULES["count"].check(f"a limit's {field}", getattr(self, field))
+        for flag in ("fair", "lost_first"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"a limit's {flag} is true or false, got {getattr(self, flag)!r}")
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Limit":
@@ -176,7 +185,8 @@ class Limit:
             return cls(row["project"], row["queue"], row["concurrency"], row["per_key"],
                        _rate(row["rate_count"], row["rate_seconds"]),
                        _rate(row["key_rate_count"], row["key_rate_seconds"]),
-                       _flag(row["fair"]), row["updated_at"], row["updated_by"] or "")
+                       _flag("fair", row["fair"]), _flag("lost_first", row["lost_first"]), row["updated_at"],
+                       row["updated_by"] or "")
         except (ConfigError, TypeError, ValueError) as exc:
             raise ConfigError(f"limit row ({row['project']!r}, {row['queue']!r}) is unusable: {exc}") from None
 
@@ -193,7 +203,7 @@ class Limit:
 
     @property
     def empty(self) -> bool:
-        return not (self.concurrency or self.per_key or self.rate or self.key_rate or self.fair)
+        return not (self.concurrency or self.per_key or self.rate or self.key_rate or self.fair or self.lost_first)
 
     def scope(self) -> str:
         """``queue api`` or ``queue gpu of every project``."""
@@ -216,6 +226,8 @@ class Limit:
             said.append(f"rate {self.key_rate.per_second()} per key")
         if self.fair:
             said.append("fair by key")
+        if self.lost_first:
+            said.append("lost jobs first")
         return said
 
     def to_dict(self) -> dict[str, Any]:
@@ -223,6 +235,7 @@ class Limit:
                 "concurrency": self.concurrency, "per_key": self.per_key,
                 "rate": None if self.rate is None else str(self.rate),
                 "key_rate": None if self.key_rate is None else str(self.key_rate), "fair": self.fair,
+                "lost_first": self.lost_first,
                 "updated_at": self.updated_at, "updated_by": self.updated_by}
 
 
@@ -234,10 +247,10 @@ def _rate(count: Any, seconds: Any) -> Rate | None:
     return Rate(count, float(seconds) if isinstance(seconds, int) and not isinstance(seconds, bool) else seconds)
 
 
-def _flag(value: Any) -> bool:
+def _flag(name: str, value: Any) -> bool:
     if value in (0, 1, True, False):
         return bool(value)
-    raise ValueError(f"fair must be 0 or 1, got {value!r}")
+    raise ValueError(f"{name} must be 0 or 1, got {value!r}")
 
 
 def changed(limit: Limit | None, project: str, queue: str, *, clear: bool = False, **given: Any) -> Limit | None:
@@ -297,7 +310,7 @@ def queue_holds(limit: Limit, use: Use, now: float) -> list[Hold]:
     if limit.rate is not None and not limit.rate.allows(use.queue_starts, now):
         ready = limit.rate.ready_at(use.queue_starts, now)
         holds.append(Hold("rate", f"rate {limit.rate.per_second()} on {limit.scope()}: "
-                                  f"next start in {_seconds(ready - now)} s", ready))
+                                  f"next start in {seconds_text(ready - now)} s", ready))
     return holds
 
 
@@ -317,7 +330,7 @@ def key_holds(limit: Limit, use: Use, key: str | None, key_starts: tuple[float, 
     if limit.key_rate is not None and not limit.key_rate.allows(key_starts, now):
         ready = limit.key_rate.ready_at(key_starts, now)
         holds.append(Hold("key_rate", f"rate {limit.key_rate.per_second()} for {key} on {limit.scope()}: "
-                                      f"next start in {_seconds(ready - now)} s", ready))
+                                      f"next start in {seconds_text(ready - now)} s", ready))
     return holds
 
 
@@ -341,12 +354,3 @@ def ready_at(holds: Iterable[Hold]) -> float | None:
             return None
         times.append(hold.ready_at)
     return max(times) if times else None
-
-
-def _seconds(value: float) -> str:
-    """A short wait in words: one decimal, never 0.0 for a wait that is not over.
-
-    >>> _seconds(0.31), _seconds(0.01), _seconds(12.0)
-    ('0.3', '0.1', '12.0')
-    """
-    return f"{max(math.ceil(value * 10) / 10 if value < 0.1 else value, 0.1):.1f}"

@@ -144,6 +144,38 @@ def lost_holder(lease_expires_at: Any, claimed_by: Any, now: float) -> str | Non
     return f"worker {raw_text(claimed_by)} was lost (lease lapsed)" if lease_expires_at < now else None
 
 
+def gone_from_host(recorded_boot: Any, recorded_start: Any, boot_now: str | None, start_now: str | None,
+                   own_pid: bool) -> str | None:
+    """Why a worker of this host that never said it stopped is certainly gone, or None while
+    it may still be alive; asked by a worker starting on the same host, before its first
+    heartbeat. ``recorded_boot`` and ``recorded_start``: the boot id and process start time
+    the worker's row recorded (None: not recorded, or plain SQL's non-text); ``boot_now`` and
+    ``start_now``: this boot's id and the start time of whatever process holds its pid now
+    (None: no such process); ``own_pid``: its pid is the asking worker's own, which has not
+    beaten yet, so the row is another's.
+
+    >>> gone_from_host("b1", "100", "b1", "100", False) is None        # alive
+    True
+    >>> gone_from_host("b1", "100", "b1", None, False)
+    'its process is gone'
+    >>> gone_from_host("b1", "100", "b1", "250", False)
+    'its pid now names a later process'
+    >>> gone_from_host("b0", "100", "b1", "100", False)
+    'the host has booted since it started'
+    >>> gone_from_host(None, None, "b1", "100", False) is None         # cannot tell: left to its lease
+    True
+    """
+    if own_pid:
+        return "its pid is now the starting worker's"
+    if isinstance(recorded_boot, str) and boot_now is not None and recorded_boot != boot_now:
+        return "the host has booted since it started"
+    if start_now is None:
+        return "its process is gone"
+    if isinstance(recorded_start, str) and recorded_start != start_now:
+        return "its pid now names a later process"
+    return None
+
+
 def orphan_outcome(attempts: Any, max_attempts: Any, lost: str, stopped: str | None) -> tuple[str, str]:
     """What becomes of a running job no live worker holds (``lost`` says why), by its row:
     ``(state, error)``. Queued again while it has attempts left (the attempt its claim

@@ -496,6 +496,65 @@ class LifecycleContract:
         self.assertEqual(self.store.worker_exited("box", 4242, -9), [])  # nothing left to hand back
         self.assertEqual((back.attempts, back.watchdog_retries), (1, 0), "a kill may be the job's doing")
 
+    def test_a_starting_worker_hands_back_the_jobs_of_its_hosts_gone_workers(self):
+        first, second = self.enqueue(), self.enqueue()
+        self.store.worker_beat("box:4242:1", "", "box", "default", 4242, None, boot_id="b1", pid_started="100")
+        self.store.worker_beat("box:5151:1", "", "box", "default", 5151, None, boot_id="b1", pid_started="200")
+        self.store.worker_beat("far:4242:1", "", "far", "default", 4242, None, boot_id="b9", pid_started="100")
+        gone = self.store.claim(Claim("", "default", "box:4242", 600.0))
+        alive = self.store.claim(Claim("", "default", "box:5151", 600.0))
+        asked = []
+
+        def judge(worker):
+            asked.append((worker["worker_id"], worker["boot_id"], worker["pid_started"]))
+            return "its process is gone" if worker["pid"] == 4242 else None
+
+        done = self.store.hand_back_gone("box", "", "box:7000", judge)
+        self.assertEqual([(item["id"], item["action"], item["worker"]) for item in done],
+                         [(gone.id, "reclaimed", "box:4242")])
+        self.assertEqual(sorted(asked), [("box:4242:1", "b1", "100"), ("box:5151:1", "b1", "200")],
+                         "only this host's workers that hold jobs, with what they recorded")
+        back = self.store.get_job(gone.id, "")
+        self.assertEqual((back.state, back.claimed_by, back.attempts), (QUEUED, None, 1))
+        event = [event for event in self.store.reads.events(gone.id) if event.kind == "worker_gone"][0]
+        self.assertIn("handed back by worker box:7000 starting on the same host", event.detail["reason"])
+        self.assertIn("its process is gone", event.detail["reason"])
+        self.assertEqual(self.store.get_job(alive.id, "").state, RUNNING, "a live holder keeps its job")
+        flagged = {row["worker_id"]: row["flagged_dead_at"] for row in self.store.reads.workers(since=0)}
+        self.assertIsNotNone(flagged["box:4242:1"])
+        self.assertIsNone(flagged["box:5151:1"])
+        self.assertEqual(self.store.hand_back_gone("box", "", "box:7000", judge), [], "nothing left")
+        self.assertEqual({first.id, second.id}, {gone.id, alive.id})
+
+    def test_a_queue_may_put_jobs_lost_with_their_worker_in_the_front_band(self):
+        lost = self.enqueue()
+        self.store.worker_beat("box:4242:1", "", "box", "default", 4242, None)
+        self.assertEqual(self.store.claim(Claim("", "default", "box:4242", 600.0)).id, lost.id)
+        urgent = self.enqueue(priority=-5)
+        self.store.set_limit("", "default", "op", lost_first=True)
+        self.assertEqual(self.store.limited_queues(""), frozenset(), "the choice holds no claim")
+        self.store.worker_exited("box", 4242, -9)
+        self.assertTrue(self.store.get_job(lost.id, "").run_next)
+        self.assertEqual(self.claim().id, lost.id, "ahead of a job of better priority")
+        self.assertEqual(self.claim().id, urgent.id)
+
+    def test_by_default_a_lost_job_keeps_its_place(self):
+        lost = self.enqueue()
+        self.claim(lease=5)
+        urgent = self.enqueue(priority=-5)
+        self.store.set_limit("*", "default", "op", lost_first=True)
+        self.store.set_limit("*", "default", "op", lost_first=False)
+        self.clock.advance(6)
+        self.store.reclaim_lapsed()
+        self.assertFalse(self.store.get_job(lost.id, "").run_next)
+        self.assertEqual(self.claim().id, urgent.id)
+        self.assertEqual(self.claim(lease=5).id, lost.id)
+        self.enqueue(priority=-5)
+        self.store.set_limit("*", "default", "op", lost_first=True)  # every project's row counts too
+        self.clock.advance(6)
+        self.assertEqual([item["id"] for item in self.store.reclaim_lapsed()], [lost.id])
+        self.assertEqual(self.claim().id, lost.id)
+
     def test_a_worker_that_exited_cut_off_has_its_jobs_attempt_given_back(self):
         self.enqueue()
         self.store.worker_beat("w1", "", "box", "default", 4242, None)

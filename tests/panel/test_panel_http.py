@@ -191,6 +191,10 @@ class PanelContract:
         self.assertEqual([use.limit for use in self.store.limits()], before, "a refused change writes nothing")
         self.client.post("/limits", {"project": "", "queue": "api", "clear": "clear"})
         self.assertEqual([use.limit.queue for use in self.store.limits()], ["gpu"])
+        self.client.post("/limits", {"project": "", "queue": "lost", "lost_first": "on"})
+        self.assertIn("lost jobs first</td>", self.client.get("/limits")[2])
+        self.client.post("/limits", {"project": "", "queue": "lost", "lost_first": "off"})
+        self.assertEqual([use.limit.queue for use in self.store.limits()], ["gpu"], "no rule left: no row")
 
 
 class SQLitePanelTest(PanelContract, TempDirTestCase):

@@ -110,7 +110,10 @@ class LimitTest(unittest.TestCase):
                 self.assertEqual(flow.changed(base, "", "api", **change).rules(), rules)
         self.assertIsNone(flow.changed(base, "", "api", clear=True))
         self.assertIsNone(flow.changed(None, "", "api", fair=False))  # no rule left: no row
-        for bad in (dict(concurrency=0), dict(per_key=-1), dict(speed=3), dict(concurrency=True)):
+        self.assertEqual(flow.changed(None, "", "api", lost_first=True).rules(), ["lost jobs first"])
+        self.assertIsNone(flow.changed(Limit("", "api", lost_first=True), "", "api", lost_first=False))
+        for bad in (dict(concurrency=0), dict(per_key=-1), dict(speed=3), dict(concurrency=True),
+                    dict(lost_first="yes")):
             with self.subTest(bad=bad), self.assertRaises(ConfigError):
                 flow.changed(None, "", "api", **bad)
         for project, queue in (("two words", "q"), ("", "*"), ("", "")):
@@ -119,10 +122,12 @@ class LimitTest(unittest.TestCase):
 
     def test_rows_plain_sql_wrote_are_read_or_refused_with_the_column_named(self):
         row = {"project": "", "queue": "q", "concurrency": 2, "per_key": None, "rate_count": 5, "rate_seconds": 1,
-               "key_rate_count": None, "key_rate_seconds": None, "fair": 1, "updated_at": 1.0, "updated_by": None}
+               "key_rate_count": None, "key_rate_seconds": None, "fair": 1, "lost_first": 0, "updated_at": 1.0,
+               "updated_by": None}
         self.assertEqual(Limit.from_row(row).rules(), ["at most 2 running", "rate 5/s", "fair by key"])
+        self.assertEqual(Limit.from_row({**row, "lost_first": 1}).rules()[-1], "lost jobs first")
         for change in (dict(concurrency=0), dict(concurrency="2"), dict(rate_seconds=None), dict(rate_count=5.5),
-                       dict(fair=7), dict(queue="a b"), dict(key_rate_count=3), dict(rate_seconds=float("nan"))):
+                       dict(fair=7), dict(lost_first="yes"), dict(queue="a b"), dict(key_rate_count=3), dict(rate_seconds=float("nan"))):
             with self.subTest(change=change), self.assertRaises(ConfigError) as raised:
                 Limit.from_row({**row, **change})
             self.assertIn("limit row ('', ", str(raised.exception))

@@ -79,6 +79,11 @@ def add_commands(command: Callable[..., Parser]) -> None:
     fair.add_argument("--fair", dest="fair", action="store_const", const=True, default=None,
                       help="take the key that started least recently first (after run-next and priority)")
     fair.add_argument("--no-fair", dest="fair", action="store_const", const=False)
+    lost = sub.add_mutually_exclusive_group()
+    lost.add_argument("--lost-first", dest="lost_first", action="store_const", const=True, default=None,
+                      help="a job lost with its worker goes back in the front band (run-next), not in its place")
+    lost.add_argument("--lost-in-place", dest="lost_first", action="store_const", const=False,
+                      help="a job lost with its worker keeps its place (the default)")
     sub.add_argument("--clear", action="store_true", help="drop its rules first (alone: no limits left)")
     sub.add_argument("--all-projects", action="store_true",
                      help="one limit over this queue of every project sharing the database")
@@ -134,10 +139,10 @@ def _rate(flag: str) -> Callable[[str], flow.Rate]:
 def cmd_limit(args: argparse.Namespace, config: configuration.Config) -> int:
     project = flow.ANY if args.all_projects else config.project
     rules = {"concurrency": args.concurrency, "per_key": args.per_key, "rate": args.rate,
-             "key_rate": args.per_key_rate, "fair": args.fair}
+             "key_rate": args.per_key_rate, "fair": args.fair, "lost_first": args.lost_first}
     if not args.clear and all(value is None for value in rules.values()):
         raise ConfigError("limit needs a rule to set (--concurrency, --per-key, --rate, --per-key-rate, --fair, "
-                          "--no-fair) or --clear; `rowfleet limits` lists them")
+                          "--no-fair, --lost-first, --lost-in-place) or --clear; `rowfleet limits` lists them")
     with open_store(config) as store:
         store.require_schema()
         limit = store.set_limit(project, args.queue, args.by or _user(), clear=args.clear, **rules)

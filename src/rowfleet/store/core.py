@@ -191,7 +191,7 @@ class StoreCore(abc.ABC):
 
     @abc.abstractmethod
     def _recover_jobs_of(self, tx: Tx, worker: Any, lost: str, kind: str,
-                         lease_lost: bool = False) -> list[dict[str, Any]]:
+                         lease_lost: bool = False, reason: str | None = None) -> list[dict[str, Any]]:
         """jobs: hand back (or end) the running jobs a lost worker claimed; what was done."""
 
     @abc.abstractmethod

@@ -144,7 +144,8 @@ class FleetStore(StoreCore):
              gpu_index: int | None = None, vram_total_mb: int | None = None, vram_free_mb: int | None = None,
              warm_model: str | None = None, warm_since: float | None = None, loading: str | None = None,
              lane: str | None = None, host_priority: int | None = None,
-             sidecar: Mapping[str, Any] | None = None, queues: Sequence[str] | None = None) -> None:
+             sidecar: Mapping[str, Any] | None = None, queues: Sequence[str] | None = None,
+             boot_id: str | None = None, pid_started: str | None = None) -> None:
         """Upsert a worker's heartbeat row: the job in hand, serving, draining or parked, and
         the cadence and lease of this store's ``Config`` (the worker's own), by which every
         reader judges whether it went silent. A GPU worker adds its advert: the models it can
@@ -152,7 +153,9 @@ class FleetStore(StoreCore):
         and since when, the model it is loading, its lane and its host's priority; each left
         out is stored as NULL, as for a worker without a GPU. A worker that owns a sidecar
         adds what it is doing (``Sidecar.status``, stored as a JSON object), and a worker of
-        several queues all of them in order (a JSON array; ``queue`` is the first)."""
+        several queues all of them in order (a JSON array; ``queue`` is the first). ``boot_id``
+        and ``pid_started`` (``telemetry.identity``), written by its first beat, tell its
+        host's next worker whether it is gone (``hand_back_gone``)."""
         with self.statement() as tx:
             tx.run("worker_beat", worker_id=worker_id, project=project, host=host, queue=queue,
                    pid=pid, current_job=current_job, state=state, heartbeat=self.config.heartbeat,
@@ -160,7 +163,8 @@ class FleetStore(StoreCore):
                    gpu_index=gpu_index, vram_total_mb=vram_total_mb, vram_free_mb=vram_free_mb,
                    warm_model=warm_model, warm_since=warm_since, loading=loading, lane=lane,
                    host_priority=host_priority, sidecar=None if sidecar is None else encode_json(dict(sidecar)),
-                   queues=None if queues is None else encode_json(list(queues)))
+                   queues=None if queues is None else encode_json(list(queues)), boot_id=boot_id,
+                   pid_started=pid_started)
 
     def worker_stopped(self, worker_id: str) -> None:
         with self.transaction() as tx:
@@ -210,6 +214,27 @@ class FleetStore(StoreCore):
             lost = f"worker {host}:{pid} {exitcodes.describe(code)} while running it"
             recovered = self._recover_jobs_of(tx, worker, lost, "worker_exited", lease_lost=code == exitcodes.CUT_OFF)
             return [item for item in recovered if item["action"] != "none"]
+
+    def hand_back_gone(self, host: str, project: str, by: str,
+                       gone: Callable[[Mapping[str, Any]], str | None]) -> list[dict[str, Any]]:
+        """Hand back at once the running jobs of this host's workers that are certainly gone
+        (``gone``: why, from the worker's row, or None while it may be alive), and list those
+        workers as dead: what a worker starting on ``host`` does before its first heartbeat
+        (``by``: its holder name), so that a box restarted after a crash takes its work back
+        without waiting for a sweep. Each re-queue's ``worker_gone`` event names who handed
+        the job back and why. What was done with each job, with ``worker`` and ``why``."""
+        with self.transaction() as tx:
+            done = []
+            for worker in tx.all("host_workers_holding", host=host, project=project):
+                why = gone(worker)
+                if why is None:
+                    continue
+                holder = f"{host}:{worker['pid']}"
+                lost = f"worker {holder} is gone ({why}); handed back by worker {by} starting on the same host"
+                recovered = self._recover_jobs_of(tx, worker, lost, "worker_gone", reason=lost)
+                done += [{**item, "worker": holder, "why": why} for item in recovered if item["action"] != "none"]
+                tx.run("worker_gone", worker_id=worker["worker_id"])
+            return done
 
     def flagged_workers(self, host: str) -> set[int]:
         """Pids of this host's workers that the dead-worker sweep flagged and that have not stopped."""

@@ -312,4 +312,5 @@ def _limit_params(limit: flow.Limit) -> dict[str, Any]:
             "per_key": limit.per_key, "rate_count": None if rate is None else rate.count,
             "rate_seconds": None if rate is None else rate.seconds,
             "key_rate_count": None if key_rate is None else key_rate.count,
-            "key_rate_seconds": None if key_rate is None else key_rate.seconds, "fair": int(limit.fair)}
+            "key_rate_seconds": None if key_rate is None else key_rate.seconds, "fair": int(limit.fair),
+            "lost_first": int(limit.lost_first)}

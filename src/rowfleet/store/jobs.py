@@ -346,7 +346,7 @@ class JobStore(StoreCore):
             for row in tx.all("reclaim_unheld", limit=limit):
                 why = liveness.unheld(row["lease_expires_at"], row["claimed_by"])
                 if why is not None:  # the query's rule and the pure one agree; a row they do not is left
-                    done.append(self._recover(tx, row, why, "reclaimed", requeue="job_hand_back",
+                    done.append(self._recover(tx, row, why, "reclaimed", requeue="job_lost",
                                               fail="job_orphan_fail", reason=why))
         return [item for item in done if item["action"] != "none"]
 
@@ -376,14 +376,15 @@ class JobStore(StoreCore):
         return tx.now if tx.now is not None else self.clock()
 
     def _recover_jobs_of(self, tx: Tx, worker: Any, lost: str, kind: str,
-                         lease_lost: bool = False) -> list[dict[str, Any]]:
+                         lease_lost: bool = False, reason: str | None = None) -> list[dict[str, Any]]:
         """Hand back (or end) the running jobs the worker of this row claimed in its lifetime;
         as a lapse would (``liveness.lapse_outcome``) when it ended because it had lost their
-        leases (``lease_lost``: it exited 81, cut off)."""
+        leases (``lease_lost``: it exited 81, cut off). ``reason``, when given, goes in each
+        re-queue's event."""
         rows = tx.all("jobs_of_silent_worker", holder=f"{worker['host']}:{worker['pid']}", host=worker["host"],
                       pid=worker["pid"], since=worker["started_at"])
         if not lease_lost:
-            return [self._recover(tx, row, lost, kind, requeue="job_hand_back", fail="job_orphan_fail")
+            return [self._recover(tx, row, lost, kind, requeue="job_lost", fail="job_orphan_fail", reason=reason)
                     for row in rows]
         return [self._recover(tx, row, lost, kind, requeue="job_lease_lost", fail="job_orphan_fail",
                               decided=liveness.lapse_outcome(row, lost, self._not_to_run_again(tx, row),

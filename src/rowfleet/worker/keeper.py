@@ -63,13 +63,18 @@ class Identity:
     cancel_grace: float  # how long a cancelled handler may take to return
     queues: tuple[str, ...] = ()  # every queue it serves, in order (``queue`` is the first)
     gpu_index: int | None = None  # the GPU its jobs run on, whose switch holds it too; None: none
+    # This boot of the host and the process's start time (``telemetry.pids``): with the pid,
+    # what tells its host's next worker that it is gone; None where they cannot be read.
+    boot_id: str | None = None
+    pid_started: str | None = None
 
     @classmethod
     def of(cls, config: Config, queues: str | Sequence[str], pid: int, started: float,
-           gpu_index: int | None = None) -> "Identity":
+           gpu_index: int | None = None, boot_id: str | None = None, pid_started: str | None = None) -> "Identity":
         """The identity of a worker of ``queues`` (one, or several in order) in process
         ``pid``, started at ``started`` (epoch seconds), running its jobs on GPU
-        ``gpu_index`` (None: no GPU).
+        ``gpu_index`` (None: no GPU), in boot ``boot_id`` of its host, its process started at
+        ``pid_started`` (see ``telemetry.pids``).
 
         >>> me = Identity.of(Config(host="box"), ["gpu", "cpu"], 42, 1.5)
         >>> me.worker_id, me.queue, me.queues
@@ -77,7 +82,8 @@ class Identity:
         """
         served = (queues,) if isinstance(queues, str) else tuple(queues)
         return cls(f"{config.host}:{pid}:{int(started * 1000)}", config.project, config.host, served[0], pid,
-                   config.lease, config.renew, config.heartbeat, config.poll, config.cancel_grace, served, gpu_index)
+                   config.lease, config.renew, config.heartbeat, config.poll, config.cancel_grace, served, gpu_index,
+                   boot_id, pid_started)
 
     @property
     def holder(self) -> str:
@@ -357,7 +363,8 @@ class Keeper(threading.Thread):
         advert = self.gpu.advert() if self.gpu is not None else {}
         try:
             store.worker_beat(me.worker_id, me.project, me.host, me.queue, me.pid, job.id if job else None, state,
-                              queues=me.queues if len(me.queues) > 1 else None, sidecar=self.sidecar(), **advert)
+                              queues=me.queues if len(me.queues) > 1 else None, sidecar=self.sidecar(),
+                              boot_id=me.boot_id, pid_started=me.pid_started, **advert)
         except RowfleetError as exc:
             log.warning("heartbeat failed: %s", exc)
 

@@ -53,7 +53,7 @@ from rowfleet.job import CANCELLED, COMPLETED, Job, Outcome, decide_outcome, unr
 from rowfleet.store import Store, open_store
 from rowfleet.store import waiting
 from rowfleet.store.wake import SelfPipe, StopEvent
-from rowfleet.worker import decide, handler
+from rowfleet.worker import decide, handler, rejoin
 from rowfleet.worker.completer import Completer, HeldOutcomes, Writer
 from rowfleet.worker.keeper import Identity, Keeper, Leases, Prefetched, SwitchCell, read_switch
 from rowfleet.worker.watchdog import Watchdog
@@ -100,7 +100,8 @@ class Worker:
         self._exit_lock = threading.Lock()
         self.exit = self._exit  # how a watchdog or a stale token ends the process (os._exit)
         self.identity = Identity.of(config, self.queues, os.getpid(), time.time(),
-                                    gpu_index=gpu_settings.gpu_index if gpu_settings is not None else 0 if gpu else None)
+                                    gpu_index=gpu_settings.gpu_index if gpu_settings is not None else 0 if gpu else None,
+                                    **rejoin.identity_readings())
         self.holder = self.identity.holder
         # A GPU worker's placement: None for a worker that loads no models (it claims as before).
         self.gpu_box = None if gpu_settings is None else _gpu_box(config, gpu_settings, self.identity.worker_id,
@@ -173,6 +174,7 @@ class Worker:
                              exit=self.exit, wake=self._wake, gpu=self.gpu_box,
                              sidecar=self.sidecar.status if self.sidecar is not None else lambda: None,
                              prefetched=self.prefetched, leases=self.leases, outcomes=self.held)
+        rejoin.hand_back_gone(self.store, self.identity)  # before the first beat: see rowfleet.worker.rejoin
         self.keeper.beat(self.store)  # before the first claim: a worker that dies at once is still seen
         self.keeper.start()
         if self.batch > 1:

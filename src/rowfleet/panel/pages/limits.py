@@ -16,6 +16,7 @@ from rowfleet.panel.app import HttpError, Redirect, Request, View
 from rowfleet.panel.html import Markup, attrs, esc, hidden_fields, join, select, table, tag, text_input, url, when
 
 FAIR_CHOICES = (("keep", "fair: keep"), ("on", "fair: on"), ("off", "fair: off"))
+LOST_CHOICES = (("keep", "lost jobs: keep"), ("on", "lost jobs: first"), ("off", "lost jobs: in place"))
 
 
 def limit_list(req: Request) -> View:
@@ -44,7 +45,7 @@ def set_limit(req: Request) -> Redirect:
                  "per_key": _count(form.get("per_key"), "per_key"),
                  "rate": flow.Rate.of("rate", (form.get("rate") or "").strip()),
                  "key_rate": flow.Rate.of("per_key_rate", (form.get("per_key_rate") or "").strip()),
-                 "fair": {"on": True, "off": False}.get(form.get("fair") or "keep")}
+                 "fair": _choice(form.get("fair")), "lost_first": _choice(form.get("lost_first"))}
         by = " ".join((form.get("by") or "").split())[:80] or "panel"
         limit = req.store.set_limit(project, queue, by, clear=form.get("clear") == "clear", **rules)
     except ConfigError as exc:
@@ -52,6 +53,11 @@ def set_limit(req: Request) -> Redirect:
     said = ", ".join(limit.rules()) if limit is not None else "no limits"
     scope = flow.Limit(project, queue).scope()
     return Redirect(url("/limits"), f"{scope}: {said}", None if limit is None else limit.to_dict())
+
+
+def _choice(value: str | None) -> bool | None:
+    """A select of on / off / keep (None: the rule keeps its value)."""
+    return {"on": True, "off": False}.get(value or "keep")
 
 
 def _count(text: str | None, what: str) -> int | None:
@@ -73,7 +79,7 @@ def _limit_form(req: Request, project: str | None, queue: str | None, label: str
                   text_input("per_key", "per key", None, size=4, placeholder="N"),
                   text_input("rate", "rate", None, size=9, placeholder="N/SECONDS"),
                   text_input("per_key_rate", "per-key rate", None, size=9, placeholder="N/SECONDS"),
-                  select("fair", "", FAIR_CHOICES, "keep"))
+                  select("fair", "", FAIR_CHOICES, "keep"), select("lost_first", "", LOST_CHOICES, "keep"))
     clear = "" if queue is None else '<button type="submit" name="clear" value="clear">Clear</button>'
     return Markup(f'<form method="post" action="/limits" class="switch"{attrs(aria_label=f"limit {label}")}>'
                   f'{fixed}'

@@ -3,15 +3,32 @@
 -- name: worker_beat
 -- A GPU worker's advert (models to flags) comes with each beat; a worker without a GPU writes NULLs.
 INSERT INTO workers (worker_id, project, host, queue, pid, current_job, state, heartbeat, lease, started_at, last_seen,
-                     models, gpu_index, vram_total_mb, vram_free_mb, warm_model, warm_since, loading, lane, host_priority, sidecar, queues)
+                     models, gpu_index, vram_total_mb, vram_free_mb, warm_model, warm_since, loading, lane, host_priority, sidecar, queues,
+                     boot_id, pid_started)
 VALUES (%(worker_id)s, %(project)s, %(host)s, %(queue)s, %(pid)s, %(current_job)s, %(state)s, %(heartbeat)s, %(lease)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s),
-        %(models)s, %(gpu_index)s, %(vram_total_mb)s, %(vram_free_mb)s, %(warm_model)s, %(warm_since)s, %(loading)s, %(lane)s, %(host_priority)s, %(sidecar)s, %(queues)s)
+        %(models)s, %(gpu_index)s, %(vram_total_mb)s, %(vram_free_mb)s, %(warm_model)s, %(warm_since)s, %(loading)s, %(lane)s, %(host_priority)s, %(sidecar)s, %(queues)s,
+        %(boot_id)s, %(pid_started)s)
 ON CONFLICT (worker_id) DO UPDATE
 SET current_job = excluded.current_job, state = excluded.state, heartbeat = excluded.heartbeat,
     lease = excluded.lease, last_seen = excluded.last_seen,
     flagged_dead_at = NULL,
     models = excluded.models, gpu_index = excluded.gpu_index, vram_total_mb = excluded.vram_total_mb, vram_free_mb = excluded.vram_free_mb, warm_model = excluded.warm_model, warm_since = excluded.warm_since, loading = excluded.loading, lane = excluded.lane, host_priority = excluded.host_priority,
     sidecar = excluded.sidecar, queues = excluded.queues;
+
+-- name: host_workers_holding
+-- The workers of one host and project that never said they stopped and whose holder name
+-- still holds running jobs: what a worker starting on that host checks are gone (a row of
+-- a reused pid is one more row; the jobs of each lifetime are told apart by their start).
+SELECT w.worker_id, w.host, w.pid, w.started_at, w.boot_id, w.pid_started FROM workers AS w
+WHERE w.host = %(host)s AND w.project = %(project)s AND w.stopped_at IS NULL
+  AND EXISTS (SELECT 1 FROM jobs
+              WHERE jobs.project = w.project AND jobs.state = 'running' AND jobs.claimed_by = w.host || ':' || w.pid::text)
+ORDER BY w.started_at;
+
+-- name: worker_gone
+-- A worker found gone by its host's next worker: listed as dead from now on.
+UPDATE workers SET flagged_dead_at = coalesce(flagged_dead_at, rowfleet_now(%(now)s)), current_job = NULL
+WHERE worker_id = %(worker_id)s;
 
 -- name: worker_stopped
 UPDATE workers SET stopped_at = rowfleet_now(%(now)s), current_job = NULL, last_seen = rowfleet_now(%(now)s)

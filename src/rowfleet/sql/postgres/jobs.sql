@@ -324,13 +324,22 @@ FROM {{running_rows}}
 LIMIT %(limit)s
 FOR UPDATE OF jobs SKIP LOCKED;
 
+-- fragment: lost_band
+-- A job lost with its worker goes back in its place, or into the front band (run_next)
+-- where its queue asks for that (flow_limits.lost_first: its project's row or every
+-- project's), so that it does not wait behind newer work.
+run_next = CASE WHEN EXISTS (SELECT 1 FROM flow_limits AS lost
+                             WHERE lost.project IN (jobs.project, '*') AND lost.queue = jobs.queue
+                               AND lost.lost_first = 1) THEN 1 ELSE run_next END
+
 -- name: job_reclaim
 -- run_at is left as it was (due, since it was claimed): the lapsed job keeps its place
 -- ahead of fresh work. A lost lease is no fault of the job's: the attempt its claim counted
 -- is given back and a watchdog retry spent instead (liveness.lapse_outcome).
 UPDATE jobs
 SET state = 'queued', attempts = attempts - 1, watchdog_retries = watchdog_retries + 1,
-    error = %(error)s, delayed = 0, lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s)
+    error = %(error)s, delayed = 0, lease_expires_at = NULL, claimed_by = NULL,
+    {{lost_band}}, updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s AND lease_expires_at < rowfleet_now(%(now)s)
 RETURNING id;
 
@@ -558,12 +567,22 @@ SET state = 'queued', error = %(error)s, delayed = 0, lease_expires_at = NULL, c
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
+-- name: job_lost
+-- As job_hand_back, for a job lost with its worker (gone, exited, or never named): in its
+-- place or the front band, as its queue chooses.
+UPDATE jobs
+SET state = 'queued', error = %(error)s, delayed = 0, lease_expires_at = NULL, claimed_by = NULL,
+    {{lost_band}}, updated_at = rowfleet_now(%(now)s)
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
+
 -- name: job_lease_lost
 -- As job_hand_back, for a holder that lost its lease (it exited 81, cut off): the attempt
 -- given back and a watchdog retry spent instead, as a lapse would (liveness.lapse_outcome).
 UPDATE jobs
 SET state = 'queued', attempts = attempts - 1, watchdog_retries = watchdog_retries + 1,
-    error = %(error)s, delayed = 0, lease_expires_at = NULL, claimed_by = NULL, updated_at = rowfleet_now(%(now)s)
+    error = %(error)s, delayed = 0, lease_expires_at = NULL, claimed_by = NULL,
+    {{lost_band}}, updated_at = rowfleet_now(%(now)s)
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 

@@ -2,13 +2,13 @@
 
 -- name: set_limit
 INSERT INTO flow_limits (project, queue, concurrency, per_key, rate_count, rate_seconds, key_rate_count,
-                         key_rate_seconds, fair, updated_at, updated_by)
+                         key_rate_seconds, fair, lost_first, updated_at, updated_by)
 VALUES (:project, :queue, :concurrency, :per_key, :rate_count, :rate_seconds, :key_rate_count, :key_rate_seconds,
-        :fair, :now, :by)
+        :fair, :lost_first, :now, :by)
 ON CONFLICT (project, queue) DO UPDATE SET
     concurrency = excluded.concurrency, per_key = excluded.per_key, rate_count = excluded.rate_count,
     rate_seconds = excluded.rate_seconds, key_rate_count = excluded.key_rate_count,
-    key_rate_seconds = excluded.key_rate_seconds, fair = excluded.fair, updated_at = excluded.updated_at,
+    key_rate_seconds = excluded.key_rate_seconds, fair = excluded.fair, lost_first = excluded.lost_first, updated_at = excluded.updated_at,
     updated_by = excluded.updated_by
 RETURNING *;
 
@@ -22,8 +22,11 @@ SELECT * FROM flow_limits WHERE project = :project AND queue = :queue;
 SELECT *, :now AS now FROM flow_limits ORDER BY queue, project;
 
 -- name: limited_queues
--- The queues of a project that some limit rows hold (its own, or every project's).
-SELECT DISTINCT queue FROM flow_limits WHERE project IN (:project, '*');
+-- The queues of a project that some limit rows hold (its own, or every project's): a row
+-- that only puts lost jobs first (lost_first) holds no claim.
+SELECT DISTINCT queue FROM flow_limits WHERE project IN (:project, '*')
+  AND (concurrency IS NOT NULL OR per_key IS NOT NULL OR rate_count IS NOT NULL OR key_rate_count IS NOT NULL
+       OR fair <> 0);
 
 -- name: flow_limits_read
 -- The limits a claim of (project, queue) is under, with the time its rules compare against.
