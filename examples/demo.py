@@ -5,8 +5,9 @@ command line, ``python -m rowfleet``, in child processes, printing each command 
 would type it (``$ rowfleet --db demo.db ...``) above its real output. The task handlers
 live in ``examples/demo_tasks.py``; the workflow steps run the pipeline example of
 ``examples/pipeline/`` (its feeds, its ``digest.json`` and its tasks). Needs nothing
-installed: it puts ``<repo>/src`` on its own ``sys.path`` and, with ``examples/`` and
-``examples/pipeline/``, on the children's ``PYTHONPATH``. Your ``ROWFLEET_*`` settings are
+installed: it puts ``<repo>/src``, ``examples/`` and ``examples/pipeline/`` on its own
+``sys.path`` (step 6 imports the tasks, as an application would) and on the children's
+``PYTHONPATH``. Your ``ROWFLEET_*`` settings are
 ignored, so every run sees the same defaults.
 
 It doubles as a smoke test: every step checks what it shows, and the demo exits 1 naming
@@ -37,8 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 EXAMPLES = ROOT / "examples"
 PIPELINE = EXAMPLES / "pipeline"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
+for folder in (PIPELINE, EXAMPLES, SRC):  # SRC ends up first
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 import rowfleet  # noqa: E402  (importable only once src/ is on the path)
 
@@ -315,6 +317,8 @@ def enqueue_in_transaction() -> None:
     step(6, "A transactional enqueue: the job commits with your own write, or not at all")
     print(f'   >>> rowfleet.configure(db="{DB}")')
     rowfleet.configure(db=DB)
+    print("   >>> import demo_tasks   # registers send_email, so this process knows the name it enqueues")
+    import demo_tasks  # noqa: F401
     print(f'   >>> conn = sqlite3.connect("{DB}")')
     conn = sqlite3.connect(DB)
     try:

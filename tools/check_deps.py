@@ -52,7 +52,7 @@ SHOWN_FILES = 3
 # may import only modules of its own layer and of those below.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("leaves", ("errors.py", "names.py", "exitcodes.py", "config.py", "files.py", "terminal.py")),
-    ("rules", ("job.py", "claim.py", "flow.py", "dag.py", "cron.py", "schedule.py", "control.py", "liveness.py", "tasks.py",
+    ("rules", ("job.py", "claim.py", "flow.py", "inputs.py", "dag.py", "cron.py", "schedule.py", "control.py", "liveness.py", "tasks.py",
                "models.py", "metrics/", "telemetry/")),
     ("storage", ("sql/", "store/")),
     ("engine", ("worker/", "gpu/", "views/")),

@@ -1,9 +1,13 @@
 """Periodic ingest
 
 A schedule file asks for a price pull every second (a real one would say `"cron": "*/5 *
-* * *"`). Two `rowfleet scheduler` processes run it, for availability, on two hosts; a
-slot is a unique key written in the same transaction as its job, so each slot fires
-exactly one job however many schedulers see it. A worker runs the pulls as they come.
+* * *"`) and a weekly index rebuild that also runs when a scheduler boots after missing
+it (`at_boot`). Two `rowfleet scheduler` processes run them, for availability, on two
+hosts; a slot is a unique key written in the same transaction as its job, so each slot
+fires exactly one job however many schedulers see it. An operator fires a pull by hand
+(`rowfleet fire`), recorded the same way. Each job carries why it fired (`tick`: on time,
+`boot`, `catch_up`, `manual`), which its handler reads from `rowfleet.current_job()` and
+`rowfleet schedules` shows. A worker runs the jobs as they come.
 """
 
 from __future__ import annotations
@@ -19,17 +23,23 @@ import rowfleet
 
 @rowfleet.task(queue="ingest")
 def pull(source):
-    return f"pulled {source}"
+    return f"pulled {source} ({rowfleet.current_job().fire_reason})"
+
+
+@rowfleet.task(queue="ingest")
+def rebuild_index():
+    return f"rebuilt the index ({rowfleet.current_job().fire_reason})"
 '''
 SCHEDULES = '''\
-[{"name": "pull-prices", "task": "feeds:pull", "every": 1, "args": {"source": "prices"}}]
+[{"name": "pull-prices", "task": "feeds:pull", "every": 1, "args": {"source": "prices"}},
+ {"name": "rebuild-index", "task": "feeds:rebuild_index", "cron": "0 3 * * 0", "at_boot": true}]
 '''
-SLOTS = 3  # how many slots to watch fire
+SLOTS = 3  # how many slots of the pull to watch fire
 
 
-def fired(s: _scenario.Scenario) -> list[dict]:
-    """The slots fired so far, each with its job."""
-    return [slot for schedule in s.json("schedules", "--limit", "1000") for slot in schedule["recent"]]
+def fired(s: _scenario.Scenario) -> dict[str, list[dict]]:
+    """The slots fired so far, each with its job and why, by schedule."""
+    return {schedule["name"]: schedule["recent"] for schedule in s.json("schedules", "--limit", "1000")}
 
 
 def scenario(s: _scenario.Scenario) -> None:
@@ -39,21 +49,37 @@ def scenario(s: _scenario.Scenario) -> None:
     for host in ("sched-a", "sched-b"):
         s.spawn(host, "scheduler", "--host", host, "--schedule", "schedules.json", "--app", "feeds")
     s.spawn("worker", "worker", "--host", "box-a", "--queue", "ingest", "--app", "feeds", "--poll", "0.2")
-    s.wait_for(lambda: len(fired(s)) >= SLOTS, f"{SLOTS} slots to fire")
+    s.wait_for(lambda: len(fired(s).get("pull-prices", [])) >= SLOTS and fired(s).get("rebuild-index"),
+               f"{SLOTS} slots of the pull and the rebuild at boot to fire")
+    by_hand = int(s.rowfleet("fire", "pull-prices", "--schedule", "schedules.json", "--app", "feeds", show=False))
+    s.note("it printed the id of the job it enqueued, for this moment")
     s.stop("sched-a")
     s.stop("sched-b")
     slots = fired(s)
-    jobs = s.wait_for(lambda: all_completed(s.json("jobs", "--limit", "1000")), "the worker to run every pull")
+    jobs = s.wait_for(lambda: all_completed(s.json("jobs", "--limit", "1000")), "the worker to run every job")
     s.out("$ rowfleet schedules --json")
-    s.check(len({slot["slot"] for slot in slots}) == len(slots), f"a slot fired twice: {slots}")
-    s.check(sorted(slot["job_id"] for slot in slots) == sorted(job["id"] for job in jobs),
+    pulls, rebuilds = slots["pull-prices"], slots["rebuild-index"]
+    s.check(len({slot["slot"] for slot in pulls}) == len(pulls), f"a slot fired twice: {pulls}")
+    s.check(sorted(slot["job_id"] for slot in pulls + rebuilds) == sorted(job["id"] for job in jobs),
             f"slots {slots} against jobs {[job['id'] for job in jobs]}")
-    s.check({slot["fired_by"].rsplit(":", 1)[0] for slot in slots} <= {"sched-a", "sched-b"}, f"fired by {slots}")
-    s.out("pull-prices: every slot fired once, each with a job of its own, by sched-a or sched-b")
+    s.check([slot["job_id"] for slot in pulls if slot["reason"] == "manual"] == [by_hand], f"by hand: {pulls}")
+    on_time = [slot for slot in pulls if slot["job_id"] != by_hand]
+    s.check({slot["reason"] for slot in on_time} == {"tick"}, f"reasons of {pulls}")
+    s.check({slot["fired_by"].rsplit(":", 1)[0] for slot in on_time + rebuilds} <= {"sched-a", "sched-b"},
+            f"fired by {slots}")
+    s.out("pull-prices: every slot fired once, each with a job of its own: on time (tick) by sched-a or sched-b, "
+          "one by hand (manual)")
+    s.check([slot["reason"] for slot in rebuilds] == ["boot"], f"the rebuild: {rebuilds}")
+    s.out("rebuild-index: its missed weekly slot fired once, when the schedulers booted (boot)")
     s.out("$ rowfleet jobs --state completed --json")
-    s.check({json.dumps(job["result"]) for job in jobs} == {'"pulled prices"'}, f"results of {jobs}")
-    s.out('as many completed pulls as slots fired, each with the result "pulled prices"')
-    s.note("two schedulers, one job per slot: no slot fired twice and none without its job")
+    results = {job["id"]: job["result"] for job in jobs}
+    s.check(all(job["fire_reason"] in job["result"] for job in jobs), f"results of {jobs}")
+    s.check(results[by_hand] == "pulled prices (manual)", f"the pull by hand: {jobs}")
+    s.check(results[rebuilds[0]["job_id"]] == "rebuilt the index (boot)", f"the rebuild: {jobs}")
+    s.check({results[slot["job_id"]] for slot in on_time} == {"pulled prices (tick)"}, f"results of {jobs}")
+    s.out('as many completed jobs as slots fired, each handler saying why its job fired: "pulled prices (tick)", '
+          '"pulled prices (manual)", "rebuilt the index (boot)"')
+    s.note("two schedulers, one job per slot: no slot fired twice and none without its job; each job knows why")
     s.stop("worker")
 
 

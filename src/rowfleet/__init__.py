@@ -20,7 +20,7 @@ from rowfleet.config import Config, configure
 from rowfleet.dag import DefinitionError, Workflow
 from rowfleet.errors import (ConfigError, Conflict, DatabaseBroken, DatabaseBusy, DatabaseUnreachable, JobFailed,
                              LeaseLost, MigrationError, ModelLoadFailed, NotFound, RowfleetError, SchemaMissing, StoreUnavailable,
-                             TaskRefused, UnknownModel, UnknownTask)
+                             TaskRefused, TaskWarning, UnknownModel, UnknownTask)
 from rowfleet.job import Cancel, Job, Retry
 from rowfleet.worker.handler import cancel_requested, current_job, progress
 
@@ -29,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Cancel", "Config", "ConfigError", "Conflict", "DatabaseBroken", "DatabaseBusy", "DatabaseUnreachable",
     "DefinitionError", "Job", "JobFailed", "LeaseLost", "MigrationError", "ModelLoadFailed", "NotFound", "Retry", "RowfleetError",
-    "SchemaMissing", "StoreUnavailable", "TaskRefused", "UnknownModel", "UnknownTask",
+    "SchemaMissing", "StoreUnavailable", "TaskRefused", "TaskWarning", "UnknownModel", "UnknownTask",
     "Workflow", "__version__", "cancel", "cancel_requested", "cancel_run", "configure", "current_job", "enqueue", "enqueue_many", "get_job",
     "get_run", "init", "limit", "limits", "load_workflow", "model", "periodic", "prioritize", "progress", "restart_run", "start_run", "submit", "task", "wait", "work", "workflow",
 ]

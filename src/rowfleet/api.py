@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 import threading
+import warnings
 from typing import Any, Callable, Iterable
 
 from rowfleet import config as _config
 from rowfleet import dag, files, flow, models, names, tasks
-from rowfleet.errors import ConfigError, UnknownTask
+from rowfleet.errors import ConfigError, TaskWarning, UnknownTask
 from rowfleet.job import Job, JobSpec, install_waiter
 from rowfleet.store import Store, open_store
 from rowfleet.store.runs import Run
@@ -129,7 +130,7 @@ def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: 
             key: str | None = None, max_attempts: int = 5, project: str | None = None,
             timeout: float | None = None, model: str | None = None, vram_mb: int | None = None,
             unique: str | None = None, debounce: float = 0.0, concurrency_key: str | None = None,
-            gpus: int | None = None, conn: Any = None) -> Job:
+            gpus: int | None = None, conn: Any = None, strict: bool = False) -> Job:
     """Enqueue one job and return it (``job.id``); see the README for each option.
 
     ``task`` is a task name or a ``@rowfleet.task`` function. With ``key``, a second
@@ -145,20 +146,28 @@ def enqueue(task: Any, args: Any = None, *, queue: str | None = None, priority: 
     ``gpus`` (default: the task's) is how many GPUs of one host it needs, ``vram_mb`` on each:
     only a GPU worker that can hold that many now takes it, with ``CUDA_VISIBLE_DEVICES``
     naming them.
+
+    A task name is checked as ``rowfleet enqueue`` checks one (``tasks.vet``): one that is
+    not registered in this process and lies under no ``allow_modules`` prefix is written with
+    a ``TaskWarning`` (a worker elsewhere may register it), as the command line warns
+    without ``--app``; with ``strict`` it is refused (``UnknownTask``, ``TaskRefused``:
+    nothing written), as ``rowfleet enqueue --app`` refuses one no worker with its apps runs.
     """
     spec = _spec(task, args, queue, priority, run_next, delay, run_at, key, max_attempts, project, timeout,
-                 model, vram_mb, unique, debounce, concurrency_key, gpus)
+                 model, vram_mb, unique, debounce, concurrency_key, gpus, strict=strict)
     return default_store().enqueue(spec, conn=conn)
 
 
 def enqueue_many(task: Any, args_list: Iterable[Any], *, queue: str | None = None, priority: int = 0,
                  run_next: bool = False, delay: float = 0.0, max_attempts: int = 5,
                  project: str | None = None, model: str | None = None, vram_mb: int | None = None,
-                 concurrency_key: str | None = None, gpus: int | None = None, conn: Any = None) -> int:
+                 concurrency_key: str | None = None, gpus: int | None = None, conn: Any = None,
+                 strict: bool = False) -> int:
     """Enqueue one job per item of ``args_list`` in one transaction (all or none); returns
-    how many. Faster than a loop of ``enqueue`` by far; idempotency keys are not taken."""
+    how many. Faster than a loop of ``enqueue`` by far; idempotency keys are not taken. The
+    task name is checked as ``enqueue`` checks it (``strict`` too)."""
     spec = _spec(task, None, queue, priority, run_next, delay, None, None, max_attempts, project, None,
-                 model, vram_mb, concurrency_key=concurrency_key, gpus=gpus)
+                 model, vram_mb, concurrency_key=concurrency_key, gpus=gpus, strict=strict)
     checked = (names.check_json("args", args) for args in args_list)  # as the store encodes each
     return default_store().enqueue_many(spec, checked, conn=conn)
 
@@ -289,11 +298,12 @@ def restart_run(run_id: int, *, project: str | None = None) -> Run:
     return default_store().restart_run(_id("run id", run_id), _project(project))
 
 
-def submit(run_id: int, node: str, value: Any, *, project: str | None = None) -> Run:
-    """Answer an input node of a run that awaits input; the run moves on."""
+def submit(run_id: int, node: str, value: Any, *, project: str | None = None, by: str = "api") -> Run:
+    """Answer an input node of a run that awaits input; the run moves on. The answer is kept
+    as a processed row of ``submissions``, saying ``by`` whom."""
     names.check_node_id("node", node)
     return default_store().submit_input(_id("run id", run_id), node, names.check_json("value", value),
-                                        _project(project))
+                                        _project(project), by=by)
 
 
 def _node_dict(node: dict[str, Any]) -> dict[str, Any]:
@@ -315,14 +325,20 @@ def _spec(task: Any, args: Any, queue: str | None, priority: int, run_next: bool
           run_at: float | None, key: str | None, max_attempts: int, project: str | None,
           timeout: float | None = None, model: str | None = None, vram_mb: int | None = None,
           unique: str | None = None, debounce: float = 0.0, concurrency_key: str | None = None,
-          gpus: int | None = None) -> JobSpec:
+          gpus: int | None = None, strict: bool = False) -> JobSpec:
     if model is not None:
         models.check(model)  # a model id is a name, wherever it is given
     stamp = tasks.stamp(task, queue or None, timeout, model, vram_mb, gpus)
-    return JobSpec(task=stamp.task, args=args, queue=stamp.queue, project=_project(project),
+    spec = JobSpec(task=stamp.task, args=args, queue=stamp.queue, project=_project(project),
                    priority=priority, run_next=run_next, delay=delay, run_at=run_at, key=key,
                    max_attempts=max_attempts, timeout=stamp.timeout, model=stamp.model, vram_mb=stamp.vram_mb,
                    unique=unique, debounce=debounce, concurrency_key=concurrency_key, gpus=stamp.gpus)
+    # After the spec's own checks, so a malformed name is refused as such, not as untrusted.
+    warning = tasks.vet(spec.task, _config.current().allow_modules, strict=strict)
+    if warning:
+        # stacklevel 3: the caller of enqueue or enqueue_many, whose line the warning names
+        warnings.warn(f"{warning} (strict=True refuses such a name)", TaskWarning, stacklevel=3)
+    return spec
 
 
 def _project(project: str | None) -> str:

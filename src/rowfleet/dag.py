@@ -3,7 +3,8 @@
 Pure: no I/O, no database, no clock. ``parse_workflow`` validates a definition (a dict, as
 read from JSON) before anything is written; ``advance`` takes a definition, the state of
 every node and the run's arguments, and returns what to do next; ``fold`` turns the jobs
-of an active node into that node's state; ``restart_nodes`` picks what a restart re-runs.
+of an active node into that node's state; ``restart_nodes`` picks what a restart re-runs;
+``input_options`` resolves an input node's options (its spec is ``rowfleet.inputs``').
 The store persists what these decide, under a lock on the run.
 """
 
@@ -14,8 +15,9 @@ import json
 import re
 from typing import Any, Iterable, Mapping
 
-from rowfleet import names
+from rowfleet import inputs, names
 from rowfleet.errors import ConfigError
+from rowfleet.names import same_json  # JSON equality is decided in names, for skip_if and input options alike
 
 # Node states, as stored per run. ``queued`` means the node's job(s) exist and are not all
 # finished; the job rows say whether one is running.
@@ -44,7 +46,7 @@ _INDEX = re.compile(r"-?[0-9]+")
 _WORKFLOW_FIELDS = frozenset({"name", "nodes", "description"})
 _NODE_FIELDS = frozenset({"id", "kind", "task", "queue", "args", "depends_on", "max_attempts", "priority",
                           "skip_if", "map", "timeout", "model", "vram_mb", "gpus"})
-_INPUT_FIELDS = frozenset({"id", "kind", "prompt", "depends_on", "skip_if"})
+_INPUT_FIELDS = frozenset({"id", "kind", "prompt", "depends_on", "skip_if", *inputs.FIELDS})
 
 
 class DefinitionError(ConfigError):
@@ -82,21 +84,6 @@ class Condition:
         return {REFERENCE: self.ref, self.op: self.value}
 
 
-def same_json(a: Any, b: Any) -> bool:
-    """Equality as JSON sees it: ``true`` is not ``1``, ``1`` is ``1.0``.
-
-    >>> same_json(True, 1), same_json(1, 1.0), same_json([True], [1]), same_json({"a": 0}, {"a": False})
-    (False, True, False, False)
-    """
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_json(a[key], b[key]) for key in a)
-    return a == b
-
-
 @dataclasses.dataclass(frozen=True)
 class Node:
     id: str
@@ -114,6 +101,7 @@ class Node:
     prompt: str | None = None
     vram_mb: int | None = None  # GPU memory its jobs need (MiB), when it says or its model's registration does
     gpus: int | None = None  # GPUs of one host its jobs need, when it says or its task's registration does
+    input_spec: inputs.InputSpec | None = None  # an input node's widget, options and bounds; None: any JSON
 
     def to_dict(self) -> dict[str, Any]:
         """The node in the JSON format, with defaults left out."""
@@ -122,6 +110,8 @@ class Node:
             data["kind"] = INPUT
             if self.prompt is not None:
                 data["prompt"] = self.prompt
+            if self.input_spec is not None:
+                data.update(self.input_spec.to_dict())
         else:
             data.update(task=self.task, queue=self.queue)
             if self.args is not None:
@@ -240,7 +230,7 @@ def _parse_node(raw: Any, index: int, default_queue: str) -> Node:
         if prompt is not None and not isinstance(prompt, str):
             raise DefinitionError(f"{where}: \"prompt\" must be a string")
         return Node(node_id, INPUT, depends_on=tuple(depends_on), skip_if=skip_if, prompt=prompt,
-                    queue="", max_attempts=1)
+                    queue="", max_attempts=1, input_spec=_parse_input_spec(raw, where))
     task = raw.get("task")
     try:
         names.RULES["task"].check("task", task)
@@ -262,7 +252,7 @@ def _parse_node(raw: Any, index: int, default_queue: str) -> Node:
     gpus = raw.get("gpus")
     if gpus is not None:
         _checked("gpus", where, "gpus", gpus)
-    mapped = _parse_map(raw["map"], where) if "map" in raw else None
+    mapped = _list_reference(raw["map"], where, "map") if "map" in raw else None
     return Node(node_id, TASK, task, queue, raw.get("args"), tuple(depends_on), max_attempts, priority,
                 skip_if, mapped, None if timeout is None else float(timeout), model, vram_mb=vram_mb, gpus=gpus)
 
@@ -281,11 +271,24 @@ def _parse_condition(raw: Any, where: str) -> Condition:
     return Condition(ref, op, raw[op])
 
 
-def _parse_map(raw: Any, where: str) -> str:
+def _list_reference(raw: Any, where: str, field: str) -> str:
+    """The path of a reference to an upstream list (a map's items, an input's options)."""
     if not isinstance(raw, dict) or set(raw) != {REFERENCE}:
-        raise DefinitionError(f"{where}: \"map\" must be {{\"$from\": PATH}} naming an upstream list")
-    _check_path(raw[REFERENCE], where, "map")
+        raise DefinitionError(f"{where}: \"{field}\" must be {{\"$from\": PATH}} naming an upstream list")
+    _check_path(raw[REFERENCE], where, field)
     return raw[REFERENCE]
+
+
+def _parse_input_spec(raw: dict[str, Any], where: str) -> inputs.InputSpec | None:
+    """An input node's spec (``rowfleet.inputs``), its options' reference checked here, as
+    every reference of a workflow is."""
+    try:
+        spec = inputs.parse_spec(raw, where)
+    except inputs.SpecError as exc:
+        raise DefinitionError(str(exc)) from None
+    if spec is not None and spec.refers:
+        _list_reference(spec.options, where, "options")
+    return spec
 
 
 def _check_path(path: Any, where: str, field: str) -> None:
@@ -333,6 +336,8 @@ def _check_references(node: Node, ancestors: set[str]) -> None:
         paths.append(("skip_if", node.skip_if.ref))
     if node.map is not None:
         paths.append(("map", node.map))
+    if node.input_spec is not None and node.input_spec.refers:
+        paths.append(("options", node.input_spec.options[REFERENCE]))
     for field, path in paths:
         root = path.split(".")[0]
         if root == ITEM and (field != "args" or node.map is None):
@@ -518,13 +523,55 @@ def _first_broken(flow: Workflow, current: Mapping[str, NodeState]) -> str | Non
     return None
 
 
-def _start(node: Node, current: Mapping[str, NodeState], run_args: Any) -> Enqueue | SetState:
-    roots = {node_id: state.result for node_id, state in current.items() if state.state in DONE}
+def results(states: Mapping[str, NodeState], run_args: Any) -> dict[str, Any]:
+    """What references resolve against: the result of every completed or skipped node (a
+    skipped one's is None), and the run's arguments under ``$args``.
+
+    >>> results({"a": NodeState(COMPLETED, 1), "b": NodeState(QUEUED)}, {"k": 2})
+    {'a': 1, '$args': {'k': 2}}
+    """
+    roots = {node_id: state.result for node_id, state in states.items() if state.state in DONE}
     roots[RUN_ARGS] = run_args
+    return roots
+
+
+def input_options(node: Node, roots: Mapping[str, Any]) -> list[Any] | None:
+    """The options an input node offers, as ``roots`` (``results``) resolve them; None for
+    a node whose spec offers none. ``UnresolvedReference`` when its reference does not name
+    a list of options (``inputs.options_problem``).
+
+    Where they are kept: nowhere but in the results they come from. The walk resolves them
+    when the node is reached (a bad list fails the node there, as a bad arg reference does),
+    and every reader (the run's view, ``submit_input``) resolves them again from the stored
+    results. Those cannot change while the node waits: its upstream nodes have completed or
+    been skipped, and a restart resets only failed and cancelled nodes and what follows
+    them; so every reader shows the same list, with no column to keep in step.
+
+    >>> flow = parse_workflow({"name": "f", "nodes": [{"id": "a", "task": "m:a"}, {"id": "q", "kind": "input",
+    ...     "widget": "choose_one", "options": {"$from": "a.tags"}, "depends_on": ["a"]}]})
+    >>> input_options(flow.node("q"), {"a": {"tags": ["x", "y"]}})
+    ['x', 'y']
+    """
+    spec = node.input_spec
+    if spec is None or spec.options is None:
+        return None
+    if not spec.refers:
+        return spec.options
+    path = spec.options[REFERENCE]
+    options = lookup(path, roots)
+    problem = inputs.options_problem(options)
+    if problem:
+        raise UnresolvedReference(f"options {path!r} {problem}")
+    return options
+
+
+def _start(node: Node, current: Mapping[str, NodeState], run_args: Any) -> Enqueue | SetState:
+    roots = results(current, run_args)
     try:
         if node.skip_if is not None and node.skip_if.holds(lookup(node.skip_if.ref, roots)):
             return SetState(node.id, SKIPPED, error=f"skip_if held: {_describe(node.skip_if)}")
         if node.kind == INPUT:
+            input_options(node, roots)  # known now: a list that does not resolve fails the node at once
             return SetState(node.id, AWAITING_INPUT)
         if node.map is None:
             return Enqueue(node.id, resolve(node.args, roots))

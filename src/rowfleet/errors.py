@@ -87,6 +87,12 @@ class TaskRefused(UnknownTask):
     module nor in a module under an ``--allow-module`` prefix. Nothing was imported."""
 
 
+class TaskWarning(UserWarning):
+    """A job was written for a task name that a worker trusting what this process knows
+    (its registered tasks, its allowed ``module:function`` prefixes) would refuse: it runs
+    only on a worker whose ``--app`` modules register it or whose prefixes allow it."""
+
+
 class UnknownModel(RowfleetError):
     """No module of this process registered this model id (``@rowfleet.model``)."""
 

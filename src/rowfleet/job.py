@@ -34,6 +34,10 @@ CANCELLED = "cancelled"
 STATES = (QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED)
 TERMINAL = (COMPLETED, FAILED, CANCELLED)
 UNIQUE_MODES = (None, QUEUED, "active")  # JobSpec.unique: off, while a duplicate waits, while it waits or runs
+# Why a schedule fired a job (its ``fire_reason``, and its slot's record): on time, at a
+# scheduler's boot, a missed slot made up for, or an operator's (``rowfleet.schedule``).
+TICK, BOOT, CATCH_UP, MANUAL = "tick", "boot", "catch_up", "manual"
+FIRE_REASONS = (TICK, BOOT, CATCH_UP, MANUAL)
 
 
 class Retry(Exception):

@@ -443,6 +443,22 @@ def parse_json(what: str, text: str) -> Any:
     return check_json(what, value)
 
 
+def same_json(a: Any, b: Any) -> bool:
+    """Equality as JSON sees it: ``true`` is not ``1``, ``1`` is ``1.0``. The one rule for
+    comparing JSON values: a workflow's ``skip_if`` and an input node's options both use it.
+
+    >>> same_json(True, 1), same_json(1, 1.0), same_json([True], [1]), same_json({"a": 0}, {"a": False})
+    (False, True, False, False)
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[key], b[key]) for key in a)
+    return a == b
+
+
 # --- the table of fields ---------------------------------------------------------------
 
 INT, FLOAT, TEXT = "int", "float", "text"  # how a rule's values are written as text

@@ -3,7 +3,7 @@
 Owns what a schedule is (``Schedule``, validated when built), the two ways to declare one
 (``@rowfleet.periodic`` on a function, ``load_schedule_file`` for a JSON list; ``schedules_of``
 gathers both, ``vet_schedules`` checks their tasks as ``enqueue`` would), and the pure
-decision of which slot is due (``due_slot``). The service that fires them is
+decision of which slot is due, and why (``due``). The service that fires them is
 ``rowfleet.services.scheduler``; when schedules fire is ``rowfleet.cron``'s business; storing
 a fired slot exactly once is the store's (``ScheduleStore.fire_slot``). No database, no clock:
 every decision takes ``now``.
@@ -25,6 +25,14 @@ database, shared by every scheduler of the project):
   unless it has fired already. With no ``last_slot`` (a schedule that never fired) only
   ``at_boot`` fires a slot that is not on time.
 
+Why a slot fired is kept with it, on its job and its record (``due`` says it): ``tick``
+(on time), ``boot`` (not on time, fired by ``at_boot`` on a scheduler's first tick),
+``catch_up`` (a missed slot made up for), or ``manual``: an operator fired the schedule
+(``rowfleet fire NAME``), and the slot is the moment it was fired. A manual slot is fired
+as the others are, exactly once, and counts as the schedule's newest: a slot due before
+it that had not fired yet (every scheduler down, or a hair behind) no longer fires, since
+the operator's job stands for it, nor does an ``at_boot`` or a catch-up slot before it.
+
 Exactly once: the slot is the key of its record (``schedule_slots``), written in the
 transaction that enqueues its job, and a scheduler that finds the slot (or a later one)
 fired enqueues nothing. Two schedulers deciding alike (they read the same ``last_slot``
@@ -41,17 +49,16 @@ import dataclasses
 import json
 import threading
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from rowfleet import names, tasks
 from rowfleet.cron import Cron, Every, ScheduleError, latest_at_or_before
 from rowfleet.errors import ConfigError, UnknownTask
 from rowfleet.files import read_declaration
-from rowfleet.job import JobSpec, encode_json
+from rowfleet.job import BOOT, CATCH_UP, MANUAL, TICK, JobSpec, encode_json
 
 SKIP = "skip"
-CATCH_UP = "catch_up"
-MISSED_POLICIES = (SKIP, CATCH_UP)
+MISSED_POLICIES = (SKIP, CATCH_UP)  # catch_up is also the reason its slots fire for (job.FIRE_REASONS)
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # where every cadence counts from
 SHORTEST_GRACE = 60.0  # seconds a slot may be late and still be on time, at the least
 
@@ -316,11 +323,49 @@ def vet_schedules(schedules: Iterable[Schedule], allow_modules: Iterable[str], s
 # --- when a slot fires (pure) -------------------------------------------------------------
 
 
+class Due(NamedTuple):
+    """A slot to fire (epoch seconds) and why (one of ``job.FIRE_REASONS``)."""
+
+    slot: float
+    reason: str
+
+
+def due(schedule: Schedule, last_slot: float | None, now: float, grace: float,
+        booting: bool = False) -> Due | None:
+    """The slot ``schedule`` should fire at ``now`` (epoch seconds) and why, or None.
+    ``last_slot`` is the newest slot fired (None: never), ``grace`` how late a slot may be
+    and still be on time, ``booting`` whether this is a scheduler's first tick. See the
+    module docstring.
+
+    >>> nightly = Schedule("n", "app:n", cron="0 3 * * *", at_boot=True, missed=CATCH_UP)
+    >>> three = datetime(2025, 6, 2, 3, tzinfo=timezone.utc).timestamp()
+    >>> due(nightly, three - 86400, three + 5, grace=60).reason           # on time
+    'tick'
+    >>> due(nightly, None, three + 3600, grace=60, booting=True).reason   # late, at boot
+    'boot'
+    >>> due(nightly, three - 86400, three + 3600, grace=60).reason        # late, made up for
+    'catch_up'
+    >>> due(nightly, three, three + 3600, grace=60, booting=True) is None  # fired already
+    True
+    """
+    latest = latest_at_or_before(schedule.timing, datetime.fromtimestamp(now, timezone.utc))
+    if latest is None:
+        return None
+    slot = latest.timestamp()
+    if last_slot is not None and slot <= last_slot:
+        return None
+    if now - slot <= grace:
+        return Due(slot, TICK)
+    if booting and schedule.at_boot:
+        return Due(slot, BOOT)
+    if schedule.missed == CATCH_UP and last_slot is not None:
+        return Due(slot, CATCH_UP)
+    return None
+
+
 def due_slot(schedule: Schedule, last_slot: float | None, now: float, grace: float,
              booting: bool = False) -> float | None:
-    """The slot ``schedule`` should fire at ``now`` (epoch seconds), or None. ``last_slot``
-    is the newest slot fired (None: never), ``grace`` how late a slot may be and still be
-    on time, ``booting`` whether this is a scheduler's first tick. See the module docstring.
+    """The slot of ``due`` alone, or None.
 
     >>> hourly = Schedule("h", "app:h", cron="@hourly")
     >>> noon = datetime(2025, 6, 1, 12, tzinfo=timezone.utc).timestamp()
@@ -331,19 +376,39 @@ def due_slot(schedule: Schedule, last_slot: float | None, now: float, grace: flo
     >>> due_slot(hourly, noon - 7200, noon + 600, grace=60) is None       # missed: skipped
     True
     """
-    latest = latest_at_or_before(schedule.timing, datetime.fromtimestamp(now, timezone.utc))
-    if latest is None:
-        return None
-    slot = latest.timestamp()
-    if last_slot is not None and slot <= last_slot:
-        return None
-    if now - slot <= grace:
-        return slot
-    if booting and schedule.at_boot:
-        return slot
-    if schedule.missed == CATCH_UP and last_slot is not None:
-        return slot
-    return None
+    fire = due(schedule, last_slot, now, grace, booting)
+    return None if fire is None else fire.slot
+
+
+def manual(now: float) -> Due:
+    """An operator's fire at ``now``: the slot is that moment (see the module docstring).
+
+    >>> manual(1750000000.25)
+    Due(slot=1750000000.25, reason='manual')
+    """
+    return Due(now, MANUAL)
+
+
+def named(schedules: Iterable[Schedule], name: str) -> Schedule:
+    """The schedule called ``name`` among ``schedules``; ``ConfigError`` naming those there are.
+
+    >>> named([Schedule("pull", "app:pull", every=60)], "pull").every
+    60
+    >>> named([Schedule("pull", "app:pull", every=60)], "push")
+    Traceback (most recent call last):
+    ...
+    rowfleet.errors.ConfigError: no schedule is named 'push'; the schedules given are: pull
+    """
+    found = {schedule.name: schedule for schedule in schedules}
+    if name in found:
+        return found[name]
+    listed = sorted(found)[:NAMES_SHOWN]
+    more = f" and {len(found) - len(listed)} more" if len(found) > len(listed) else ""
+    given = f"the schedules given are: {', '.join(listed)}{more}" if found else "no schedule was given"
+    raise ConfigError(f"no schedule is named {name!r}; {given}")
+
+
+NAMES_SHOWN = 20  # schedules an unknown name's message lists, at most
 
 
 def next_slot(schedules: Iterable[Schedule], now: float) -> float:

@@ -1,5 +1,5 @@
-"""What a person's terminal is shown: text with its control characters escaped, and a
-user-facing error as one line with the exit code it deserves.
+"""What a person's terminal is shown: text with its control characters escaped, a wait in
+seconds (``seconds_text``), and a user-facing error as one line with the exit code it deserves.
 
 Whoever writes for people goes through here: the command line's tables and lines, the log
 lines, and a long-running process (a worker, the orchestrator, a box's children) that ends
@@ -12,6 +12,7 @@ A leaf: imports only ``rowfleet.errors`` and ``rowfleet.exitcodes``.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from typing import Any, TextIO
@@ -45,6 +46,16 @@ def escaped(text: Any, *, lines: bool = False) -> str:
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def seconds_text(value: float) -> str:
+    """A wait in seconds as people read it: one decimal, so that a sub-second wait reads as
+    itself, never as 0 (nor 0.0, for a wait that is not over).
+
+    >>> seconds_text(0.2), seconds_text(0.31), seconds_text(0.01), seconds_text(12.0)
+    ('0.2', '0.3', '0.1', '12.0')
+    """
+    return f"{max(math.ceil(value * 10) / 10 if value < 0.1 else value, 0.1):.1f}"
 
 
 def say(text: Any = "", *, lines: bool = False, file: TextIO | None = None) -> None:

@@ -23,7 +23,8 @@ from contract.test_lifecycle import Clock
 
 PRINTED_KEYS = {"schema_version", "reclaimed", "failed", "cancelled", "unreadable_failed", "flagged_workers",
                 "reconciled_runs",
-                "dispatched", "dispatch_failures", "unplaceable", "placeable", "unplaceable_failed", "tallied",
+                "dispatched", "dispatch_failures", "submissions_applied", "submissions_failed",
+                "submissions_reclaimed", "unplaceable", "placeable", "unplaceable_failed", "tallied",
                 "samples_pruned", "pruned"}
 
 

@@ -191,7 +191,7 @@ class SQLitePlacementTest(PlacementContract, TempDirTestCase):
         job = self.job()
         self.cli("orchestrator", "--once")
         text = self.cli("job", str(job)).stdout
-        self.assertRegex(text, r"(?m)^  unplaceable: model_unknown \(no GPU worker of its queue lists its model\) "
+        self.assertRegex(text, r"(?m)^ +unplaceable: model_unknown \(no GPU worker of its queue lists its model\) "
                                r"since \d{4}-")
         self.assertEqual(self.cli_json("job", str(job))["unplaceable"], "model_unknown")
         self.assertIn(f"! job {job} is unplaceable: model_unknown", self.cli("jobs").stdout)

@@ -25,6 +25,7 @@ from rowfleet.control import OFF, HARD, GpuSwitch, ModelControl, Switch
 from rowfleet.job import Event, Job, JobSpec, MissingColumn
 from rowfleet.store.fleet import GpuLease
 from rowfleet.store.runs import Run
+from rowfleet.store.submissions import Submission
 from pg_harness import PostgresDatabaseCase
 from support import TempDirTestCase
 
@@ -63,6 +64,8 @@ ROW_TYPES = (
     RowType(GpuLease, "gpu_leases", "host, gpu_index"),
     RowType(ModelControl, "model_controls", "host, model, action"),
     RowType(GpuSwitch, "gpu_switches", "host, gpu_index"),
+    # What of its row could not be decoded is no column.
+    RowType(Submission, "submissions", "id", not_columns=frozenset({"unreadable"})),
 )
 # Tables with no row dataclass: their rows are handed on as plain dicts (``dict(row)``:
 # workers, dispatch_events, schedule_slots) or read a column or two by name where they are
@@ -91,7 +94,8 @@ class RowsContract:
                                               priority=7, key="once", max_attempts=3, timeout=45.5, model="llm"))
         self.store.record_event(self.job.id, "note", said="hello")
         self.store.set_switch(PROJECT, "box", "gpu", OFF, HARD, changed_by="ops")
-        self.store.start_run(FLOW, {"n": 2}, PROJECT)
+        run_id = self.store.start_run(FLOW, {"n": 2}, PROJECT)
+        self.store.enqueue_submission(PROJECT, run_id, "fetch", {"answer": [3]}, by="ops")
         self.store.acquire_gpu("box", 1, "llm", "box:7", 60.0)
         self.store.set_model_control("box", "llm", "pin", changed_by="ops")
         self.store.record_gpu_health("box", 2, "row remapping failed")

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 import rowfleet
 from rowfleet import schedule, tasks
 from rowfleet.errors import ConfigError, StoreUnavailable
-from rowfleet.schedule import CATCH_UP, InvalidSchedule, Schedule, due_slot, load_schedule_file
+from rowfleet.schedule import CATCH_UP, InvalidSchedule, Schedule, due, due_slot, load_schedule_file, manual
 from rowfleet.services.scheduler import Scheduler
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, wait_until
@@ -36,6 +36,12 @@ def at(hour: int, minute: int = 0, second: float = 0, day: int = 1, month: int =
 @rowfleet.task(name="scheduled.note", queue="notes")
 def note(**kwargs):
     return kwargs
+
+
+@rowfleet.task(name="scheduled.why", queue="why")
+def why():
+    job = rowfleet.current_job()  # what a handler knows of why its job exists
+    return {"schedule": job.schedule, "slot": job.schedule_slot, "reason": job.fire_reason}
 
 
 # --- which slot is due (pure) ----------------------------------------------------------------
@@ -94,6 +100,23 @@ class DueSlotTest(unittest.TestCase):
         for schedule, last_slot, now, booting, expected in cases:
             with self.subTest(schedule=schedule.name, last_slot=_shown(last_slot), now=_shown(now), booting=booting):
                 self.assertEqual(due_slot(schedule, last_slot, now, GRACE, booting), expected)
+
+    def test_each_slot_due_says_why(self):
+        cases = [  # schedule, last slot fired, now, booting -> the slot and why
+            (FIVE, at(12, 0), at(12, 6), False, (at(12, 5), "tick")),
+            (FIVE, None, at(12, 30, 20), True, (at(12, 30), "tick")),  # on time at boot is on time
+            (NIGHTLY_AT_BOOT, None, at(9, 0), True, (at(3, 0), "boot")),
+            (NIGHTLY_AT_BOOT, at(3, 0, day=1), at(9, 0, day=3), True, (at(3, 0, day=3), "boot")),
+            (FIVE_CATCH_UP, at(12, 0), at(12, 32), False, (at(12, 30), "catch_up")),
+            (FIVE_CATCH_UP, at(12, 0), at(12, 32), True, (at(12, 30), "catch_up")),
+            (Schedule("both", "scheduled.note", cron="*/5 * * * *", missed=CATCH_UP, at_boot=True),
+             at(12, 0), at(12, 32), True, (at(12, 30), "boot")),  # at_boot is the reason at a boot
+            (FIVE, at(12, 0), at(12, 32), True, None),
+        ]
+        for schedule, last_slot, now, booting, expected in cases:
+            with self.subTest(schedule=schedule.name, last_slot=_shown(last_slot), now=_shown(now), booting=booting):
+                self.assertEqual(due(schedule, last_slot, now, GRACE, booting), expected)
+        self.assertEqual(manual(at(12, 1, 0.5)), (at(12, 1, 0.5), "manual"))
 
     def test_grace_is_the_edge_of_on_time(self):
         self.assertEqual(due_slot(FIVE, at(12, 0), at(12, 5, 30), grace=30), at(12, 5))
@@ -281,10 +304,11 @@ class SchedulerContract:
         fired = [item for items in fired_lists for item in items]
         rows = self.store.reads.fired_slots("", limit=10_000)
         self.assertEqual({name: self.slots(name) for name in expected}, expected)
-        self.assertEqual(sorted((r["name"], r["slot"], r["job_id"]) for r in rows), sorted(fired))
+        self.assertEqual(sorted((r["name"], r["slot"], r["job_id"], r["reason"]) for r in rows), sorted(fired))
         jobs = self.store.reads.list_jobs("", limit=10_000)
         self.assertEqual(len(jobs), sum(len(slots) for slots in expected.values()))
-        self.assertEqual(sorted(job.id for job in jobs), sorted(item.job_id for item in fired))
+        self.assertEqual(sorted((job.id, job.schedule, job.schedule_slot, job.fire_reason) for job in jobs),
+                         sorted((item.job_id, item.name, item.slot, item.reason) for item in fired))
 
     def test_two_schedulers_fire_each_slot_once_over_an_hour(self):
         every_20 = Schedule("every-20", "scheduled.note", every=20, args={"kind": "cadence"})
@@ -416,6 +440,97 @@ class SchedulerContract:
         self.assertEqual(failures, [])
         slots = self.slots("fast")
         self.assertEqual(len(self.store.reads.list_jobs("", limit=10_000)), len(slots))
+
+    # --- why each slot fired: on its record, on its job, and to its handler ----------------
+
+    def reasons(self, name):
+        """Each slot of ``name`` fired, oldest first, with why: (slot, reason), as its record
+        says, after checking that its job says the same."""
+        rows = sorted(self.store.reads.fired_slots("", name, limit=10_000), key=lambda row: row["slot"])
+        for row in rows:
+            job = self.store.get_job(row["job_id"], "")
+            self.assertEqual((job.schedule, job.schedule_slot, job.fire_reason), (name, row["slot"], row["reason"]))
+        return [(row["slot"], row["reason"]) for row in rows]
+
+    def test_each_fired_job_says_why_it_fired(self):
+        schedules = [NIGHTLY_AT_BOOT, FIVE, FIVE_CATCH_UP]
+        a = self.scheduler(schedules, "a")
+        first = a.run_once(at(9, 0, 10))
+        self.assertEqual(sorted((f.name, f.reason) for f in first),
+                         [("five", "tick"), ("five-catch-up", "tick"), ("nightly-at-boot", "boot")])
+        self.assertEqual([f.reason for f in a.run_once(at(9, 5, 1))], ["tick", "tick"])
+        # Every scheduler down from 09:06 to 09:32: 09:10 to 09:30 are missed.
+        b = self.scheduler(schedules, "b")
+        self.assertEqual([(f.name, f.slot, f.reason) for f in b.run_once(at(9, 32))],
+                         [("five-catch-up", at(9, 30), "catch_up")])
+        self.assertEqual(self.reasons("nightly-at-boot"), [(at(3, 0), "boot")])
+        self.assertEqual(self.reasons("five"), [(at(9, 0), "tick"), (at(9, 5), "tick")])
+        self.assertEqual(self.reasons("five-catch-up"), [(at(9, 0), "tick"), (at(9, 5), "tick"),
+                                                          (at(9, 30), "catch_up")])
+
+    def test_a_slot_on_time_at_boot_is_a_tick(self):
+        a = self.scheduler([Schedule("hourly-at-boot", "scheduled.note", cron="@hourly", at_boot=True)], "a")
+        self.assertEqual([(f.slot, f.reason) for f in a.run_once(at(9, 0, 30))], [(at(9, 0), "tick")])
+
+    def test_a_manual_fire_is_a_slot_at_its_moment_fired_once(self):
+        from rowfleet.services.scheduler import fire_now
+        from rowfleet.store import open_store
+
+        clock = [at(12, 5, 0.5)]
+        store = open_store(self.config(), clock=lambda: clock[0])
+        self.addCleanup(store.close)
+        fired = fire_now(store, "", FIVE, "ops")
+        self.assertEqual((fired.name, fired.slot, fired.reason), ("five", at(12, 5, 0.5), "manual"))
+        self.assertIsNone(fire_now(store, "", FIVE, "ops again"), "the same instant fired twice")
+        self.assertEqual(self.reasons("five"), [(at(12, 5, 0.5), "manual")])
+        self.assertEqual([row["fired_by"] for row in self.store.reads.fired_slots("", "five")], ["ops"])
+        # The operator's job stands for 12:05, which a scheduler a hair behind has not fired yet.
+        a = self.scheduler([FIVE], "a")
+        self.assertEqual(a.run_once(at(12, 5, 1)), [])
+        self.assertEqual([(f.slot, f.reason) for f in a.run_once(at(12, 10, 1))], [(at(12, 10), "tick")])
+        clock[0] = at(12, 11)
+        self.assertEqual(fire_now(store, "", FIVE, "ops").reason, "manual")
+        self.assertEqual(self.reasons("five"), [(at(12, 5, 0.5), "manual"), (at(12, 10), "tick"),
+                                                (at(12, 11), "manual")])
+
+    def test_two_manual_fires_of_one_instant_make_one_job(self):
+        from rowfleet.services.scheduler import fire_now
+        from rowfleet.store import open_store
+
+        barrier = threading.Barrier(2, timeout=DEADLINE)
+        fired, failures = [], []
+
+        def fire(by):
+            try:
+                with open_store(self.config(synchronous="NORMAL"), clock=lambda: at(12, 3, 0.25)) as store:
+                    barrier.wait()
+                    fired.append(fire_now(store, "", FIVE, by))
+            except BaseException as exc:  # reported by the test thread below
+                failures.append(exc)
+                barrier.abort()
+
+        threads = [threading.Thread(target=fire, args=(by,), name=f"fire-{by}") for by in ("ops-a", "ops-b")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(DEADLINE)
+        self.assertEqual(failures, [])
+        self.assertEqual(len([f for f in fired if f is not None]), 1, fired)
+        self.assertEqual(self.reasons("five"), [(at(12, 3, 0.25), "manual")])
+        self.assertEqual(len(self.store.reads.list_jobs("", limit=10)), 1)
+
+    def test_the_handler_reads_why_its_job_fired(self):
+        from rowfleet.services.scheduler import fire_now
+        from rowfleet.worker.loop import Worker
+
+        why = Schedule("why", "scheduled.why", cron="0 3 * * *", at_boot=True)
+        booted, = self.scheduler([why], "a").run_once(at(9, 0))
+        by_hand = fire_now(self.store, "", why, "ops")
+        Worker(self.config(), "why", burst=True).run()
+        self.assertEqual(self.store.get_job(booted.job_id, "").result,
+                         {"schedule": "why", "slot": at(3, 0), "reason": "boot"})
+        self.assertEqual(self.store.get_job(by_hand.job_id, "").result,
+                         {"schedule": "why", "slot": by_hand.slot, "reason": "manual"})
 
     def test_refuses_no_schedules_and_clashing_names(self):
         with self.assertRaisesRegex(ConfigError, "no schedules"):

@@ -85,6 +85,12 @@ class StampContract(LibraryOnEmptyDatabase):
         job = self.row(job_id)
         return job.required_model, job.vram_mb
 
+    def unregistered(self, **options):
+        """A job of a task no module of this process registers: written, with the warning
+        ``rowfleet enqueue`` gives without ``--app``."""
+        with self.assertWarns(rowfleet.TaskWarning):
+            return rowfleet.enqueue("nowhere:task", **options)
+
     def test_an_enqueue_of_a_registered_task_writes_its_timeout_and_queue_into_the_row(self):
         for job in (slow.enqueue({"n": 1}), rowfleet.enqueue(slow), rowfleet.enqueue("stamps.slow")):
             with self.subTest(job=job.id):
@@ -97,7 +103,7 @@ class StampContract(LibraryOnEmptyDatabase):
         self.assertEqual((self.row(by_name.id).timeout, self.row(by_name.id).queue), (3.0, "stamps-io"))
 
     def test_a_task_without_a_timeout_or_an_unregistered_name_leaves_the_worker_budget(self):
-        for job in (plain.enqueue(), rowfleet.enqueue("nowhere:task")):
+        for job in (plain.enqueue(), self.unregistered()):
             with self.subTest(task=job.task):
                 self.assertEqual((self.row(job.id).timeout, self.row(job.id).queue), (None, "default"))
 
@@ -147,9 +153,8 @@ class StampContract(LibraryOnEmptyDatabase):
                          [(OTHER, None), (LLM, 20000), (OTHER, 8000)])
 
     def test_an_unregistered_task_or_model_takes_what_the_writer_says(self):
-        jobs = [rowfleet.enqueue("nowhere:task"), rowfleet.enqueue("nowhere:task", model=LLM),
-                rowfleet.enqueue("nowhere:task", model="unregistered:q4"),
-                rowfleet.enqueue("nowhere:task", vram_mb=512)]
+        jobs = [self.unregistered(), self.unregistered(model=LLM), self.unregistered(model="unregistered:q4"),
+                self.unregistered(vram_mb=512)]
         self.assertEqual([self.needs(job.id) for job in jobs],
                          [(None, None), (LLM, VRAM), ("unregistered:q4", None), (None, 512)])
 

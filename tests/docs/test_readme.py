@@ -165,5 +165,45 @@ class PostgresReadmeOperationsTest(ReadmeOperationsContract, PostgresDatabaseCas
             conn.execute(sql)
 
 
+class SubmissionSqlContract:
+    """The workflows page's plain-SQL submission, run as written by a program of its own on a
+    run whose input node it answers, then applied by one orchestrator sweep."""
+
+    def execute(self, sql: str) -> None:
+        raise NotImplementedError
+
+    def test_the_insert_on_the_workflows_page_is_applied(self):
+        from rowfleet import dag
+        from rowfleet.services.orchestrator import Orchestrator
+
+        store = self.open_store()
+        flow = dag.parse_workflow({"name": "approval", "nodes": [
+            {"id": "approve", "kind": "input", "prompt": "Publish?"},
+            {"id": "publish", "task": "app:publish", "depends_on": ["approve"], "args": {"$from": "approve.ok"}}]})
+        run_id = store.start_run(flow, None, "")
+        self.assertEqual(run_id, 1, "the block names run 1")
+        self.execute(quickstart_block("submission-sql", "workflows", WORKFLOWS_PAGE))
+        [pending] = store.reads.list_submissions("")
+        self.assertEqual((pending.state, pending.value, pending.submitted_by), ("pending", {"ok": True}, ""))
+        self.assertEqual(Orchestrator(store, self.config()).run_once().submissions_applied, 1)
+        self.assertEqual(store.reads.get_submission(pending.id, "").state, "processed")
+        run = store.get_run(run_id, "")
+        self.assertEqual((run.state, run.node("approve").result), ("running", {"ok": True}))
+
+
+class SQLiteSubmissionSqlTest(SubmissionSqlContract, TempDirTestCase):
+    def execute(self, sql: str) -> None:
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(self.db, isolation_level=None)) as conn:
+            conn.execute(sql)
+
+
+class PostgresSubmissionSqlTest(SubmissionSqlContract, PostgresDatabaseCase, TempDirTestCase):
+    def execute(self, sql: str) -> None:
+        with contextlib.closing(self.caller_connection()) as conn, conn.transaction():
+            conn.execute(sql)
+
+
 if __name__ == "__main__":
     unittest.main()

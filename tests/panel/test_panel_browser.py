@@ -168,6 +168,36 @@ class PanelInBrowserTest(unittest.TestCase):
         self.assertIsNone(self.page.evaluate("window.__pwned"))
         self.assertEqual(self.page.log_entries, [])
 
+    def test_a_choose_one_input_is_answered_by_clicking_a_radio_button_and_the_run_goes_on(self):
+        flow = dag.parse_workflow({"name": "pick", "nodes": [
+            {"id": "sizes", "task": "tasks:sizes"},
+            {"id": "pick", "kind": "input", "prompt": HOSTILE, "widget": "choose_one",
+             "options": {"$from": "sizes.all"}, "depends_on": ["sizes"]},
+            {"id": "use", "task": "tasks:use", "args": {"size": {"$from": "pick"}}, "depends_on": ["pick"]}]})
+        run_id = self.store.start_run(flow, None, "browser")
+        job = self.store.claim(Claim("browser", "default", "box:1", 60.0))
+        self.store.finish(job, Outcome(COMPLETED, result={"all": ["small", HOSTILE, RTL]}))
+        self.store.drain("browser")
+        self.clean_load(f"/runs/{run_id}")
+        form = 'form[aria-label="answer pick"]'
+        labels = self.page.evaluate(f"Array.from(document.querySelectorAll({json.dumps(form + ' label.choice')}))"
+                                    f".map(label => label.textContent)")
+        self.assertEqual(labels, ["small", HOSTILE, RTL], "every option is shown, as text")
+        self.assertEqual(self.page.evaluate(f"document.querySelectorAll({json.dumps(form + ' input[type=radio]')})"
+                                            f".length"), 3)
+        self.assertIn(HOSTILE, self.page.evaluate("document.querySelector('p.prompt').textContent"))
+        radio = f'{form} input[type=radio][value="1"]'
+        self.page.mouse_click(radio)
+        self.assertTrue(self.page.evaluate(f"document.querySelector({json.dumps(radio)}).checked"),
+                        "the click chose no option")
+        self.click_and_wait_for_the_next_page(f"{form} button[type=submit]")
+        self.assertIn("answered", self.page.evaluate("document.querySelector('.note').textContent"))
+        run = self.store.get_run(run_id, "browser")
+        self.assertEqual((run.node("pick").result, run.state, run.node("use").state), (HOSTILE, dag.RUNNING, dag.QUEUED))
+        self.assertEqual(self.store.get_job(run.node("use").jobs[0], "browser").args, {"size": HOSTILE})
+        self.assertIsNone(self.page.evaluate("window.__pwned"))
+        self.assertEqual(self.page.log_entries, [])
+
     def test_live_refresh_swaps_new_rows_in_and_holds_while_a_field_has_focus(self):
         self.clean_load("/jobs?queue=fresh")
         self.page.evaluate("window.__same_document = true")

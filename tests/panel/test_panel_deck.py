@@ -29,7 +29,7 @@ from rowfleet.job import COMPLETED, JobSpec, Outcome, iso
 from rowfleet.panel import app, server, svg
 from rowfleet.panel.app import HttpError, Request
 from rowfleet.panel.deck_charts import BUCKET_SLACK, LINES_MOST, POINTS_PER_CHART, downsample
-from rowfleet.panel.pages import deck, models, schedules
+from rowfleet.panel.pages import deck, jobs, models, schedules
 from rowfleet.panel.pages.deck import DEAD_AFTER, condition, host_charts, sample_interval, worst_first
 from rowfleet.schedule import Schedule, next_slot
 from rowfleet.store import open_store
@@ -684,6 +684,35 @@ class PagesContract:
         self.assertEqual(len(view.data["problems"]), 1)
         self.assertIn("missing.json", view.data["problems"][0])
         self.assertNotIn(schedules.NO_DECLARATION, "".join(page.text), "every schedule shown is declared")
+
+    def test_each_fired_slot_says_why_and_a_scheduled_job_its_schedule(self):
+        now, spec = self.clock.now, JobSpec(task="app:t", project="beta")
+        booted = self.store.fire_slot("beta", "nightly", now - 7200.0, spec, "box:1", "boot")
+        by_hand = self.store.fire_slot("beta", "nightly", now - 60.0, spec, SCRIPT, "manual")
+        self.store.fire_slot("beta", "odd", now - 30.0, spec, "box:1", SCRIPT)  # as plain SQL could write it
+        with mock.patch.object(schedules, "registered_schedules", return_value=[]):
+            view, page = self.render(schedules.schedule_list, "/schedules", project="beta")
+        shown = {s["name"]: s for s in view.data["schedules"]}
+        self.assertEqual([(r["job_id"], r["reason"]) for r in shown["nightly"]["recent"]],
+                         [(by_hand.id, "manual"), (booted.id, "boot")])
+        self.assertEqual([r["reason"] for r in shown["odd"]["recent"]], [SCRIPT])
+        text = "".join(page.text)
+        for words in ("at boot", "fired by hand", SCRIPT):  # SCRIPT shown as text: render() checks it is escaped
+            self.assertIn(words, text)
+
+        def detail(job_id):
+            return lambda req: jobs.job_detail(dataclasses.replace(req, params={"id": str(job_id)}))
+
+        view, page = self.render(detail(booted.id), f"/jobs/{booted.id}")
+        self.assertEqual((view.data["job"]["schedule"], view.data["job"]["schedule_slot"],
+                          view.data["job"]["fire_reason"]), ("nightly", iso(now - 7200.0), "boot"))
+        facts = "".join(page.text)
+        self.assertIn("nightly · slot 2 h ago · boot", facts)
+        self.assertIn("/schedules?project=beta", page.links)
+        plain = self.store.enqueue(JobSpec(task="app:t"))
+        view, page = self.render(detail(plain.id), f"/jobs/{plain.id}")
+        self.assertIsNone(view.data["job"]["schedule"])
+        self.assertNotIn("/schedules?project=", " ".join(page.links))
 
     # --- Models ----------------------------------------------------------------------------------
 

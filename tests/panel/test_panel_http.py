@@ -148,6 +148,57 @@ class PanelContract:
         self.client.post(f"/runs/{self.run_id}/restart", {})
         self.assertEqual(self.store.reads.find_run(self.run_id).state, dag.RUNNING)
 
+    def test_an_input_spec_is_answered_with_its_widgets_form_and_checked_where_every_answer_is(self):
+        hostile = "<img src=x onerror=alert(1)>"
+        flow = dag.parse_workflow({"name": "widgets", "nodes": [
+            {"id": "pick", "kind": "input", "prompt": "Which <i>one</i>?", "widget": "choose_one",
+             "options": {"$from": "$args.tags"}},
+            {"id": "sure", "kind": "input", "widget": "confirm", "depends_on": ["pick"]},
+            {"id": "count", "kind": "input", "widget": "number", "min": 1, "max": 3, "depends_on": ["sure"]},
+            {"id": "many", "kind": "input", "widget": "choose_many", "options": ["a", "b", "c"], "depends_on": ["count"]},
+            {"id": "path", "kind": "input", "widget": "file_path", "depends_on": ["many"]}]})
+        run_id = self.store.start_run(flow, {"tags": ["small", hostile]}, "")
+
+        def page() -> str:
+            status, _, body = self.client.get(f"/runs/{run_id}")
+            self.assertEqual(status, 200)
+            self.assertNotIn("<img src=x", body)
+            return body
+
+        def refused(node: str, fields: dict, says: str) -> None:
+            before = self.store.reads.find_run(run_id)
+            status, _, body = self.client.post(f"/runs/{run_id}/answer", {"node": node, **fields})
+            self.assertEqual(status, 400, body[:500])
+            self.assertIn(says, body)
+            self.assertNotIn("<img src=x", body, "the error line is escaped")
+            self.assertEqual(self.store.reads.find_run(run_id), before, "a refused answer changed the run")
+
+        def answered(node: str, fields: dict, result) -> None:
+            status, headers, body = self.client.post(f"/runs/{run_id}/answer", {"node": node, **fields})
+            self.assertEqual(status, 303, body[:500])
+            self.assertTrue(headers["location"].startswith(f"/runs/{run_id}?note="), headers["location"])
+            self.assertEqual(self.store.reads.find_run(run_id).node(node).result, result)
+
+        body = page()
+        self.assertIn("Which &lt;i&gt;one&lt;/i&gt;?", body)
+        self.assertIn('<input type="radio" name="choice" value="0" required>small</label>', body)
+        self.assertIn('value="1" required>&lt;img src=x onerror=alert(1)&gt;</label>', body)
+        refused("pick", {}, "expects one of &quot;small&quot;, &quot;&lt;img src=x")
+        refused("pick", {"choice": "2"}, "choice must be a whole number from 0 to 1")
+        answered("pick", {"choice": "1"}, hostile)
+        self.assertIn('<button type="submit" name="value" value="no">No</button>', page())
+        refused("sure", {"value": "maybe"}, "expects true or false")
+        answered("sure", {"value": "no"}, False)
+        self.assertIn('<input type="number" name="value" step="any" min="1" max="3" required>', page())
+        refused("count", {"value": "7"}, "expects a number from 1 to 3; got 7")
+        answered("count", {"value": "2"}, 2)
+        self.assertIn('<input type="checkbox" name="choice-2" value="2">c</label>', page())
+        answered("many", {"choice-2": "2", "choice-0": "0", "choice-9": "9"}, ["a", "c"])
+        self.assertIn('placeholder="/path/to/file or relative/path" required>', page())
+        refused("path", {"value": ""}, "expects a file path")
+        answered("path", {"value": "data/in put.csv"}, "data/in put.csv")
+        self.assertEqual(self.store.reads.find_run(run_id).state, dag.COMPLETED)
+
     def test_a_switch_from_the_panel_is_the_row_the_command_line_writes(self):
         status, headers, _ = self.client.post("/workers/switch", {"project": "", "host": "box", "queue": "gpu",
                                                                   "set": "off-hard", "reason": "fan <loud>"})

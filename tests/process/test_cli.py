@@ -14,6 +14,7 @@ import sys
 import unittest
 
 from rowfleet.claim import Claim
+from rowfleet.job import FAILED, JobSpec, Outcome
 from rowfleet.sql import queries
 from support import TempDirTestCase, child_env
 
@@ -163,6 +164,46 @@ class CommandLineTest(CliTestCase):
         self.assertEqual((worker["current_job"], worker["progress"]["fraction"], worker["progress"]["message"]),
                          (job_id, 0.5, "half way"))
         self.assertIn("50% half way", self.cli("status").stdout)
+
+    def test_status_shows_the_project_named_and_every_project_otherwise(self):
+        store = self.open_store(migrate=False)
+        for project in ("a", "b", ""):
+            self.cli("--project", project, "enqueue", "mod:fn", "--queue", f"q{project}")
+            store.worker_beat(f"box:{project}:0", project, "box", f"q{project}", 7, None)
+        for args, env, heading, shown in (
+                ((), None, "every project (--project NAME shows one)", ["''", "a", "b"]),
+                (("--project", "a"), None, "project 'a'", ["a"]),
+                (("--project", ""), None, "project '' (the default)", ["''"]),
+                ((), child_env(ROWFLEET_PROJECT="b"), "project 'b'", ["b"])):
+            with self.subTest(args=args, env=env is not None):
+                lines = self.cli(*args, "status", env=env).stdout.splitlines()
+                self.assertEqual(lines[0], heading)
+                counts = lines[lines.index("project  queue  state   jobs") + 1:]
+                self.assertEqual([line.split()[0] for line in counts[:counts.index("")]], shown)
+                workers = lines[[i for i, line in enumerate(lines) if line.startswith("project  host")][0]:]
+                self.assertEqual(workers[0].split()[-1], "actual", "as `rowfleet workers` names the column")
+                self.assertEqual([line.split()[0] for line in workers[1:]], shown)
+                as_json = json.loads(self.cli(*args, "status", "--json", env=env).stdout)
+                self.assertEqual(sorted({c["project"] for c in as_json["counts"]} | {w["project"] for w in
+                                                                                     as_json["workers"]}),
+                                 sorted(name.strip("'") for name in shown))
+                self.assertEqual(as_json["project"], None if heading.startswith("every") else shown[0].strip("'"))
+
+    def test_job_lines_up_its_longest_label_and_event_kind(self):
+        store = self.open_store(migrate=False)
+        job_id = store.enqueue(JobSpec(task="mod:fn", model="llm")).id
+        job = store.claim(Claim("", "default", "box:7", 600.0))
+        store.watchdog_trip(job, {"why": "hung"}, Outcome(FAILED, error="hung"), spent=1, refund=0)
+        lines = self.cli("job", str(job_id)).stdout.splitlines()
+        events = lines.index(next(line for line in lines if line.strip() == "events:"))
+        fields = lines[:events + 1]
+        self.assertTrue(any(line.lstrip().startswith("watchdog_retries: 1") for line in fields), fields)
+        self.assertTrue(any(line.lstrip().startswith("required_model: llm") for line in fields), fields)
+        self.assertEqual({line.index(":") for line in fields}, {len("watchdog_retries")}, "one label column")
+        kinds = [line.split()[1] for line in lines[events + 1:]]
+        self.assertIn("watchdog_trip", kinds)
+        details = {line.index("{") for line in lines[events + 1:]}
+        self.assertEqual(len(details), 1, "every event's detail starts in one column:\n" + "\n".join(lines))
 
     def test_sqlite_use_never_imports_psycopg(self):
         code = ("import sys, rowfleet; rowfleet.configure(db=sys.argv[1]); rowfleet.enqueue('m:f');"

@@ -109,6 +109,91 @@ class WorkflowCommandsTest(CliTestCase):
                           "--no-task-check").stdout.strip()
         self.assertEqual(self.cli_json("runs", run_id)["nodes"][0]["state"], "queued")
 
+    def test_an_input_spec_is_shown_and_each_answer_is_checked(self):
+        path = self.write_flow({"name": "sizes", "nodes": [
+            {"id": "one", "task": "flow.double", "args": {"n": {"$from": "$args.n"}}},
+            {"id": "pick", "kind": "input", "prompt": "Which <b>size</b>?", "widget": "choose_one",
+             "options": {"$from": "$args.sizes"}, "depends_on": ["one"]},
+            {"id": "sure", "kind": "input", "prompt": "Sure?", "widget": "confirm", "depends_on": ["pick"]},
+            {"id": "many", "kind": "input", "widget": "choose_many", "options": ["a", "b", "c"],
+             "depends_on": ["sure"]},
+            {"id": "count", "kind": "input", "widget": "number", "min": 1, "max": 3, "default": 2,
+             "depends_on": ["many"]}]})
+        sizes = ["small", "large", "x\x1b[2J"]
+        run_id = self.cli("run", path, "--app", "flowapp", "--args", json.dumps({"n": 1, "sizes": sizes})).stdout.strip()
+        self.settle()
+        shown = self.cli("runs", run_id).stdout
+        self.assertIn("input pick (choose_one): Which <b>size</b>?\n  options:\n    - small\n    - large\n"
+                      "    - x\\x1b[2J\n", shown, "each option on a line, a control character escaped")
+        self.assertIn(f"answer: rowfleet submit {run_id} pick --value VALUE", shown)
+        pick = {node["id"]: node for node in self.cli_json("runs", run_id)["nodes"]}["pick"]
+        self.assertEqual((pick["spec"], pick["options"]),
+                         ({"widget": "choose_one", "options": {"$from": "$args.sizes"}}, sizes))
+        line = self.assert_refused("submit", run_id, "pick", "--value", "medium", says="expects one of")
+        self.assertIn(f"node 'pick' of run {run_id} expects one of \"small\", \"large\"", line)
+        self.cli("submit", run_id, "pick", "--value", "large")
+        self.assert_refused("submit", run_id, "sure", "--value", "maybe", says="expects true or false (yes or no)")
+        self.cli("submit", run_id, "sure", "--value", "Yes")
+        self.assert_refused("submit", run_id, "many", "--value", "a, d", says="a list of distinct options")
+        self.cli("submit", run_id, "many", "--value", "c, a")
+        shown = self.cli("runs", run_id).stdout
+        self.assertIn("input count (number): no prompt\n  expects a number from 1 to 3\n  default: 2\n", shown)
+        self.assert_refused("submit", run_id, "count", "--value", "4", says="expects a number from 1 to 3; got 4")
+        self.assert_refused("submit", run_id, "count", "--value", "two", says="got \"two\"")
+        self.cli("submit", run_id, "count", "--value", "3")
+        run = self.cli_json("runs", run_id)
+        self.assertEqual(run["state"], "completed")
+        self.assertEqual([node["result"] for node in run["nodes"][1:]], ["large", True, ["c", "a"], 3])
+
+    def test_a_bad_input_spec_is_one_line_and_writes_no_run(self):
+        cases = [
+            ({"widget": "radio"}, "node 'ask': \"widget\" must be one of text, number, confirm"),
+            ({"widget": "choose_one", "options": []}, "node 'ask': \"options\" must list at least one option"),
+            ({"widget": "number", "min": 3, "max": 1}, "node 'ask': \"min\" (3) is above \"max\" (1)"),
+        ]
+        for spec, says in cases:
+            with self.subTest(spec=spec):
+                path = self.write_flow({"name": "f", "nodes": [{"id": "ask", "kind": "input", **spec}]})
+                self.assert_refused("run", path, says=says)
+        self.assert_refused("run", self.write_flow({"name": "f", "nodes": [
+            {"id": "ask", "kind": "input", "widget": "choose_one", "options": {"$from": "$args.tags"}}]}),
+            "--args", '{"tags": 3}', says="the run cannot start: node 'ask' failed: unresolvable reference options")
+        self.assert_no_runs()
+
+    def test_a_queued_answer_is_listed_pending_and_applied_by_the_orchestrator(self):
+        run_id = self.cli("run", "doubler", "--app", "flowapp", "--args", '{"n": 1}').stdout.strip()
+        self.settle()
+        queued = self.cli("submit", run_id, "check", "--value", '{"keep": false}', "--queued", "--by", "ops")
+        [pending] = self.cli_json("submissions")
+        self.assertEqual((pending["id"], pending["state"], pending["submitted_by"], pending["value"]),
+                         (int(queued.stdout), "pending", "ops", {"keep": False}))
+        self.assertEqual(self.cli_json("runs", run_id)["state"], "awaiting_input", "--queued applied the answer")
+        self.assertEqual(json.loads(self.cli("orchestrator", "--once").stdout)["submissions_applied"], 1)
+        self.assertEqual(self.cli_json("runs", run_id)["state"], "completed")
+        # A queued answer is judged when applied: this one fails then, in one line, and changes nothing.
+        late = self.cli_json("submit", run_id, "check", "--value", "1", "--queued")
+        self.assertEqual((late["state"], late["run_id"], late["node_id"]), ("pending", int(run_id), "check"))
+        self.assertEqual(json.loads(self.cli("orchestrator", "--once").stdout)["submissions_failed"], 1)
+        listed = self.cli_json("submissions", "--run", run_id)
+        self.assertEqual([(s["id"], s["state"]) for s in listed],
+                         [(late["id"], "failed"), (pending["id"], "processed")])
+        self.assertIn("a value was already submitted", listed[0]["error"])
+        self.assertEqual([s["id"] for s in self.cli_json("submissions", "--state", "failed")], [late["id"]])
+        self.assertIn(f"node 'check' of run {run_id} is completed", self.cli("submissions").stdout)
+        self.assertEqual(self.cli_json("runs", run_id)["nodes"][-1]["result"], {"keep": False})
+        before = self.cli_json("submissions")
+        self.assert_refused("submit", run_id, "check", "--value", "1", "--queued", "--by", "x" * 500, says="--by")
+        self.assert_refused("submit", run_id, "no such node", "--value", "1", "--queued", says="node")
+        self.assertEqual(self.cli_json("submissions"), before, "a refused --queued wrote a row")
+
+    def test_a_direct_answer_is_recorded_as_a_processed_submission_by_its_user(self):
+        run_id = self.cli("run", "doubler", "--app", "flowapp", "--args", '{"n": 1}').stdout.strip()
+        self.settle()
+        self.cli("submit", run_id, "check", "--value", "true", "--by", "reviewer")
+        [row] = self.cli_json("submissions", "--run", run_id)
+        self.assertEqual((row["state"], row["submitted_by"], row["value"], row["error"]),
+                         ("processed", "reviewer", True, None))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -255,6 +255,29 @@ class FleetContract:
         self.assertEqual(self.wait_completed(waiting).result, pid)
         self.stop_all(worker)
 
+    def test_a_worker_started_while_off_logs_that_it_starts_parked_and_serves_only_once_on(self):
+        self.control("--queue", QUEUE, "--off", "--reason", "maintenance")
+        worker = self.worker("--log-level", "INFO")
+        self.wait_state(worker.pid, "parked")
+        log = self.output(worker)
+        self.assertIn(f"starts parked: switched off (drain) by test for queue {QUEUE} of host {HOST}", log)
+        self.assertIn("(maintenance)", log, "it says why")
+        self.assertNotIn("serving", log, "a parked worker said it serves")
+        self.control("--queue", QUEUE, "--on")
+        self.wait_state(worker.pid, "serving")
+        said = self.wait(lambda: "switched on: serving queue" in (log := self.output(worker)) and log,
+                         "the worker to say it serves")
+        self.assertLess(said.index("starts parked"), said.index(f"switched on: serving queue '{QUEUE}'"))
+        self.assertNotIn("serving again", said, "it never served before")
+        self.stop_all(worker)
+
+    def test_a_worker_started_while_on_logs_that_it_serves(self):
+        worker = self.worker("--log-level", "INFO")
+        said = self.wait(lambda: "serving queue" in (log := self.output(worker)) and log, "the worker to serve")
+        self.assertIn(f"serving queue '{QUEUE}' of project ''", said)
+        self.assertNotIn("parked", said)
+        self.stop_all(worker)
+
     def child_or_self(self, process: subprocess.Popen) -> int:
         self.wait(lambda: self.row_of(process.pid), f"worker {process.pid} to beat")
         return process.pid

@@ -112,7 +112,8 @@ class FlowProcessContract:
         lease = ("--lease", "2", "--renew", "0.5", "--poll", "0.2")
         first = self.launch_logged("worker", "worker", "--app", APP, "--queue", "api", *lease)
         wait_until(lambda: self.marker(f"started-{hung}"), message="the hung job to start")
-        second = self.launch_logged("worker", "worker", "--app", APP, "--queue", "api", *lease)
+        # Of another box: a worker of the killed one's host would hand its job back as it starts.
+        second = self.launch_logged("worker", "worker", "--app", APP, "--queue", "api", "--host", "other-box", *lease)
         first.send_signal(signal.SIGKILL)
         first.wait(DEADLINE)
         orchestrator = self.launch_logged("orchestrator", "orchestrator", "--interval", "0.2")

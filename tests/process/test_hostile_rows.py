@@ -81,6 +81,9 @@ CASES = {
     "attempts_spent": Case({"attempts": 5, "max_attempts": 5}, "attempts", FAILED),
     "attempts_past_max": Case({"attempts": 9, "max_attempts": 5}, "attempts", FAILED),
     "attempts_negative": Case({"attempts": -4}, "attempts", FAILED),
+    # A scheduled job's slot that is no moment is still a number: sound, run, shown as stored.
+    "schedule_slot_infinite": Case({"schedule": "nightly", "schedule_slot": float("inf"), "fire_reason": "tick"},
+                                   None, COMPLETED),
 }
 SQLITE_CASES = {  # PostgreSQL's double precision columns cannot hold text
     # Text (and bytes) sort after every number in SQLite: never due, so never claimed.
@@ -89,10 +92,16 @@ SQLITE_CASES = {  # PostgreSQL's double precision columns cannot hold text
     "run_at_text_delayed": Case({"run_at": "tomorrow", "delayed": 1}, "run_at", FAILED, swept=True),
     "run_at_bytes": Case({"run_at": b"\x00\x01"}, "run_at", FAILED, swept=True),
     "created_at_text": Case({"created_at": "yesterday"}, "created_at", FAILED),
+    "schedule_slot_text": Case({"schedule": "nightly", "schedule_slot": "noon", "fire_reason": "tick"},
+                               "schedule_slot", FAILED),
+    "fire_reason_bytes": Case({"schedule": "nightly", "schedule_slot": 60.0, "fire_reason": b"\xff\x00"},
+                              "fire_reason", FAILED),
 }
 POSTGRES_CASES = {  # NaN sorts after every number in PostgreSQL (SQLite stores it as NULL)
     "run_at_nan": Case({"run_at": float("nan")}, "run_at", FAILED, swept=True),
     "run_at_nan_delayed": Case({"run_at": float("nan"), "delayed": 1}, "run_at", FAILED, swept=True),
+    "schedule_slot_nan": Case({"schedule": "nightly", "schedule_slot": float("nan"), "fire_reason": "boot"},
+                              "schedule_slot", FAILED),
 }
 
 
@@ -281,6 +290,9 @@ class HostileRowsContract:
 
     def test_attempts_negative(self):
         self.check(CASES["attempts_negative"])
+
+    def test_schedule_slot_infinite(self):
+        self.check(CASES["schedule_slot_infinite"])
 
     def insert_running(self, **columns: Any) -> int:
         now = time.time()
@@ -480,6 +492,12 @@ class SQLiteHostileRowsTest(HostileRowsContract, TempDirTestCase):
     def test_created_at_text(self):
         self.check(SQLITE_CASES["created_at_text"])
 
+    def test_schedule_slot_text(self):
+        self.check(SQLITE_CASES["schedule_slot_text"])
+
+    def test_fire_reason_bytes(self):
+        self.check(SQLITE_CASES["fire_reason_bytes"])
+
     def test_model_stats_text_and_bytes(self):
         self.check_model_stats(SQLITE_MODEL_STATS_CASES)
 
@@ -505,6 +523,9 @@ class PostgresHostileRowsTest(PostgresServerCase, HostileRowsContract, TempDirTe
 
     def test_run_at_nan_delayed(self):
         self.check(POSTGRES_CASES["run_at_nan_delayed"])
+
+    def test_schedule_slot_nan(self):
+        self.check(POSTGRES_CASES["schedule_slot_nan"])
 
     def test_model_stats_nan(self):
         self.check_model_stats(POSTGRES_MODEL_STATS_CASES)

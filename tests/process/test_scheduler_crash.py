@@ -213,7 +213,8 @@ class SchedulerCrashContract:
         self.assert_nothing_fired()
         fired = self.drive("recover")
         job_id = self.assert_fired_once()
-        self.assertEqual(fired, [{"name": YEARLY["name"], "slot": iso(self.slot), "job_id": job_id}])
+        self.assertEqual(fired, [{"name": YEARLY["name"], "slot": iso(self.slot), "job_id": job_id,
+                                  "reason": "tick"}])
         self.assertEqual(self.real_scheduler_once(), [], "a restarted scheduler fired the slot again")
         self.assertEqual(self.assert_fired_once(), job_id)
 

@@ -8,11 +8,13 @@ import json
 import os
 import sqlite3
 import unittest
+import warnings
 
+import rowfleet
 from pg_harness import PostgresDatabaseCase
 from rowfleet import tasks
-from rowfleet.errors import TaskRefused
-from support import TempDirTestCase
+from rowfleet.errors import TaskRefused, UnknownTask
+from support import LibraryOnEmptyDatabase, TempDirTestCase
 
 APP = """\
 import rowfleet
@@ -139,6 +141,57 @@ class TrustContract:
         self.plain_sql_job("helpers:add", [1, 2])
         self.cli("worker", "--burst", env=child_env(ROWFLEET_ALLOW_MODULES="other,helpers"))
         self.assertEqual(self.jobs()["helpers:add"]["result"], 3)
+
+
+@rowfleet.task(name="trust.registered_here")
+def registered_here():
+    return None
+
+
+class LibraryTrustTest(LibraryOnEmptyDatabase, TempDirTestCase):
+    """``rowfleet.enqueue`` gives the answers of ``rowfleet enqueue``: a warning (the job
+    written) where the command line warns without ``--app``, and with ``strict`` the refusal
+    (nothing written) it gives with ``--app``. The rule is the backend's no business: SQLite."""
+
+    def empty_database(self) -> str:
+        return self.db
+
+    def setUp(self):
+        super().setUp()
+        self.write_module("app", APP)
+
+    def test_a_name_no_worker_would_trust_is_written_with_the_warning_the_command_line_gives(self):
+        for name in ("os:system", "app.nope"):
+            with self.subTest(name=name):
+                with self.assertWarns(rowfleet.TaskWarning) as caught:
+                    job = rowfleet.enqueue(name)
+                self.assertEqual(caught.filename, __file__, "the warning names the caller's line")
+                said = self.cli("enqueue", name).stderr.strip()
+                self.assertEqual(said, f"rowfleet: warning: {str(caught.warning).split(' (strict=True')[0]}")
+                self.assertEqual(self.row(job.id).task, name, "a warning still writes the job")
+                with self.assertWarns(rowfleet.TaskWarning):
+                    self.assertEqual(rowfleet.enqueue_many(name, [1, 2]), 2)
+
+    def test_a_name_registered_here_or_under_an_allowed_prefix_is_not_warned_of(self):
+        rowfleet.configure(db=self.db, allow_modules=("json",))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for task in (registered_here, "trust.registered_here", "json:dumps"):
+                rowfleet.enqueue(task)
+                rowfleet.enqueue(task, strict=True)
+        self.assertEqual(len(self.store.reads.list_jobs("")), 6)
+
+    def test_strict_refuses_what_the_command_line_refuses_with_app_and_writes_nothing(self):
+        for name, kind in (("os:system", TaskRefused), ("app.nope", UnknownTask), ("json:dumps", TaskRefused)):
+            with self.subTest(name=name):
+                with self.assertRaises(kind) as caught:
+                    rowfleet.enqueue(name, strict=True)
+                with self.assertRaises(kind):
+                    rowfleet.enqueue_many(name, [1], strict=True)
+                said = self.cli("enqueue", name, "--app", "app", check=False)
+                self.assertEqual(said.returncode, 2, said.stderr)
+                self.assertEqual(said.stderr.strip(), f"rowfleet: error: {caught.exception}")
+        self.assertEqual(self.store.reads.list_jobs(""), [])
 
 
 class SQLiteTrustTest(TrustContract, TempDirTestCase):

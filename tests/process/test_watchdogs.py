@@ -596,8 +596,9 @@ class WatchdogContract:
         self.assertIn("could not record it before its lease ran out", self.output(cut_off))
         # An orchestrator of another box: it cannot see that the process is gone, so only
         # the lapse hands the job on, as it would be for a box cut off from the database.
+        # The rescuer too: one of the cut-off worker's host would hand the job back as it starts.
         orchestrator = self.launch("orchestrator", "--interval", "0.2", "--host", "elsewhere")
-        rescuer = self.worker("--lease", "3", "--renew", "0.3")
+        rescuer = self.worker("--lease", "3", "--renew", "0.3", "--host", "elsewhere")
         job = self.wait_for_state(job_id, "completed")
         self.assertEqual((job.result, job.attempts, job.lease_token, job.watchdog_retries), ("recovered", 1, 2, 1),
                          "a lost lease spends a watchdog retry, not an attempt")

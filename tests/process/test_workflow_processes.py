@@ -36,6 +36,9 @@ APP = "wfapp"
 # Short settings, so a lapsed lease or a missed wake-up costs a fraction of a second.
 WORKER = ("--lease", "1", "--renew", "0.25", "--poll", "0.2", "--heartbeat", "0.5")
 ORCHESTRATOR = ("--interval", "0.2", "--poll", "0.2", "--heartbeat", "0.5")
+# A worker of another box: one on the dead worker's host would hand its job back as it
+# starts (rowfleet.worker.rejoin); these tests are about the lease and the outbox.
+ELSEWHERE = ("--host", "another-box")
 
 APP_SOURCE = '''\
 import os
@@ -373,7 +376,8 @@ class WorkflowProcessContract:
                          [("job_finished", "a", jobs["a"].id, None)], "the outbox after the crash")
         self.assertEqual(self.effects(), collections.Counter({(run_id, "a"): 1}))
 
-        processes = [self.launch("worker", "--app", APP, *WORKER), self.launch("orchestrator", *ORCHESTRATOR)]
+        processes = [self.launch("worker", "--app", APP, *WORKER, *ELSEWHERE),
+                     self.launch("orchestrator", *ORCHESTRATOR)]
         shown = self.wait_for_run(run_id, processes=processes)
         self.stop_all(*processes)
         self.assertEqual(shown["nodes"][3]["result"], ["A", "B"])
@@ -501,7 +505,7 @@ class WorkflowProcessContract:
         doomed.wait(DEADLINE)
         self.assertEqual(doomed.returncode, -signal.SIGKILL)
 
-        rescuer = self.launch("worker", "--app", APP, *WORKER)
+        rescuer = self.launch("worker", "--app", APP, *WORKER, *ELSEWHERE)
         shown = self.wait_for_run(run_id, processes=[orchestrator, rescuer])
         self.stop_all(orchestrator, rescuer)
         self.assertEqual(shown["nodes"][2]["result"], [1, 2])

@@ -168,7 +168,8 @@ class SqlFilesTest(unittest.TestCase):
 
         own = PostgresStore.own_queries | PostgresStore.own_fragments
         sqlite, postgres = queries.query_files("sqlite"), queries.query_files("postgres")
-        self.assertEqual(set(sqlite), {"core", "jobs", "runs", "schedules", "fleet", "flow", "telemetry"})
+        self.assertEqual(set(sqlite), {"core", "jobs", "runs", "schedules", "fleet", "flow", "submissions",
+                                       "telemetry"})
         self.assertEqual(set(sqlite), set(postgres))
         for entity in sqlite:
             with self.subTest(entity=entity):

@@ -158,7 +158,7 @@ def _fair(db: str, env: dict, folder: str, backlog: int, window: float, *, fair:
 
 def _enqueue(db: str, batches: list[tuple[str | None, int]]) -> None:
     """Enqueue each (key, count) batch, all in one transaction of a connection of our own."""
-    rowfleet.configure(db=db, project=PROJECT)
+    harness.configure_api(db)
     with contextlib.closing(_connect(db)) as conn:
         for key, count in batches:
             if count:

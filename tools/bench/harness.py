@@ -382,13 +382,21 @@ def idle_worker(path: str, task_dir: str, watch: str, control: Any) -> None:
     worker.run()
 
 
+def configure_api(db: str, **settings: Any) -> None:
+    """rowfleet's API on ``db`` in the bench's project, trusting the bench's task module as
+    the bench's workers do (so an enqueue by name is not warned about)."""
+    import rowfleet
+
+    rowfleet.configure(db=db, project=PROJECT, allow_modules=(TASK_MODULE,), **settings)
+
+
 def storm(path: str, rate: float, control: Any) -> None:
     """Enqueue to the queue ``"other"`` at ``rate`` commits a second, one job per
     ``rowfleet.enqueue``, paced by the clock, until ``control`` says stop; then send how
     many it made and over how many seconds."""
     import rowfleet
 
-    rowfleet.configure(db=path, project=PROJECT, synchronous="FULL")
+    configure_api(path, synchronous="FULL")
     stopped = threading.Event()
     answer_cpu_requests(control, stopped.set)
     made, start = 0, time.monotonic()

@@ -290,7 +290,7 @@ def _huey(bench: Bench, python: str, app_dir: str, procs: int, jobs: int) -> tup
 
 def _rowfleet(bench: Bench, procs: int, jobs: int, batch: int = 1) -> tuple[float, float]:
     path = bench.lab.database(f"peers-rowfleet-{procs}-{batch}")
-    rowfleet.configure(db=path, project=PROJECT)
+    harness.configure_api(path)
     rowfleet.enqueue_many(NOOP, [None] * jobs, queue=QUEUE)
     return _timed([_worker_command(path, procs, batch)], _worker_env(bench), os.path.dirname(path), jobs,
                   lambda: _count(path, "SELECT count(*) FROM jobs WHERE state = 'completed'"))
@@ -315,7 +315,7 @@ def _rowfleet_pg(bench: Bench, server: Any, python: str, app_dir: str, jobs: int
     try:
         with open_store(Config(db=url, project=PROJECT), create=True) as store:
             store.migrate()
-        rowfleet.configure(db=url, project=PROJECT)
+        harness.configure_api(url)
         rowfleet.enqueue_many(NOOP, [None] * jobs, queue=QUEUE)
         with contextlib.closing(PgCounter(python, app_dir, url, "rowfleet")) as finished:
             return _timed([_worker_command(url, procs, batch)], _worker_env(bench), bench.lab.folder("rowfleet-pg"),

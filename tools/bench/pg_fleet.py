@@ -339,7 +339,7 @@ class FleetBench:
     def _wake(self, url: str, conn: Any, fleet: "Fleet", phase: Phase) -> None:
         samples = self.sizes.pg_fleet_wakes
         progress(f"pgfleet: {phase.workers} idle worker(s): {samples} jobs enqueued one at a time")
-        rowfleet.configure(db=url, project=PROJECT)
+        harness.configure_api(url)
         rng = random.Random(7)
         counts, start = None, 0.0
         for n in range(WAKE_WARMUP + samples):
@@ -376,7 +376,7 @@ class FleetBench:
     def _burst(self, url: str, conn: Any, fleet: "Fleet", phase: Phase) -> None:
         jobs = self.sizes.pg_fleet_burst
         progress(f"pgfleet: {phase.workers} idle worker(s): a burst of {jobs} jobs in one enqueue_many")
-        rowfleet.configure(db=url, project=PROJECT)
+        harness.configure_api(url)
         after_id = conn.execute("SELECT coalesce(max(id), 0) FROM jobs").fetchone()[0]
         counts = self._counts(conn)
         enqueued = time.time()  # before the call, as for the wake

@@ -499,7 +499,7 @@ class PostgresBench:
         child_end.close()
         listen_end.close()
         reader = _connect(url)
-        rowfleet.configure(db=url, project=PROJECT)
+        harness.configure_api(url)
         try:
             if not listen.poll(30) or listen.recv() != "ready":
                 raise RuntimeError("the bare LISTEN process did not start")
@@ -537,7 +537,7 @@ class PostgresBench:
         """Claim latency at each depth, loading only the rows each depth adds to the last."""
         depths = sorted(self.sizes.claim_rows)
         url, bare_url = self._new_database("claim"), self._new_yardstick("claim_bare")
-        rowfleet.configure(db=url, project=PROJECT)
+        harness.configure_api(url)
         medians: dict[int, tuple[float, float]] = {}
         loaded = 0
         for rows in depths:

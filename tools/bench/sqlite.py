@@ -181,7 +181,7 @@ def enqueue(bench: Bench) -> None:
 def _single_round(bench: Bench, sync: str) -> tuple[float, float]:
     """Jobs/s of rowfleet.enqueue and of the bare loop, each on its own fresh database."""
     conn = yardstick.connect(os.path.join(bench.lab.folder(f"bare-insert-{sync.lower()}"), "bare.db"), sync)
-    rowfleet.configure(db=bench.lab.database(f"enqueue-{sync.lower()}"), project=PROJECT, synchronous=sync)
+    harness.configure_api(bench.lab.database(f"enqueue-{sync.lower()}"), synchronous=sync)
     try:
         ours, theirs = paired(lambda: rowfleet.enqueue(NOOP, queue=QUEUE), lambda: yardstick.enqueue_one(conn),
                               bench.sizes.enqueue_jobs,
@@ -206,7 +206,7 @@ def batch(bench: Bench) -> None:
             bare.append(n / (time.perf_counter() - start))
         finally:
             conn.close()
-        rowfleet.configure(db=bench.lab.database("batch"), project=PROJECT, synchronous=sync)
+        harness.configure_api(bench.lab.database("batch"), synchronous=sync)
         rowfleet.enqueue_many(NOOP, [], queue=QUEUE)  # opens the API's connection outside the timing
         start = time.perf_counter()
         written = rowfleet.enqueue_many(NOOP, range(n), queue=QUEUE)
@@ -371,7 +371,7 @@ def _wake_samples(bench: Bench, watch: str, samples: int, storm: bool = True) ->
     child.start()
     child_end.close()
     reader = sqlite3.connect(path, isolation_level=None)
-    rowfleet.configure(db=path, project=PROJECT, synchronous="FULL")
+    harness.configure_api(path, synchronous="FULL")
     try:
         harness.wait_for(lambda: reader.execute("SELECT count(*) FROM workers").fetchone()[0] > 0,
                          "the idle worker's first heartbeat", child)

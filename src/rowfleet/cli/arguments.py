@@ -12,7 +12,9 @@ command module imports another."""
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import os
 import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -205,11 +207,27 @@ def app_flag(sub: argparse.ArgumentParser, help_text: str) -> None:
     sub.add_argument("--app", action="append", default=[], metavar="MODULE", type=typed("module"), help=help_text)
 
 
+def asker(by: str | None) -> str:
+    """Who asks, as a row records it: ``--by``'s name, else this user's ("" when none is known)."""
+    if by:
+        return by
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name in the environment or the password database
+        return ""
+
+
 def trusted(config: Config, args: argparse.Namespace) -> Config:
     """``config`` with the prefixes this command trusts: ``--allow-module`` (else the
     environment's), joined by the ``--app`` modules."""
     explicit = args.allow_module if args.allow_module else config.allow_modules
     return config.replace(allow_modules=tasks.trusted_modules(explicit, args.app))
+
+
+def project_named(args: argparse.Namespace) -> bool:
+    """Whether ``--project`` or ``ROWFLEET_PROJECT`` named a project (``--project ''`` names
+    the default one), rather than the setting being left at its default."""
+    return getattr(args, "project", None) is not None or bool(os.environ.get(SETTING["project"].env))
 
 
 def json_flag(flag: str, text: str) -> Any:
@@ -329,13 +347,20 @@ def _need(flags: list[str]) -> str:
     return "needs" if len(flags) == 1 else "need"
 
 
-def vetted_schedules(files: list[str], apps: list[str], allow_modules: tuple[str, ...]) -> list[Schedule]:
+def vetted_schedules(files: list[str], apps: list[str], allow_modules: tuple[str, ...],
+                     name: str | None = None) -> list[Schedule]:
     """The schedules of the ``--schedule`` files and the ``--app`` modules (``schedules_of``),
-    each task vetted by ``vet_schedules``: refused with ``--app``, else warned of once, here
-    at the start (not at every tick)."""
-    from rowfleet.schedule import schedules_of, vet_schedules  # here: only the scheduler's commands read it
+    or only the one called ``name`` (``ConfigError`` when none is), each task vetted by
+    ``vet_schedules``: refused with ``--app``, else warned of once, here at the start (not at
+    every tick)."""
+    from rowfleet.schedule import named, schedules_of, vet_schedules  # here: only the scheduler's commands read it
 
     schedules = schedules_of(files, apps)
+    if name is not None:
+        if not schedules:
+            raise ConfigError(f"no schedule is named {name!r}: give the --schedule FILE or the --app MODULE "
+                              f"that declares it")
+        schedules = [named(schedules, name)]
     for warning in vet_schedules(schedules, allow_modules, strict=bool(apps)):
         warn(warning)
     return schedules

@@ -4,12 +4,11 @@ each rendering the one read model, ``rowfleet.views.snapshot``."""
 from __future__ import annotations
 
 import argparse
-import getpass
 from typing import Any, Callable, Iterable, Mapping
 
 from rowfleet import config as configuration
 from rowfleet import control, exitcodes, flow, liveness
-from rowfleet.cli.arguments import Parser, typed
+from rowfleet.cli.arguments import Parser, asker, typed
 from rowfleet.cli.output import print_json, say, seen_text, services_table, table
 from rowfleet.control import Switch
 from rowfleet.errors import ConfigError
@@ -111,7 +110,7 @@ def cmd_control(args: argparse.Namespace, config: configuration.Config) -> int:
     project = control.ANY if args.all_projects else config.project
     with open_store(config) as store:
         store.require_schema()
-        switch = store.set_switch(project, host, queue, args.desired, args.policy, args.by or _user(),
+        switch = store.set_switch(project, host, queue, args.desired, args.policy, asker(args.by),
                                   reason=args.reason)
         # Off wins: turning one row on does not free workers that a wider off row holds.
         still_held = [held for held in store.reads.switches() if held.desired == control.OFF and held != switch
@@ -145,7 +144,7 @@ def cmd_limit(args: argparse.Namespace, config: configuration.Config) -> int:
                           "--no-fair, --lost-first, --lost-in-place) or --clear; `rowfleet limits` lists them")
     with open_store(config) as store:
         store.require_schema()
-        limit = store.set_limit(project, args.queue, args.by or _user(), clear=args.clear, **rules)
+        limit = store.set_limit(project, args.queue, asker(args.by), clear=args.clear, **rules)
     scope = flow.Limit(project, args.queue).scope()
     if args.json:
         print_json({"limit": None if limit is None else limit.to_dict(), "project": project, "queue": args.queue})
@@ -186,7 +185,7 @@ def cmd_model_control(args: argparse.Namespace, config: configuration.Config) ->
             found = store.clear_model_control(host, model, args.action)
             shown = {"cleared": found, "host": host, "model": model, "action": args.action}
         else:
-            shown = store.set_model_control(host, model, args.action, args.by or _user()).to_dict()
+            shown = store.set_model_control(host, model, args.action, asker(args.by)).to_dict()
     if args.json:
         print_json(shown)
     elif args.clear:
@@ -222,7 +221,7 @@ def cmd_gpu_control(args: argparse.Namespace, config: configuration.Config) -> i
                           f"--host {config.host}")
     with open_store(config) as store:
         store.require_schema()
-        switch = store.set_gpu_switch(config.host, args.gpu, args.action, args.by or _user(), args.reason)
+        switch = store.set_gpu_switch(config.host, args.gpu, args.action, asker(args.by), args.reason)
     if args.json:
         print_json(switch.to_dict())
     elif switch.off:
@@ -355,10 +354,3 @@ def _worker_tally(workers: Iterable[Worker]) -> str:
 def _wanted(switch: Switch) -> str:
     by = f" by {switch.changed_by}" if switch.changed_by else ""
     return f"on{by}" if switch.desired == control.ON else f"off ({switch.policy}){by}"
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no user name in the environment or the password database
-        return ""

@@ -13,8 +13,8 @@ from typing import Any, Callable
 from rowfleet import config as configuration
 from rowfleet import exitcodes, models, tasks
 from rowfleet.cli.arguments import (Parser, allow_module_flag, app_flag, int64, json_flag, non_negative_float,
-                                  positive_float, positive_int, trusted, typed)
-from rowfleet.cli.output import print_json, say, seen_text, services_table, short, table, warn
+                                  positive_float, positive_int, project_named, trusted, typed)
+from rowfleet.cli.output import escaped, print_json, say, seen_text, services_table, short, table, warn
 from rowfleet.errors import ConfigError
 from rowfleet.job import QUEUED, RUNNING, STATES, JobSpec, iso
 from rowfleet.store import Store, open_store
@@ -68,8 +68,9 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
                      help="give up after this long (exit 124; default: wait as long as it takes)")
 
-    sub = command("status", cmd_status, "job counts per project/queue/state, and workers", reads=("database",))
-    sub.add_argument("--json", action="store_true")
+    sub = command("status", cmd_status, "job counts per project/queue/state, and workers: of every project, or of "
+                  "the one --project (or ROWFLEET_PROJECT) names", reads=("database",))
+    sub.add_argument("--json", action="store_true", help="with \"project\": the project shown, null for every one")
 
     sub = command("jobs", cmd_jobs, "list jobs, newest first", reads=("database",))
     sub.add_argument("--state", choices=STATES)
@@ -172,12 +173,18 @@ def _print_when_ended(store: Store, job_id: int, project: str, timeout: float | 
 
 
 def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
+    # Every project unless one is named: a shared database's overview is what status was first.
+    project = config.project if project_named(args) else None
     with open_store(config) as store:
         store.require_schema()
         fleet = snapshot(store)
+    if project is not None:
+        fleet = fleet.for_project(project)
     if args.json:
-        print_json(fleet.to_dict())
+        print_json({**fleet.to_dict(), "project": project})
         return exitcodes.OK
+    print(_projects_shown(project))
+    print()
     print(table(["project", "queue", "state", "jobs"],
                  [[c.project or "''", c.queue, c.state, c.text()] for c in fleet.counts]) or "no jobs")
     if fleet.unplaceable:
@@ -190,9 +197,20 @@ def cmd_status(args: argparse.Namespace, config: configuration.Config) -> int:
     print()
     rows = [[w.project or "''", w.host, w.queue, w.pid, w.current_job or "-", _progress_text(w.progress),
              seen_text(w), w.actual] for w in fleet.workers]
-    print(table(["project", "host", "queue", "pid", "job", "progress", "last seen", "state"], rows)
+    print(table(["project", "host", "queue", "pid", "job", "progress", "last seen", "actual"], rows)
           or "no workers")
     return exitcodes.OK
+
+
+def _projects_shown(project: str | None) -> str:
+    """The heading of ``status``: which project it shows, or that it shows every one.
+
+    >>> _projects_shown(None), _projects_shown("a"), _projects_shown("")
+    ('every project (--project NAME shows one)', "project 'a'", "project '' (the default)")
+    """
+    if project is None:
+        return "every project (--project NAME shows one)"
+    return f"project {project!r}" + ("" if project else " (the default)")
 
 
 def _progress_text(progress: Progress | None) -> str:
@@ -243,21 +261,26 @@ def cmd_job(args: argparse.Namespace, config: configuration.Config) -> int:
         return exitcodes.OK
     keys = ["id", "task", "queue", "project", "state", "priority", "run_next", "attempts", "max_attempts", "args",
             "result", "error", "claimed_by", "lease_token", "run_at", "created_at", "started_at", "finished_at"]
-    keys += [key for key in ("concurrency_key", "run_id", "node_id", "node_item", "timeout", "required_model", "vram_mb", "gpus", "progress",
+    keys += [key for key in ("concurrency_key", "run_id", "node_id", "node_item", "schedule", "schedule_slot",
+                             "fire_reason", "timeout", "required_model", "vram_mb", "gpus", "progress",
                              "progress_message", "progress_at", "cancel_requested_at", "cancel_reason",
                              "unreadable") if data[key] is not None]
     keys += ["watchdog_retries"] if data["watchdog_retries"] else []
-    for key in keys:
-        say(f"{key:>13}: {_field_text(job, key, data[key])}")
-    if _unplaceable(job):
-        say(f"  unplaceable: {_unplaceable(job)}")
-    for reason in reasons:
-        say(f"{'not running':>13}: {reason.text}")
+    fields = [(key, _field_text(job, key, data[key])) for key in keys]
+    fields += [("unplaceable", _unplaceable(job))] if _unplaceable(job) else []
+    fields += [("not running", reason.text) for reason in reasons]
+    # The labels' column is as wide as the longest label shown, the events' kind column as
+    # the longest kind: a long one (watchdog_retries, watchdog_trip) shifts no line.
+    width = max(len(label) for label in [*(label for label, _ in fields), "traceback", "events"])
+    for label, text in fields:
+        say(f"{label:>{width}}: {text}")
     if data["traceback"]:
-        say("    traceback:\n" + str(data["traceback"]).rstrip(), lines=True)
-    print("       events:")
-    for event in data["events"]:
-        say(f"  {event['at']}  {event['kind']:<10} {json.dumps(event['detail'])}")
+        say(f"{'traceback':>{width}}:\n" + str(data["traceback"]).rstrip(), lines=True)
+    print(f"{'events':>{width}}:")
+    kinds = [escaped(event["kind"]) for event in data["events"]]  # as shown: an escape is wider
+    kind_width = max(map(len, kinds), default=0)
+    for event, kind in zip(data["events"], kinds):
+        say(f"  {event['at']}  {kind:<{kind_width}} {json.dumps(event['detail'])}")
     return exitcodes.OK
 
 

@@ -1,4 +1,4 @@
-"""Workflow commands: run, runs, cancel-run, restart, submit."""
+"""Workflow commands: run, runs, cancel-run, restart, submit, submissions."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import json
 import os
 from typing import Any, Callable
 
-from rowfleet import api, dag, exitcodes, tasks
+from rowfleet import api, dag, exitcodes, inputs, tasks
 from rowfleet import config as configuration
-from rowfleet.cli.arguments import Parser, allow_module_flag, int64, json_flag, positive_int, trusted
-from rowfleet.cli.output import print_json, short, table, warn
-from rowfleet.errors import ConfigError, UnknownTask
+from rowfleet.cli.arguments import (Parser, allow_module_flag, asker, int64, json_flag, positive_int, trusted,
+                                    typed)
+from rowfleet.cli.output import print_json, say, short, table, warn
+from rowfleet.errors import ConfigError, NotFound, UnknownTask
 from rowfleet.job import iso
 from rowfleet.store import open_store
+from rowfleet.store.submissions import STATES as SUBMISSION_STATES
 
 
 def add_commands(command: Callable[..., Parser]) -> None:
@@ -45,7 +47,19 @@ def add_commands(command: Callable[..., Parser]) -> None:
     sub = command("submit", cmd_submit, "answer an input node of a run that awaits input", reads=("database",))
     sub.add_argument("id", type=int64)
     sub.add_argument("node", help="the input node's id")
-    sub.add_argument("--value", required=True, help="JSON: the node's result")
+    sub.add_argument("--value", required=True,
+                     help="the node's result: JSON; for a node with a widget, as the widget reads it (text and "
+                          "file_path as typed, confirm yes/no/true/false, choose_many a JSON list or comma-separated)")
+    sub.add_argument("--queued", action="store_true",
+                     help="only write the answer as a pending submission, for an orchestrator to apply; print its id")
+    sub.add_argument("--by", type=typed("by"), help="who answers, recorded on the submission (default: this user)")
+    sub.add_argument("--json", action="store_true")
+
+    sub = command("submissions", cmd_submissions, "list submissions (answers to input nodes), newest first, "
+                  "with their state and error", reads=("database",))
+    sub.add_argument("--run", type=int64, help="only this run's")
+    sub.add_argument("--state", choices=SUBMISSION_STATES)
+    sub.add_argument("--limit", type=positive_int, default=50)
     sub.add_argument("--json", action="store_true")
 
 
@@ -114,10 +128,50 @@ def cmd_restart(args: argparse.Namespace, config: configuration.Config) -> int:
 
 
 def cmd_submit(args: argparse.Namespace, config: configuration.Config) -> int:
-    value = json_flag("--value", args.value)
+    by = asker(args.by)
     with open_store(config) as store:
-        run = store.submit_input(args.id, args.node, value, config.project)
+        value = _answer(store, args, config.project)
+        if args.queued:
+            return _show_queued(store, store.enqueue_submission(config.project, args.id, args.node, value, by),
+                                config.project, args.json)
+        run = store.submit_input(args.id, args.node, value, config.project, by=by)
     return _show_run(run, args.json, f"run {args.id}: {args.node} answered; the run is {run.state}")
+
+
+def _show_queued(store: Any, submission_id: int, project: str, as_json: bool) -> int:
+    if as_json:
+        print_json(store.reads.get_submission(submission_id, project).to_dict())
+    else:
+        print(submission_id)
+    return exitcodes.OK
+
+
+def cmd_submissions(args: argparse.Namespace, config: configuration.Config) -> int:
+    with open_store(config) as store:
+        found = store.reads.list_submissions(config.project, run_id=args.run, state=args.state, limit=args.limit)
+    if args.json:
+        print_json([submission.to_dict() for submission in found])
+        return exitcodes.OK
+    rows = [[s.id, s.run_id, s.node_id, s.state, s.submitted_by or "-", iso(s.created_at),
+             iso(s.processed_at) or "-", short(s.error or "")] for s in found]
+    print(table(["id", "run", "node", "state", "by", "submitted", "handled", "error"], rows) or "no submissions")
+    for submission in found:
+        if submission.unreadable:
+            print(f"! submission {submission.id} is unreadable: {submission.unreadable}")
+    return exitcodes.OK
+
+
+def _answer(store: Any, args: argparse.Namespace, project: str) -> Any:
+    """``--value`` as the node reads it: as its widget reads text (``inputs.read_text``),
+    else as JSON. The store checks the value against the node's spec; a run or node that is
+    not there is left for it to name."""
+    try:
+        node = store.get_run(args.id, project).node(args.node)
+    except (NotFound, KeyError):
+        node = None
+    if node is None or node.spec is None:
+        return json_flag("--value", args.value)
+    return inputs.read_text(node.spec, args.value, node.options)
 
 
 def _show_run(run: Any, as_json: bool, headline: str | None = None) -> int:
@@ -130,9 +184,29 @@ def _show_run(run: Any, as_json: bool, headline: str | None = None) -> int:
     print(f"run {run.id} {run.name}: {run.state}" + (f" ({run.error})" if run.error else ""))
     rows = [[n.id, _node_state(n), n.attempts, _result_text(n), short(n.error or n.prompt or "")] for n in run.nodes]
     print(table(["node", "state", "attempts", "result", "error, skip reason or prompt"], rows))
+    for node in run.nodes:
+        if node.state == dag.AWAITING_INPUT:
+            for line in _asked(run.id, node):
+                say(line)
     if run.unreadable:
         print(f"! run {run.id} is unreadable: {run.unreadable}")
     return exitcodes.OK
+
+
+def _asked(run_id: int, node: Any) -> list[str]:
+    """What an input node awaiting an answer asks, for people: its prompt, its widget and
+    what it expects (each option on a line of its own), and how to answer."""
+    widget = "any JSON value" if node.spec is None else node.spec.widget
+    lines = [f"input {node.id} ({widget}): {node.prompt or 'no prompt'}"]
+    if node.spec is not None and node.spec.widget in inputs.CHOOSE:
+        lines.append("  options:" if node.options is not None else "  options: cannot be resolved (see the node)")
+        lines += [f"    - {inputs.label(option)}" for option in node.options or ()]
+    elif node.spec is not None:
+        lines.append(f"  expects {inputs.expectation(node.spec)}")
+    if node.spec is not None and node.spec.default is not None:
+        lines.append(f"  default: {inputs.label(node.spec.default)}")
+    lines.append(f"  answer: rowfleet submit {run_id} {node.id} --value VALUE")
+    return lines
 
 
 def _result_text(node: Any) -> str:

@@ -19,6 +19,13 @@ orchestrators may run at once. Each sweep also beats the orchestrator's own row,
 ``status`` and ``broker`` can say whether a project is served. ``run_once(now)`` is one
 sweep and one drain; its ``Sweep`` says what they did.
 
+Answers to input nodes written as rows of ``submissions`` (``rowfleet submit --queued``,
+another program's plain INSERT) are applied with the drain, on the same wake-ups (a
+PostgreSQL trigger NOTIFYs the dispatch channel; on SQLite rowfleet's own inserts ring the
+dispatch doorbell, another program's are found at the safety poll), each exactly once
+(``rowfleet.store.submissions``); a sweep first puts back to pending those held longer than
+``SUBMISSION_GRACE`` by an orchestrator that died between claiming and applying them.
+
 Each sweep also decides placement for the project's queued model jobs, a group at a time
 (one per queue, model and job size, as ``rowfleet.gpu.placement`` reads them, never a job
 at a time): ``rowfleet.gpu.routing.unplaceable_reason`` against the GPU workers of the job's
@@ -71,6 +78,10 @@ SETTLE_STEP = 0.0005
 SETTLE_STEP_MAX = 0.005
 # Placement writes (of up to PLACEMENT_BATCH jobs each) one sweep makes at most.
 PLACEMENT_BATCHES = 20
+# Seconds a claimed submission may stay unapplied before a sweep hands it on: claiming and
+# applying take milliseconds, so only an orchestrator that died in between leaves one so long.
+SUBMISSION_GRACE = 30.0
+SUBMISSION_BATCH = 100  # submissions claimed at once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +89,9 @@ class Sweep:
     """What one sweep did: jobs whose holder was gone (reclaimed, failed, or cancelled, by
     what their row said: a lapsed lease, or none a sweep could see lapse), queued jobs failed
     unclaimed since no claim could ever take them (``unreadable_failed``: a run_at that is no
-    number), workers flagged dead, runs walked again, dispatch events applied
-    and failed, queued model jobs flagged unplaceable (or with a new reason), flags cleared
-    (``placeable``), unplaceable jobs failed past ``fail_unplaceable_after``, finished jobs
+    number), workers flagged dead, runs walked again, dispatch events applied and failed,
+    submissions applied, failed and handed back (reclaimed), queued model jobs flagged
+    unplaceable (or with a new reason), flags cleared (``placeable``), unplaceable jobs failed past ``fail_unplaceable_after``, finished jobs
     counted into the tallies ``/metrics`` reads, host samples past their tier's horizon and
     finished rows pruned."""
 
@@ -92,6 +103,9 @@ class Sweep:
     reconciled_runs: int = 0
     dispatched: int = 0
     dispatch_failures: int = 0
+    submissions_applied: int = 0
+    submissions_failed: int = 0
+    submissions_reclaimed: int = 0
     unplaceable: int = 0
     placeable: int = 0
     unplaceable_failed: int = 0
@@ -173,6 +187,15 @@ class Orchestrator:
         """Apply the pending dispatch events of this project."""
         return self.store.drain(self.config.project)
 
+    def answer(self) -> dict[str, int]:
+        """Apply the pending submissions of this project, held by this orchestrator meanwhile."""
+        return self.store.process_submissions(self.config.project, self.orchestrator_id, SUBMISSION_BATCH)
+
+    def take_waiting(self) -> bool:
+        """Drain and answer what waits; whether anything was there."""
+        drained, answered = self.drain(), self.answer()
+        return bool(drained["applied"] + drained["failed"] + sum(answered.values()))
+
     def run_once_settled(self, sleep: Callable[[float], None] = time.sleep) -> Sweep:
         """One sweep as ``run_once``; when its dead-worker sweep held off (its moment was in
         doubt), wait the hold out and sweep once more, so that a one-shot sweep (``orchestrator
@@ -214,6 +237,11 @@ class Orchestrator:
             log.warning("run %d had nothing left that would move it on; walking it again", run_id)
         placed = self.place()
         drained = self.drain()
+        handed_back = self.store.reclaim_submissions(self.config.project, SUBMISSION_GRACE)
+        for item in handed_back:
+            log.warning("submission %d: held past %gs and not applied (its orchestrator died?); pending again",
+                        item["id"], SUBMISSION_GRACE)
+        answered = self.answer()
         tallied = self.store.fold_tallies()
         pruned = samples_pruned = 0
         if now >= self._next_prune:
@@ -228,7 +256,9 @@ class Orchestrator:
                      cancelled=actions.count("cancelled"), unreadable_failed=len(never_due),
                      flagged_workers=len(flagged),
                      reconciled_runs=len(stranded), dispatched=drained["applied"],
-                     dispatch_failures=drained["failed"], unplaceable=placed.flagged, placeable=placed.cleared,
+                     dispatch_failures=drained["failed"], submissions_applied=answered["processed"],
+                     submissions_failed=answered["failed"], submissions_reclaimed=len(handed_back),
+                     unplaceable=placed.flagged, placeable=placed.cleared,
                      unplaceable_failed=placed.failed, tallied=tallied, samples_pruned=samples_pruned,
                      pruned=pruned)
 
@@ -314,15 +344,16 @@ class Orchestrator:
             self._waiter.interrupt()
 
     def _settle(self) -> None:
-        """After a wake-up, drain until something was there or the waiter's settle window
-        passed: on SQLite the file event can come before the commit that raised it is
+        """After a wake-up, drain and answer until something was there or the waiter's settle
+        window passed: on SQLite the file event can come before the commit that raised it is
         visible, and a drain that looked too early would leave the event for the poll."""
-        waiting.settle(lambda: bool(self.drain()["applied"]), self._waiter.settle_window, self._stop, SETTLE_STEP,
+        waiting.settle(self.take_waiting, self._waiter.settle_window, self._stop, SETTLE_STEP,
                        SETTLE_STEP_MAX)
 
     def run(self, stop: threading.Event | None = None) -> None:
-        """Sweep every ``config.interval`` seconds and drain whenever a dispatch event may
-        have been written, until ``request_stop()`` (or ``stop`` is set)."""
+        """Sweep every ``config.interval`` seconds, and drain and answer whenever a dispatch
+        event or a submission may have been written (at the safety poll ``config.poll`` at
+        the latest), until ``request_stop()`` (or ``stop`` is set)."""
         if stop is not None:
             self._stop = stop
         self._waiter = self.store.dispatch_waiter(self.config.project)
@@ -342,7 +373,7 @@ class Orchestrator:
                     elif woke:
                         self._settle()
                     else:
-                        self.drain()
+                        self.take_waiting()
                 except DatabaseBroken:
                     raise  # no retry repairs it: the operator hears of it once, as the exit
                 except RowfleetError as exc:

@@ -3,7 +3,8 @@
 What a schedule is and which slot is due are ``rowfleet.schedule``'s (pure); this module is
 the loop that asks it at each tick and enqueues the job of a due slot in the transaction that
 records the slot (``ScheduleStore.fire_slot``), so two schedulers of a project make one job
-between them. Writes no SQL and holds no driver connection.
+between them; and an operator's fire of a schedule now (``fire_now``), recorded alike.
+Writes no SQL and holds no driver connection.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rowfleet import names
 from rowfleet.config import Config
 from rowfleet.errors import ConfigError, StoreUnavailable
 from rowfleet.job import iso
-from rowfleet.schedule import SHORTEST_GRACE, Schedule, due_slot, next_slot
+from rowfleet.schedule import SHORTEST_GRACE, Due, Schedule, due, manual, next_slot
 from rowfleet.store import Store, open_store
 
 log = logging.getLogger("rowfleet.scheduler")
@@ -31,14 +32,16 @@ SHORTEST_WAIT = 0.005  # a wake-up a hair before a slot (clocks disagree) must n
 
 
 class Fired(NamedTuple):
-    """A slot this scheduler fired: the schedule, the slot (epoch seconds) and its job."""
+    """A slot fired: the schedule, the slot (epoch seconds), its job and why it fired (one
+    of ``job.FIRE_REASONS``)."""
 
     name: str
     slot: float
     job_id: int
+    reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "slot": iso(self.slot), "job_id": self.job_id}
+        return {"name": self.name, "slot": iso(self.slot), "job_id": self.job_id, "reason": self.reason}
 
 
 class Scheduler:
@@ -78,12 +81,12 @@ class Scheduler:
             row = rows.get(schedule.name)
             if not self._readable(schedule.name, None if row is None else row.unreadable):
                 continue
-            slot = due_slot(schedule, None if row is None else row.last_slot, now, self.grace, self._booting)
-            if slot is None:
+            fire = due(schedule, None if row is None else row.last_slot, now, self.grace, self._booting)
+            if fire is None:
                 continue
-            job = self.store.fire_slot(project, schedule.name, slot, schedule.spec(project), self.identity)
-            if job is not None:
-                fired.append(Fired(schedule.name, slot, job.id))
+            done = fire_slot(self.store, project, schedule, fire, self.identity)
+            if done is not None:
+                fired.append(done)
         self._booting = False  # only once a whole tick got through: a failed first tick boots again
         return fired
 
@@ -118,7 +121,8 @@ class Scheduler:
         """One look, logged; how long to wait before the next: until the next slot, at most a tick."""
         now, started = self.clock(), time.monotonic()
         for fired in self.run_once(now):
-            log.info("schedule %s: slot %s fired as job %d", fired.name, iso(fired.slot), fired.job_id)
+            log.info("schedule %s: slot %s fired (%s) as job %d", fired.name, iso(fired.slot), fired.reason,
+                     fired.job_id)
         until_slot = next_slot(self.schedules, now) - now - (time.monotonic() - started)
         return min(max(until_slot, SHORTEST_WAIT), self.tick)
 
@@ -131,6 +135,21 @@ class Scheduler:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def fire_slot(store: Store, project: str, schedule: Schedule, fire: Due, fired_by: str) -> Fired | None:
+    """Enqueue ``schedule``'s job for ``fire`` in ``project``, exactly once
+    (``ScheduleStore.fire_slot``); what fired, or None when the slot (or a later one) had."""
+    job = store.fire_slot(project, schedule.name, fire.slot, schedule.spec(project), fired_by, fire.reason)
+    return None if job is None else Fired(schedule.name, fire.slot, job.id, fire.reason)
+
+
+def fire_now(store: Store, project: str, schedule: Schedule, fired_by: str) -> Fired | None:
+    """Fire ``schedule`` now, as an operator asks (``rowfleet fire NAME``): its slot is the
+    store's clock now (the database's on PostgreSQL), its reason ``manual``, and it is fired
+    as the scheduler's slots are, so two fires of one instant make one job. None when that
+    slot or a later one had fired (a scheduler whose clock runs ahead)."""
+    return fire_slot(store, project, schedule, manual(store.clock()), fired_by)
 
 
 def _unique(schedules: Iterable[Schedule]) -> tuple[Schedule, ...]:

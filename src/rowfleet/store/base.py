@@ -4,7 +4,8 @@ Each part is written once for every dialect against named queries: ``JobStore``
 (``store/jobs.py``), ``RunStore`` (workflow runs and the outbox, ``store/runs.py``),
 ``ScheduleStore`` (``store/schedules.py``), ``FleetStore`` (workers, switches,
 orchestrators, ``store/fleet.py``), ``FlowStore`` (limits and the limited claim,
-``store/flow.py``) and ``TelemetryStore`` (host samples and job tallies,
+``store/flow.py``), ``SubmissionStore`` (answers to input nodes as rows,
+``store/submissions.py``) and ``TelemetryStore`` (host samples and job tallies,
 ``store/telemetry.py``), each over ``StoreCore`` (``store/core.py``: the transaction
 interface a dialect implements, the schema, and the steps one part asks of another). A
 dialect (``store/sqlite.py``, ``store/postgres.py``) subclasses ``Store``. Only what spans
@@ -27,6 +28,7 @@ from rowfleet.store.flow import FlowStore
 from rowfleet.store.jobs import JobStore
 from rowfleet.store.runs import RunStore
 from rowfleet.store.schedules import ScheduleStore
+from rowfleet.store.submissions import SubmissionStore
 from rowfleet.store.telemetry import TelemetryStore
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["Store", "StoreCore", "Tx"]
 
 
-class Store(JobStore, RunStore, ScheduleStore, FleetStore, FlowStore, TelemetryStore, abc.ABC):
+class Store(JobStore, RunStore, ScheduleStore, FleetStore, FlowStore, SubmissionStore, TelemetryStore, abc.ABC):
     """One database connection and everything rowfleet does with it. Not thread-safe:
     each thread opens its own."""
 
@@ -48,9 +50,10 @@ class Store(JobStore, RunStore, ScheduleStore, FleetStore, FlowStore, TelemetryS
         return OperatorReads(self)
 
     def prune(self, retention: float, batch: int = 1000) -> int:
-        """Delete finished jobs (and their events), ended runs, old slots and stopped
-        workers' rows older than ``retention``, in batches; how many jobs and runs. Jobs
-        are counted into the tallies first: a pruned job stays in ``/metrics``' counts."""
+        """Delete finished jobs (and their events), ended runs, old slots, stopped workers'
+        rows and handled submissions older than ``retention``, in batches; how many jobs and
+        runs. Jobs are counted into the tallies first: a pruned job stays in ``/metrics``'
+        counts."""
         self.fold_tallies(batch)
         total = 0
         while True:
@@ -61,6 +64,7 @@ class Store(JobStore, RunStore, ScheduleStore, FleetStore, FlowStore, TelemetryS
                 tx.run("prune_orchestrators", retention=retention)
                 tx.run("prune_flow_keys", retention=retention)
                 tx.run("prune_dispatch", retention=retention, limit=batch)
+                tx.run("prune_submissions", retention=retention, limit=batch)
                 tx.run("prune_run_nodes", retention=retention, limit=batch)
                 deleted += tx.run("prune_runs", retention=retention, limit=batch)
                 tx.run("prune_schedule_slots", retention=retention, limit=batch)

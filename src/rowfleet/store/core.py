@@ -178,7 +178,8 @@ class StoreCore(abc.ABC):
 
     @abc.abstractmethod
     def _enqueue(self, tx: Tx, spec: JobSpec, placement: dict[str, Any] | None = None) -> Job:
-        """jobs: insert one job in ``tx`` (a workflow node's when ``placement`` names it)."""
+        """jobs: insert one job in ``tx`` (a workflow node's, or a fired schedule's, when
+        ``placement`` names it)."""
 
     @abc.abstractmethod
     def _enqueue_many(self, tx: Tx, spec: JobSpec, args_list: Iterable[Any],
@@ -201,6 +202,12 @@ class StoreCore(abc.ABC):
     @abc.abstractmethod
     def _run_ended(self, tx: Tx, run_id: int) -> str | None:
         """runs: how the run ended (its state), or None while it goes on."""
+
+    @abc.abstractmethod
+    def _record_answer(self, tx: Tx, project: str, run_id: int, node_id: str, encoded: str, by: str,
+                       held: Any) -> None:
+        """submissions: the row of an answer ``tx`` applied (a fresh one, or the claimed
+        submission ``held``, marked processed)."""
 
     # --- schema ------------------------------------------------------------------------
 

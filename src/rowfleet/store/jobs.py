@@ -61,7 +61,8 @@ class JobStore(StoreCore):
             return self._enqueue(tx, spec)
 
     def _enqueue(self, tx: Tx, spec: JobSpec, placement: dict[str, Any] | None = None) -> Job:
-        """Insert a job (a workflow node's when ``placement`` names its run, node and generation)."""
+        """Insert a job (a workflow node's when ``placement`` names its run, node and generation;
+        a fired schedule's when it names the schedule, its slot and the reason it fired)."""
         if spec.unique is not None and (duplicate := self._duplicate(tx, spec)) is not None:
             return duplicate
         key = spec.idempotency_key
@@ -643,7 +644,13 @@ def _enqueue_params(spec: JobSpec, placement: dict[str, Any] | None = None) -> d
             "delay": max(float(spec.delay), spec.debounce), "max_attempts": spec.max_attempts,
             "key": spec.idempotency_key, "unique_key": spec.unique_key(), "concurrency_key": spec.concurrency_key,
             "timeout": spec.timeout, "model": spec.model, "vram_mb": spec.vram_mb, "gpus": spec.gpus,
-            **(placement or {"run_id": None, "node_id": None, "node_generation": None})}
+            **_UNPLACED, **(placement or {})}
+
+
+# Where a job comes from, unless its ``placement`` says: a workflow node's run, node and
+# generation, or a fired schedule's name, slot and reason (``ScheduleStore.fire_slot``).
+_UNPLACED = {"run_id": None, "node_id": None, "node_generation": None,
+             "schedule": None, "schedule_slot": None, "fire_reason": None}
 
 
 @dataclasses.dataclass(frozen=True)

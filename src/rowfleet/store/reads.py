@@ -6,7 +6,7 @@ are ``Store``'s own methods. Written once for both dialects over the store's rea
 Browsing (the panel's pages and their JSON): a job or a run by id in any project, job
 search in bounded windows with keyset paging, the jobs one bulk action would touch,
 finished jobs per minute, and the jobs that ran on hosts lately. Lists and detail pages:
-jobs, runs, a job's history, a run's dispatch events, schedules' slots, switches and their
+jobs, runs, a job's history, a run's dispatch events, submissions, schedules' slots, switches and their
 log, workers. The fleet at one moment (``fleet_rows``, for ``rowfleet.views.snapshot``),
 counts, the model groups, a job's place in its queue, and the host samples the hosts views
 draw.
@@ -31,6 +31,7 @@ from rowfleet.store.fleet import FleetRows
 from rowfleet.store.jobs import DEMAND_GROUPS
 from rowfleet.store.runs import Run
 from rowfleet.store.schedules import _SLOT_KINDS, ScheduleRow
+from rowfleet.store.submissions import Submission
 from rowfleet.store.telemetry import DETAIL, HostSample, _check_tier, oldest_queued, sample_of
 from rowfleet.store.core import Tx
 
@@ -227,6 +228,18 @@ class OperatorReads:
 
     def dispatch_events(self, run_id: int) -> list[dict[str, Any]]:
         return [dict(row) for row in self._store.reader().all("dispatch_events", run_id=run_id)]
+
+    def list_submissions(self, project: str, run_id: int | None = None, state: str | None = None,
+                         limit: int = 50) -> list[Submission]:
+        """Submissions (answers to input nodes), newest first: of one run or all, in one state or any."""
+        rows = self._store.reader().all("list_submissions", project=project, run_id=run_id, state=state, limit=limit)
+        return [Submission.from_row(row) for row in rows]
+
+    def get_submission(self, submission_id: int, project: str) -> Submission:
+        row = self._store.reader().one("get_submission", id=submission_id, project=project)
+        if row is None:
+            raise NotFound(f"no submission {submission_id}" + (f" in project {project!r}" if project else ""))
+        return Submission.from_row(row)
 
     def fired_slots(self, project: str, name: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         """The slots fired, newest first (of every schedule, or of ``name``): each with its

@@ -24,10 +24,12 @@ import functools
 import logging
 from typing import Any, Iterable
 
-from rowfleet import dag
+from rowfleet import dag, inputs
 from rowfleet.errors import ConfigError, Conflict, DatabaseBusy, DatabaseUnreachable, DiskFull, NotFound, SchemaMissing
 from rowfleet.job import Job, JobSpec, column_kind, decode_column, decode_row, drain_retry_delay, encode_json, iso
 from rowfleet.store.core import StoreCore, Tx
+from rowfleet.store.submissions import Held
+from rowfleet.terminal import seconds_text
 
 log = logging.getLogger("rowfleet.runs")
 
@@ -54,9 +56,12 @@ class RunNode:
     unapplied: str | None = None
     depends_on: tuple[str, ...] = ()  # the nodes it waits on, from the run's definition
     unreadable: str | None = None  # what of its row could not be decoded (kept as stored), or None
+    spec: inputs.InputSpec | None = None  # an input node's widget, options and bounds; None: any JSON value
+    options: list[Any] | None = None  # while it awaits input, the options its spec offers, resolved
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"jobs": list(self.jobs), "depends_on": list(self.depends_on)}
+        return dataclasses.asdict(self) | {"jobs": list(self.jobs), "depends_on": list(self.depends_on),
+                                           "spec": None if self.spec is None else self.spec.to_dict()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +194,7 @@ class RunStore(StoreCore):
             elif job["node_generation"] == node["generation"]:
                 jobs.setdefault(job["node_id"], []).append(job)
         nodes = []
+        roots: dict[str, Any] | None = None  # made once, and only for a run with a node awaiting input
         for node in flow.nodes:
             stored, current = rows.nodes.get(node.id), jobs.get(node.id, [])
             if stored is None:
@@ -202,9 +208,14 @@ class RunStore(StoreCore):
             unapplied = _unapplied(state, current, items)
             # A map node's attempts are its most tried item's, so a retry shows as on one job.
             attempts = max((job["attempts"] for job in current), default=0)
+            options, problem = None, None
+            if state == dag.AWAITING_INPUT:
+                roots = _roots(rows) if roots is None else roots
+                options, problem = _offered(node, roots)
             nodes.append(RunNode(node.id, node.kind, node.task, state, attempts, stored["result"], stored["error"],
                                  stored["items"], tuple(job["id"] for job in current), node.prompt, unapplied,
-                                 node.depends_on, stored["unreadable"]))
+                                 node.depends_on, "; ".join(filter(None, (stored["unreadable"], problem))) or None,
+                                 node.input_spec, options))
         return dataclasses.replace(Run.from_row(row), nodes=tuple(nodes), unreadable="; ".join(problems) or None)
 
     # --- the walk ----------------------------------------------------------------------
@@ -329,9 +340,12 @@ class RunStore(StoreCore):
             self._advance(tx, {**dict(run), "state": dag.RUNNING})
         return self.get_run(run_id, project)
 
-    def submit_input(self, run_id: int, node_id: str, value: Any, project: str) -> Run:
+    def submit_input(self, run_id: int, node_id: str, value: Any, project: str, by: str = "",
+                     held: Held | None = None) -> Run:
         """Answer an input node: it completes with ``value`` and the run moves on. A second
-        answer for the same node is refused."""
+        answer for the same node is refused. The answer is a row of ``submissions`` written
+        in the same transaction (``store.submissions``): a fresh one, processed, saying ``by``
+        whom; or ``held``, the claimed submission being applied, marked processed."""
         encoded = encode_json(value)
         with self.transaction() as tx:
             run = self._lock_run(tx, run_id, project)
@@ -343,6 +357,7 @@ class RunStore(StoreCore):
                 raise NotFound(f"run {run_id} has no node {node_id!r}") from None
             if node.kind != dag.INPUT:
                 raise Conflict(f"node {node_id!r} of run {run_id} is a task node, not an input node")
+            _check_answer(rows, node, value)  # before anything is written: a refused answer leaves no trace
             ended = run["state"] in dag.RUN_TERMINAL
             if ended or tx.one("run_node_submit", run_id=run_id, node_id=node_id, result=encoded) is None:
                 state = rows.nodes[node_id]["state"]
@@ -352,6 +367,7 @@ class RunStore(StoreCore):
                     raise Conflict(f"run {run_id} is {run['state']}; it takes no more input")
                 raise Conflict(f"node {node_id!r} of run {run_id} is {state}: it is not awaiting input")
             self._advance(tx, run)
+            self._record_answer(tx, project, run_id, node_id, encoded, by, held)
         return self.get_run(run_id, project)
 
     # --- the orchestrator's side: the outbox -------------------------------------------
@@ -414,8 +430,8 @@ class RunStore(StoreCore):
             if row is None:
                 return
             if row["attempts"] < POISON_AFTER:
-                log.error("dispatch event %d of run %d failed (attempt %d of %d; tried again in %.0fs): %s",
-                          event["id"], event["run_id"], row["attempts"], POISON_AFTER, delay, error)
+                log.error("dispatch event %d of run %d failed (attempt %d of %d; tried again in %s s): %s",
+                          event["id"], event["run_id"], row["attempts"], POISON_AFTER, seconds_text(delay), error)
                 return
             tx.run("dispatch_poison", id=event["id"])
             what = f"dispatch event {event['id']} ({event['kind']}" + \
@@ -436,6 +452,35 @@ class RunStore(StoreCore):
                 tx.run("dispatch_insert", project=project, run_id=run_id, node_id=None, job_id=None,
                        kind="reconcile")
         return stranded
+
+
+def _roots(rows: _RunRows) -> dict[str, Any]:
+    """What a run's references resolve against, from its stored rows (``dag.results``)."""
+    states = {node_id: dag.NodeState(row["state"], row["result"]) for node_id, row in rows.nodes.items()
+              if row["unreadable"] is None}
+    return dag.results(states, rows.run["args"])
+
+
+def _offered(node: dag.Node, roots: dict[str, Any]) -> tuple[list[Any] | None, str | None]:
+    """The options an input node awaiting input offers, resolved from the run's stored
+    results (see ``dag.input_options`` for why they are kept nowhere else), and why they
+    cannot be (a result rewritten by someone's SQL), else None."""
+    try:
+        return dag.input_options(node, roots), None
+    except dag.UnresolvedReference as exc:
+        return None, f"its options cannot be resolved: {exc}"
+
+
+def _check_answer(rows: _RunRows, node: dag.Node, value: Any) -> None:
+    """Refuse (``inputs.InvalidAnswer``, bad input) a value that does not answer the node's
+    spec. A node that is not awaiting input is left to ``submit_input``'s own refusal."""
+    if node.input_spec is None or rows.nodes[node.id]["state"] != dag.AWAITING_INPUT:
+        return
+    options, problem = _offered(node, _roots(rows))
+    if problem is not None:
+        raise Conflict(f"node {node.id!r} of run {rows.run['id']}: {problem}; cancel the run "
+                       f"(rowfleet cancel-run {rows.run['id']})")
+    inputs.check(node.input_spec, value, options, where=f"node {node.id!r} of run {rows.run['id']}")
 
 
 def _unapplied(state: str, jobs: list[dict[str, Any]], items: int | None) -> str | None:

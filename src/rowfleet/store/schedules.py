@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rowfleet.job import Job, JobSpec, decode_row
+from rowfleet.job import TICK, Job, JobSpec, decode_row
 from rowfleet.store.core import StoreCore
 
 
@@ -47,18 +47,22 @@ class ScheduleRow:
 
 
 _SCHEDULE_KINDS = {"name": "text", "last_slot": "time"}
-_SLOT_KINDS = {"name": "text", "slot": "time", "job_id": "integer", "fired_at": "time", "fired_by": "text"}
+_SLOT_KINDS = {"name": "text", "slot": "time", "job_id": "integer", "fired_at": "time", "fired_by": "text",
+               "reason": "text"}
 
 
 class ScheduleStore(StoreCore):
     """The periodic-schedule part of ``Store``."""
 
-    def fire_slot(self, project: str, name: str, slot: float, spec: JobSpec, fired_by: str) -> Job | None:
+    def fire_slot(self, project: str, name: str, slot: float, spec: JobSpec, fired_by: str,
+                  reason: str = TICK) -> Job | None:
         """Enqueue ``spec`` as schedule ``name``'s job for ``slot`` (epoch seconds), in one
         transaction with the slot's record; the job, or None when the slot is not this
         caller's to fire: another scheduler fired it, or a later slot (a scheduler whose
         clock runs ahead got there first, and a stale slot must not fire after it), or its
-        row's ``last_slot`` cannot be read (``schedule_rows`` says why)."""
+        row's ``last_slot`` cannot be read (``schedule_rows`` says why). ``reason`` (one of
+        ``job.FIRE_REASONS``: why it fired) is written on the job and on the record,
+        with the schedule's name and the slot on the job too."""
         if spec.project != project:
             raise ValueError(f"the job of schedule {name!r} is for project {spec.project!r}, not {project!r}")
         key = {"project": project, "name": name, "slot": slot}
@@ -67,9 +71,9 @@ class ScheduleStore(StoreCore):
                                          "last_slot": tx.one("fire_slot", project=project, name=name)["last_slot"]})
             if held.unreadable is not None or (held.last_slot is not None and held.last_slot >= slot):
                 return None
-            if tx.one("schedule_slot_insert", fired_by=fired_by, **key) is None:
+            if tx.one("schedule_slot_insert", fired_by=fired_by, reason=reason, **key) is None:
                 return None
-            job = self._enqueue(tx, spec)
+            job = self._enqueue(tx, spec, {"schedule": name, "schedule_slot": slot, "fire_reason": reason})
             tx.run("schedule_slot_set_job", job_id=job.id, **key)
             tx.run("schedule_advance", **key)
             return job

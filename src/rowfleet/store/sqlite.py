@@ -279,7 +279,7 @@ class SQLiteStore(Store):
     elsewhere = "another file"
     # The TEMP triggers behind its doorbells (where PostgreSQL has NOTIFY triggers in its
     # schema and LISTEN queries).
-    bells = ("bell_requeued", "bell_dispatched")
+    bells = ("bell_requeued", "bell_dispatched", "bell_submitted")
     # Queries only this dialect has: the bells', and the floor of the box's held clock.
     own_queries = frozenset({*bells, "clock_floor"})
 
@@ -297,8 +297,8 @@ class SQLiteStore(Store):
         # The doorbells a transaction rings after its commit (see rowfleet.store.wake): the queues
         # it put jobs in (noted by the enqueue itself, which knows its queue, so a batch pays
         # nothing per row, and by this connection's TEMP trigger on a requeue), the projects
-        # it wrote dispatch events for (a TEMP trigger). set.add itself is the SQL function:
-        # no Python frame per row.
+        # it wrote dispatch events or pending submissions for (TEMP triggers). set.add itself
+        # is the SQL function: no Python frame per row.
         self._queued: set[str] = set()
         self._dispatched: set[str] = set()
         self._bells: dict[tuple[str, str], str] = {}

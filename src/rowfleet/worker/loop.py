@@ -129,6 +129,7 @@ class Worker:
         self._woken = False           # the claim to come follows a wake-up: a race it may lose
         self._stagger = 0.0           # the longest wait before a look after a wake-up (decide.next_stagger)
         self._parked = False          # its heartbeat says parked
+        self._served = False          # it has served: its start log said so (else it started parked)
         self._pause = 0.0             # the back-off while the database is unavailable
         self._limited: frozenset[str] = frozenset()  # its queues that limit rows hold (rowfleet.flow)
         self._limits_read_at: float | None = None    # when those were read (monotonic), each poll at most
@@ -180,8 +181,6 @@ class Worker:
         if self.batch > 1:
             self.completer = Completer(self.writer, lambda: self.store_factory(self.config))
             self.completer.start()
-        log.info("worker %s serving %s %s of project %r", self.holder, "queues" if len(self.queues) > 1 else "queue",
-                 ", ".join(map(repr, self.queues)), self.config.project)
         try:
             while self.step():
                 pass
@@ -233,9 +232,21 @@ class Worker:
         return actions[action](moment)
 
     def _read_switch(self, moment: decide.Moment) -> bool:
-        self.switch.set(*read_switch(self.store, self.identity, None))
+        switch, off = read_switch(self.store, self.identity, None)
+        self.switch.set(switch, off)
         self._switch_read = True
+        if switch is None:  # held, it says so as it parks (or as a burst worker leaves), not that it serves
+            self._say_serving()
         return True
+
+    def _say_serving(self, how: str = "") -> None:
+        """The log line of a worker that starts serving (``how``: why now), with the queues it
+        serves and those switched off."""
+        serving, off = self._serving(), [queue for queue in self.queues if queue in self.switch.off()]
+        log.info("worker %s %sserving %s %s of project %r%s", self.holder, how,
+                 "queues" if len(serving) > 1 else "queue", ", ".join(map(repr, serving)), self.config.project,
+                 f" ({', '.join(map(repr, off))} switched off)" if off else "")
+        self._served = True
 
     def _run_in_hand(self, moment: decide.Moment) -> bool:
         self._job = self.run_job(self._job)
@@ -626,7 +637,8 @@ class Worker:
     def _park(self, moment: decide.Moment) -> bool:
         """Claim nothing from now until switched on, or stopped, or until a hard switch asks a
         worker that has run jobs to exit."""
-        log.warning("worker %s parked: %s", self.holder, decide.describe_switch(moment.switch, control.PARK))
+        log.warning("worker %s %s: %s", self.holder, "parked" if self._served else "starts parked",
+                    decide.describe_switch(moment.switch, control.PARK))
         self._hand_back_prefetched("its worker was switched off before it started")
         self._parked = True
         self.keeper.publish(control.PARKED, self.store)
@@ -638,7 +650,10 @@ class Worker:
         return True
 
     def _resume(self, moment: decide.Moment) -> bool:
-        log.info("worker %s switched on: serving again", self.holder)
+        if self._served:
+            log.info("worker %s switched on: serving again", self.holder)
+        else:
+            self._say_serving("switched on: ")
         self._parked = False
         self.keeper.publish(control.SERVING, self.store)
         return True

@@ -96,6 +96,7 @@ def job_detail(req: Request) -> View:
                      ("model", job.required_model), ("VRAM (MiB)", job.vram_mb),
                      ("run", link(f"/runs/{job.run_id}", f"run {job.run_id} node {job.node_id}")
                       if job.run_id is not None else None),
+                     ("schedule", _fired(job, req.now)),
                      ("created", when(job.created_at, req.now)), ("due", when(job.run_at, req.now)),
                      ("started", when(job.started_at, req.now)), ("finished", when(job.finished_at, req.now)),
                      ("lease until", when(job.lease_expires_at, req.now)),
@@ -113,6 +114,15 @@ def job_detail(req: Request) -> View:
             "why": [{"code": reason.code, "text": reason.text} for reason in reasons],
             "actions": [name for name in available_actions(job, req.read_only)]}
     return View(f"Job {job.id}", data, body, active="/jobs")
+
+
+def _fired(job: Job, now: float) -> Markup | None:
+    """A scheduled job's schedule (a link to its project's schedules), the slot it fired
+    for and why; None for any other job."""
+    if job.schedule is None:
+        return None
+    where = link(url("/schedules", project=job.project), clipped(job.schedule, 200))
+    return join(where, " · slot ", when(job.schedule_slot, now), " · ", str(job.fire_reason or "why unknown"))
 
 
 def available_actions(job: Job, read_only: bool) -> list[str]:

@@ -4,6 +4,12 @@ nodes coloured by state and linked to their jobs, at most ``MAX_NODES`` drawn wi
 on one node and its neighbours (``?focus=NODE&hops=K``) for a larger run, map nodes as one
 node with their item count; an answer form for each node awaiting input; cancel and
 restart where the run's state allows them, each confirmed on a page of its own.
+
+An input node with a spec (``rowfleet.inputs``) is answered with its widget's form: a text or
+number field, Yes and No buttons, radio buttons or checkboxes (an option is posted as its index
+in the list the page showed, which every reader resolves alike), a path field; one without
+is answered with JSON or text. Either way the answer goes to ``Store.submit_input``, whose
+check refuses a value that does not fit (a 400 with its one line) and stores nothing.
 """
 
 from __future__ import annotations
@@ -11,11 +17,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rowfleet import dag, names
+from rowfleet import dag, inputs, names
 from rowfleet.panel import dag_layout
 from rowfleet.panel.app import HttpError, Redirect, Request, View
-from rowfleet.panel.html import (Markup, clipped, definitions, join, link, post_form, pretty, select, state_badge,
-                                 table, tag, text_input, url, when)
+from rowfleet.panel.html import (Markup, attrs, clipped, definitions, esc, hidden_fields, join, link, post_form, pretty,
+                                 select, state_badge, table, tag, text_input, url, when)
 
 PAGE_SIZE = 50
 ANSWER_MOST = 16 * 1024
@@ -100,9 +106,11 @@ def action_apply(req: Request) -> Redirect:
         note = f"run {run.id} restarted"
     else:
         node_id = req.text("node", source="form")
-        if node_id is None or node_id not in {node.id for node in run.nodes}:
+        node = next((node for node in run.nodes if node.id == node_id), None)
+        if node is None:
             raise HttpError(400, "answer: name one of the run's nodes (node=)")
-        req.store.submit_input(run.id, node_id, _answer(req), run.project)
+        value = _answer(req) if node.spec is None else _widget_answer(req, node)
+        req.store.submit_input(run.id, node_id, value, run.project, by="panel")
         note = f"run {run.id}: node {node_id} answered"
     return Redirect(f"/runs/{run.id}", note, {"run": run.id, "action": action})
 
@@ -118,6 +126,19 @@ def _answer(req: Request) -> Any:
     except json.JSONDecodeError as exc:
         raise HttpError(400, f"the answer is not JSON ({exc.msg} at character {exc.pos}); "
                              f"choose 'as text' to send it as a string") from None
+
+
+def _widget_answer(req: Request, node: Any) -> Any:
+    """The value a widget's form gives (the store then checks it): a choose widget's options
+    by the indexes its boxes post, any other widget's field read as ``rowfleet submit``
+    reads ``--value``."""
+    if node.spec.widget not in inputs.CHOOSE:
+        return inputs.read_text(node.spec, req.form.get("value", ""), node.options)
+    options = node.options or []
+    if node.spec.widget == inputs.CHOOSE_MANY:
+        return [option for index, option in enumerate(options) if f"choice-{index}" in req.form]
+    index = req.number("choice", most=max(len(options) - 1, 0), source="form")
+    return None if index is None or not options else options[index]  # None: nothing chosen, which is refused
 
 
 def _run(req: Request) -> Any:
@@ -143,14 +164,67 @@ def _actions(req: Request, run: Any) -> Markup:
 
 
 def _input_form(req: Request, run: Any, node: Any) -> Markup:
-    prompt = tag("p", node.prompt or f"node {node.id} awaits an answer")
+    prompt = tag("p", node.prompt or f"node {node.id} awaits an answer", class_="prompt")
+    if node.spec is not None:
+        prompt = join(prompt, tag("p", f"{node.spec.widget}: {inputs.expectation(node.spec, node.options)}",
+                                  class_="muted"))
     if req.read_only:
         return join(tag("h2", f"Input: {node.id}"), prompt)
+    if node.spec is not None:
+        return join(tag("h2", f"Input: {node.id}"), prompt, _widget_form(req, run, node))
     extra = Markup(f'<label>answer <textarea name="value" rows="3" cols="40" maxlength="{ANSWER_MOST}" required>'
                    f'</textarea></label>') + select("as", "as", [("json", "JSON"), ("text", "text")], "json")
     return join(tag("h2", f"Input: {node.id}"), prompt,
                 post_form(f"/runs/{run.id}/answer", "Answer", req.csrf, {"node": node.id}, class_="answer",
                           extra=extra))
+
+
+def _widget_form(req: Request, run: Any, node: Any) -> Markup:
+    """The form of an input node's widget, POSTed with the CSRF token to the answer action;
+    every label and value escaped. A confirm is answered by its Yes or No button alone."""
+    spec, action = node.spec, f"/runs/{run.id}/answer"
+    hidden = hidden_fields({"node": node.id, "csrf": req.csrf})
+    if spec.widget == inputs.CONFIRM:
+        fields, submit = Markup(""), Markup(" ".join(
+            f'<button{attrs(type="submit", name="value", value=value)}>{esc(text)}</button>'
+            for value, text in (("yes", "Yes"), ("no", "No"))))
+    else:
+        fields, submit = _widget_fields(spec, node.options), Markup('<button type="submit">Answer</button>')
+    return Markup(f'<form{attrs(method="post", action=action, class_="answer", aria_label=f"answer {node.id}")}>'
+                  f"{hidden}{fields}{submit}</form>")
+
+
+def _widget_fields(spec: inputs.InputSpec, options: list[Any] | None) -> Markup:
+    default = None if spec.default is None else inputs.label(spec.default)
+    if spec.widget == inputs.NUMBER:
+        field = attrs(type="number", name="value", step="any", min=spec.minimum, max=spec.maximum, value=default,
+                      required=True)
+        return Markup(f"<label>answer <input{field}></label>")
+    if spec.widget in (inputs.TEXT, inputs.FILE_PATH):
+        path = spec.widget == inputs.FILE_PATH
+        field = attrs(type="text", name="value", value=default, size=40, maxlength=spec.max_length,
+                      placeholder="/path/to/file or relative/path" if path else None, required=path)
+        return Markup(f"<label>{'path' if path else 'answer'} <input{field}></label>")
+    if options is None:
+        return tag("p", "its options cannot be resolved", class_="error")
+    many = spec.widget == inputs.CHOOSE_MANY
+    chosen = spec.default if many and isinstance(spec.default, list) else [spec.default]
+    boxes = "".join(
+        f'<label class="choice"><input{_choice_attrs(many, index, _is_in(option, chosen))}>'
+        f"{esc(inputs.label(option))}</label>" for index, option in enumerate(options))
+    return Markup(f'<fieldset class="choices"><legend>{"choose any" if many else "choose one"}</legend>'
+                  f"{boxes}</fieldset>")
+
+
+def _is_in(option: Any, chosen: list[Any]) -> bool:
+    return any(names.same_json(option, value) for value in chosen if value is not None)
+
+
+def _choice_attrs(many: bool, index: int, checked: bool) -> str:
+    """A radio button (``choice=INDEX``) or a checkbox (``choice-INDEX``), posting the
+    option's index in the list the page showed."""
+    return attrs(type="checkbox" if many else "radio", name=f"choice-{index}" if many else "choice", value=index,
+                 checked=checked, required=not many)
 
 
 def _node_link(node: Any) -> str | None:

@@ -1,6 +1,7 @@
 """Schedules (``/schedules``): per schedule of each project (``?project=P`` one), when it
 fires next where its declaration is known, the newest slot fired, and the slots fired
-lately: when, by which scheduler, and the job each enqueued.
+lately: when, why (on time, at a scheduler's boot, made up for, or by an operator's
+``rowfleet fire``), by which scheduler or operator, and the job each enqueued.
 
 The database keeps only what fired (``Store.schedule_rows``, ``store.reads.fired_slots``); when a
 schedule fires next is in its declaration: a schedule file given to ``rowfleet
@@ -109,7 +110,7 @@ def schedule_list(req: Request) -> View:
             data.append({"project": project, "name": name, "declared": schedule is not None,
                          "cadence": None if schedule is None else timing(schedule), "next_fire": iso(upcoming),
                          "fired": name in last, "last_slot": iso(last.get(name)), "unreadable": unreadable.get(name),
-                         "recent": [{"slot": iso(row["slot"]), "job_id": row["job_id"],
+                         "recent": [{"slot": iso(row["slot"]), "reason": row["reason"], "job_id": row["job_id"],
                                      "fired_at": iso(row["fired_at"]), "fired_by": row["fired_by"]}
                                     for row in recent]})
         if not rows and chosen is None and project != own:
@@ -141,7 +142,8 @@ def _row(name: str, schedule: Schedule | None, upcoming: float | None, last: Map
         last_cell = tag("span", "held, none fired yet", class_="muted")
     else:
         last_cell = when(last[name], now)
-    slots = [tag("li", join("slot ", when(row["slot"], now), " · fired ", when(row["fired_at"], now), " by ",
+    slots = [tag("li", join("slot ", when(row["slot"], now), " · ", _reason(row["reason"]),
+                            " · fired ", when(row["fired_at"], now), " by ",
                             tag("span", clipped(row["fired_by"], NAME_MOST), class_="muted"), " · ",
                             link(f"/jobs/{row['job_id']}", f"job {row['job_id']}")
                             if isinstance(row["job_id"], int) and not isinstance(row["job_id"], bool) else "no job"))
@@ -153,3 +155,19 @@ def _row(name: str, schedule: Schedule | None, upcoming: float | None, last: Map
     else:
         fired = "-"
     return [clipped(name, NAME_MOST), "-" if schedule is None else timing(schedule), next_cell, last_cell, fired]
+
+
+REASONS = {"tick": "on time", "boot": "at boot", "catch_up": "caught up", "manual": "fired by hand"}
+
+
+def _reason(reason: Any) -> Markup:
+    """Why a slot fired, in words, its stored value as the title; a value rowfleet does not
+    write (plain SQL's) as stored, a slot recorded before reasons were kept as unknown.
+
+    >>> str(_reason("boot")), str(_reason(None))
+    ('<span class="reason" title="boot">at boot</span>', '<span class="muted">why unknown</span>')
+    """
+    if reason is None:
+        return tag("span", "why unknown", class_="muted")
+    shown = clipped(reason, NAME_MOST)
+    return tag("span", REASONS.get(reason, shown), class_="reason", title=shown)

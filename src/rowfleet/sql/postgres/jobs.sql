@@ -1,15 +1,18 @@
 -- rowfleet's queries for PostgreSQL: jobs: enqueue, the claim (its candidate rule and order, written once as fragments), finish, recovery, reads.
 
 -- name: enqueue
--- A job due later is delayed: out of the claim index until a claim promotes it.
+-- A job due later is delayed: out of the claim index until a claim promotes it. A job a
+-- schedule fired carries the schedule, the slot and why it fired; NULL for every other.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
-                  timeout, required_model, vram_mb, delayed, unique_key, concurrency_key, gpus)
+                  timeout, required_model, vram_mb, delayed, unique_key, concurrency_key, gpus,
+                  schedule, schedule_slot, fire_reason)
 VALUES (%(project)s, %(queue)s, %(task)s, %(args)s, %(priority)s, %(run_next)s, coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s),
         %(max_attempts)s, %(key)s, rowfleet_now(%(now)s), rowfleet_now(%(now)s), %(run_id)s, %(node_id)s,
         %(node_generation)s, %(timeout)s, %(model)s, %(vram_mb)s,
         CASE WHEN coalesce(%(run_at)s::double precision, rowfleet_now(%(now)s) + %(delay)s) > rowfleet_now(%(now)s)
-             THEN 1 ELSE 0 END, %(unique_key)s, %(concurrency_key)s, %(gpus)s::integer)
+             THEN 1 ELSE 0 END, %(unique_key)s, %(concurrency_key)s, %(gpus)s::integer,
+        %(schedule)s, %(schedule_slot)s::double precision, %(fire_reason)s)
 ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 

@@ -9,9 +9,10 @@ ON CONFLICT (project, name) DO UPDATE SET updated_at = excluded.updated_at
 RETURNING last_slot;
 
 -- name: schedule_slot_insert
--- No row back: another scheduler fired this slot first.
-INSERT INTO schedule_slots (project, name, slot, fired_at, fired_by)
-VALUES (%(project)s, %(name)s, %(slot)s, rowfleet_now(%(now)s), %(fired_by)s)
+-- No row back: another scheduler fired this slot first. reason: why it fired (tick, boot,
+-- catch_up, manual), as on its job.
+INSERT INTO schedule_slots (project, name, slot, fired_at, fired_by, reason)
+VALUES (%(project)s, %(name)s, %(slot)s, rowfleet_now(%(now)s), %(fired_by)s, %(reason)s)
 ON CONFLICT (project, name, slot) DO NOTHING
 RETURNING slot;
 
@@ -26,7 +27,7 @@ WHERE project = %(project)s AND name = %(name)s;
 SELECT name, last_slot, updated_at FROM schedules WHERE project = %(project)s ORDER BY name;
 
 -- name: fired_slots
-SELECT name, slot, job_id, fired_at, fired_by FROM schedule_slots
+SELECT name, slot, job_id, fired_at, fired_by, reason FROM schedule_slots
 WHERE project = %(project)s AND (%(name)s::text IS NULL OR name = %(name)s)
 ORDER BY slot DESC, name
 LIMIT %(limit)s;

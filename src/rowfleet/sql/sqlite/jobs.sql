@@ -1,13 +1,16 @@
 -- rowfleet's queries for SQLite: jobs: enqueue, the claim (its candidate rule and order, written once as fragments), finish, recovery, reads.
 
 -- name: enqueue
--- A job due later is delayed: out of the claim index until a claim promotes it.
+-- A job due later is delayed: out of the claim index until a claim promotes it. A job a
+-- schedule fired carries the schedule, the slot and why it fired; NULL for every other.
 INSERT INTO jobs (project, queue, task, args, priority, run_next, run_at, max_attempts,
                   idempotency_key, created_at, updated_at, run_id, node_id, node_generation,
-                  timeout, required_model, vram_mb, delayed, unique_key, concurrency_key, gpus)
+                  timeout, required_model, vram_mb, delayed, unique_key, concurrency_key, gpus,
+                  schedule, schedule_slot, fire_reason)
 VALUES (:project, :queue, :task, :args, :priority, :run_next, coalesce(:run_at, :now + :delay),
         :max_attempts, :key, :now, :now, :run_id, :node_id, :node_generation, :timeout, :model, :vram_mb,
-        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END, :unique_key, :concurrency_key, :gpus)
+        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 1 ELSE 0 END, :unique_key, :concurrency_key, :gpus,
+        :schedule, :schedule_slot, :fire_reason)
 ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 

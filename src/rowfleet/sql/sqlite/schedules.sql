@@ -8,9 +8,10 @@ ON CONFLICT (project, name) DO UPDATE SET updated_at = excluded.updated_at
 RETURNING last_slot;
 
 -- name: schedule_slot_insert
--- No row back: another scheduler fired this slot first.
-INSERT INTO schedule_slots (project, name, slot, fired_at, fired_by)
-VALUES (:project, :name, :slot, :now, :fired_by)
+-- No row back: another scheduler fired this slot first. reason: why it fired (tick, boot,
+-- catch_up, manual), as on its job.
+INSERT INTO schedule_slots (project, name, slot, fired_at, fired_by, reason)
+VALUES (:project, :name, :slot, :now, :fired_by, :reason)
 ON CONFLICT (project, name, slot) DO NOTHING
 RETURNING slot;
 
@@ -25,7 +26,7 @@ WHERE project = :project AND name = :name;
 SELECT name, last_slot, updated_at FROM schedules WHERE project = :project ORDER BY name;
 
 -- name: fired_slots
-SELECT name, slot, job_id, fired_at, fired_by FROM schedule_slots
+SELECT name, slot, job_id, fired_at, fired_by, reason FROM schedule_slots
 WHERE project = :project AND (:name IS NULL OR name = :name)
 ORDER BY slot DESC, name
 LIMIT :limit;

@@ -40,3 +40,9 @@ CREATE TABLE submissions (
 );
 CREATE INDEX submissions_open ON submissions (project, id) WHERE state IN ('pending', 'processing');
 CREATE INDEX submissions_run ON submissions (run_id);
+
+-- A pending submission wakes the orchestrators of its project at once, as a dispatch event
+-- does, whoever inserts it (plain SQL too). SQLite has no NOTIFY: rowfleet's own inserts
+-- ring a doorbell, another program's are found at the orchestrator's safety poll.
+CREATE TRIGGER submissions_notify AFTER INSERT ON submissions
+    FOR EACH ROW WHEN (NEW.state = 'pending') EXECUTE FUNCTION rowfleet_notify_dispatch();
