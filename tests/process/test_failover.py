@@ -173,10 +173,13 @@ class FailoverCase(TempDirTestCase):
         return wait_until(printed, message=f"{process.name} to listen")
 
     def enqueue(self, task: str, count: int = 1, **options) -> list[int]:
-        """``count`` jobs in one transaction; their ids."""
+        """``count`` jobs in one transaction; their ids (the fleet's scheduler may enqueue
+        between the two reads: its jobs are of another task)."""
+        spec = JobSpec(task=task, **options)
         known = {job.id for job in self.store.reads.list_jobs("", limit=1_000_000)}
-        self.store.enqueue_many(JobSpec(task=task, **options), [None] * count)
-        return sorted(job.id for job in self.store.reads.list_jobs("", limit=1_000_000) if job.id not in known)
+        self.store.enqueue_many(spec, [None] * count)
+        return sorted(job.id for job in self.store.reads.list_jobs("", limit=1_000_000)
+                      if job.id not in known and (job.task, job.queue) == (spec.task, spec.queue))
 
     def runs(self) -> dict[int, list[tuple[int, int, int]]]:
         """Each job's handler runs, in order, as (attempt, token, pid)."""

@@ -30,6 +30,9 @@ from rowfleet.store import open_store
 from support import DEADLINE, TempDirTestCase, child_env, proc_stat, process_alive, wait_until
 
 APP = "fleetapp"
+# A rescuing worker of another box, for the tests of the lease: one of the dead worker's host
+# would hand its jobs back as it starts (rowfleet.worker.rejoin, tests/process/test_rejoin.py).
+ELSEWHERE = ("--host", "another-box")
 
 # Handlers the workers import with ``--app fleetapp``. Each one leaves evidence in files
 # next to the module: what ran (O_APPEND lines, one write each) and markers that a run began.
@@ -291,7 +294,7 @@ class ProcessContract:
         self.assert_exits(first, -signal.SIGKILL)
         last_lease = self.job(job_id).lease_expires_at  # nobody renews it any more
         orchestrator = self.launch("orchestrator", "--interval", "0.2")
-        second = self.launch("worker", "--app", APP, *lease)
+        second = self.launch("worker", "--app", APP, *ELSEWHERE, *lease)
 
         done = self.wait_for_state(job_id, "completed")
         self.assertEqual((done.lease_token, done.result), (2, "recovered"))
@@ -357,7 +360,7 @@ class ProcessContract:
         first.send_signal(signal.SIGKILL)
         self.assert_exits(first, -signal.SIGKILL)
         orchestrator = self.launch("orchestrator", "--interval", "0.2")
-        second = self.launch("worker", "--app", APP, "--prefetch", "5", *lease)
+        second = self.launch("worker", "--app", APP, "--prefetch", "5", *ELSEWHERE, *lease)
         for job_id in [hung, *waiting]:
             self.wait_for_state(job_id, "completed")
         self.assertEqual(self.ran(), collections.Counter(waiting), "a job waiting in the dead batch ran twice")
@@ -424,7 +427,7 @@ class ProcessContract:
         unwritten = [job_id for job_id in notes if self.job(job_id).state == "running"]
         self.assertEqual(self.ran(), collections.Counter(notes), "every note ran before the kill")
         orchestrator = self.launch("orchestrator", "--interval", "0.2")
-        second = self.launch("worker", "--app", APP, "--batch", "5", *lease)
+        second = self.launch("worker", "--app", APP, "--batch", "5", *ELSEWHERE, *lease)
         for job_id in [*notes, dying]:
             self.wait_for_state(job_id, "completed")
         self.assertEqual(self.ran(), collections.Counter(notes + unwritten),

@@ -1,7 +1,7 @@
 """A box restarted after a crash takes its own dead work back, with no orchestrator, on
 SQLite and PostgreSQL, with real processes and kill -9.
 
-A worker (``worker``, ``worker --procs 2``, ``up``) holds a long job; its whole process
+A worker (``worker``, ``worker --procs 2``, ``up``, a prefetching ``worker``) holds a long job; its whole process
 group is killed with SIGKILL; the same command started again on the same ``--host`` hands
 the job back before its first heartbeat (``rowfleet.worker.rejoin``) and runs it: no sweep
 could have, for no orchestrator runs (``up``'s own beats only every 10 s, and the job's lease
@@ -98,6 +98,24 @@ class RejoinContract:
 
     def test_a_restarted_box_takes_back_its_dead_predecessors_job(self):
         self.assert_taken_back("up", "--queue", "default:2")
+
+    def test_every_job_a_prefetching_worker_held_is_handed_back(self):
+        # Three jobs before the worker starts, so that its first claim takes them all: the
+        # first runs (and hangs), the two behind it are held unstarted. They share its file,
+        # so only the very first run hangs.
+        ids = [self.cli("enqueue", "rejoin_tasks:long", "--app", "rejoin_tasks",
+                        "--args", json.dumps({"runs": self.runs})).stdout.strip() for _ in range(3)]
+        first = self.start("first", "worker", "--prefetch", "3")
+        wait_until(lambda: all(self.cli_json("job", job_id)["state"] == "running" for job_id in ids)
+                   or first.poll() is not None, message="the worker to hold all three")
+        kill_group(first)
+        second = self.start("second", "worker", "--prefetch", "3")
+        for job_id in ids:
+            wait_until(lambda: self.cli_json("job", job_id)["state"] == "completed" or second.poll() is not None,
+                       message=f"job {job_id} run again")
+            kinds = [event["kind"] for event in self.cli_json("job", job_id)["events"]]
+            self.assertEqual(kinds, ["claimed", "worker_gone", "claimed", "completed"], self.output(second))
+        self.assertEqual(self.marker("runs").count("run"), 4, "the first killed once; each run once after")
 
     def test_a_frozen_holder_keeps_its_job(self):
         first, job = self.holding("worker")
