@@ -1,9 +1,10 @@
 """A box restarted after a crash takes its own dead work back, with no orchestrator, on
 SQLite and PostgreSQL, with real processes and kill -9.
 
-A worker (``worker``, ``worker --procs 2``, ``up``, a prefetching ``worker``) holds a long job; its whole process
-group is killed with SIGKILL; the same command started again on the same ``--host`` hands
-the job back before its first heartbeat (``rowfleet.worker.rejoin``) and runs it: no sweep
+A worker (``worker``, ``worker --procs 2``, ``up``, a prefetching ``worker``) holds a long
+job; its whole process group is killed with SIGKILL; the same command started again on the
+same ``--host`` hands the job back before its first heartbeat (``rowfleet.worker.rejoin``)
+and runs it (every job a prefetching worker held, started or not): no sweep
 could have, for no orchestrator runs (``up``'s own beats only every 10 s, and the job's lease
 is 600 s). The job's ``worker_gone`` event names the worker that handed it back. A holder
 that is merely frozen (SIGSTOP: its process is there, started when it did) keeps its job.
