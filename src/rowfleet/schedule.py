@@ -347,6 +347,10 @@ def due(schedule: Schedule, last_slot: float | None, now: float, grace: float,
     'catch_up'
     >>> due(nightly, three, three + 3600, grace=60, booting=True) is None  # fired already
     True
+    >>> hourly = Schedule("h", "app:h", cron="@hourly")
+    >>> noon = datetime(2025, 6, 1, 12, tzinfo=timezone.utc).timestamp()
+    >>> due(hourly, noon - 7200, noon + 600, grace=60) is None       # missed: skipped
+    True
     """
     latest = latest_at_or_before(schedule.timing, datetime.fromtimestamp(now, timezone.utc))
     if latest is None:
@@ -363,23 +367,6 @@ def due(schedule: Schedule, last_slot: float | None, now: float, grace: float,
     return None
 
 
-def due_slot(schedule: Schedule, last_slot: float | None, now: float, grace: float,
-             booting: bool = False) -> float | None:
-    """The slot of ``due`` alone, or None.
-
-    >>> hourly = Schedule("h", "app:h", cron="@hourly")
-    >>> noon = datetime(2025, 6, 1, 12, tzinfo=timezone.utc).timestamp()
-    >>> due_slot(hourly, noon - 3600, noon + 5, grace=60) == noon        # on time
-    True
-    >>> due_slot(hourly, noon, noon + 5, grace=60) is None                # fired already
-    True
-    >>> due_slot(hourly, noon - 7200, noon + 600, grace=60) is None       # missed: skipped
-    True
-    """
-    fire = due(schedule, last_slot, now, grace, booting)
-    return None if fire is None else fire.slot
-
-
 def manual(now: float) -> Due:
     """An operator's fire at ``now``: the slot is that moment (see the module docstring).
 
@@ -387,6 +374,9 @@ def manual(now: float) -> Due:
     Due(slot=1750000000.25, reason='manual')
     """
     return Due(now, MANUAL)
+
+
+NAMES_SHOWN = 20  # schedules an unknown name's message lists, at most
 
 
 def named(schedules: Iterable[Schedule], name: str) -> Schedule:
@@ -406,9 +396,6 @@ def named(schedules: Iterable[Schedule], name: str) -> Schedule:
     more = f" and {len(found) - len(listed)} more" if len(found) > len(listed) else ""
     given = f"the schedules given are: {', '.join(listed)}{more}" if found else "no schedule was given"
     raise ConfigError(f"no schedule is named {name!r}; {given}")
-
-
-NAMES_SHOWN = 20  # schedules an unknown name's message lists, at most
 
 
 def next_slot(schedules: Iterable[Schedule], now: float) -> float:

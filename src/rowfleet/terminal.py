@@ -12,7 +12,6 @@ A leaf: imports only ``rowfleet.errors`` and ``rowfleet.exitcodes``.
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from typing import Any, TextIO
@@ -55,7 +54,7 @@ def seconds_text(value: float) -> str:
     >>> seconds_text(0.2), seconds_text(0.31), seconds_text(0.01), seconds_text(12.0)
     ('0.2', '0.3', '0.1', '12.0')
     """
-    return f"{max(math.ceil(value * 10) / 10 if value < 0.1 else value, 0.1):.1f}"
+    return f"{max(value, 0.1):.1f}"
 
 
 def say(text: Any = "", *, lines: bool = False, file: TextIO | None = None) -> None:

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 import rowfleet
 from rowfleet import schedule, tasks
 from rowfleet.errors import ConfigError, StoreUnavailable
-from rowfleet.schedule import CATCH_UP, InvalidSchedule, Schedule, due, due_slot, load_schedule_file, manual
+from rowfleet.schedule import CATCH_UP, InvalidSchedule, Schedule, due, load_schedule_file, manual
 from rowfleet.services.scheduler import Scheduler
 from pg_harness import PostgresDatabaseCase
 from support import DEADLINE, TempDirTestCase, wait_until
@@ -99,7 +99,8 @@ class DueSlotTest(unittest.TestCase):
         ]
         for schedule, last_slot, now, booting, expected in cases:
             with self.subTest(schedule=schedule.name, last_slot=_shown(last_slot), now=_shown(now), booting=booting):
-                self.assertEqual(due_slot(schedule, last_slot, now, GRACE, booting), expected)
+                fire = due(schedule, last_slot, now, GRACE, booting)
+                self.assertEqual(None if fire is None else fire.slot, expected)
 
     def test_each_slot_due_says_why(self):
         cases = [  # schedule, last slot fired, now, booting -> the slot and why
@@ -119,8 +120,8 @@ class DueSlotTest(unittest.TestCase):
         self.assertEqual(manual(at(12, 1, 0.5)), (at(12, 1, 0.5), "manual"))
 
     def test_grace_is_the_edge_of_on_time(self):
-        self.assertEqual(due_slot(FIVE, at(12, 0), at(12, 5, 30), grace=30), at(12, 5))
-        self.assertIsNone(due_slot(FIVE, at(12, 0), at(12, 5, 30.001), grace=30))
+        self.assertEqual(due(FIVE, at(12, 0), at(12, 5, 30), grace=30).slot, at(12, 5))
+        self.assertIsNone(due(FIVE, at(12, 0), at(12, 5, 30.001), grace=30))
 
 
 def _shown(epoch):

@@ -37,7 +37,7 @@ import time
 import unittest
 
 from rowfleet.job import iso
-from rowfleet.schedule import Schedule, due_slot
+from rowfleet.schedule import Schedule, due
 from pg_harness import PostgresServerCase
 from support import DEADLINE, TempDirTestCase, child_env, kill_group, wait_until
 
@@ -157,7 +157,7 @@ class SchedulerCrashContract:
         # This year's slot, as a booting scheduler on the real clock sees it (the same slot
         # for the whole test, unless it runs across midnight on New Year's Eve, UTC); the
         # driver runs five seconds after it, where the slot is on time.
-        self.slot = due_slot(Schedule(**YEARLY), None, time.time(), grace=0.0, booting=True)
+        self.slot = due(Schedule(**YEARLY), None, time.time(), grace=0.0, booting=True).slot
         self.now = self.slot + ON_TIME
 
     def empty_database(self) -> str:

@@ -91,9 +91,9 @@ class Sweep:
     unclaimed since no claim could ever take them (``unreadable_failed``: a run_at that is no
     number), workers flagged dead, runs walked again, dispatch events applied and failed,
     submissions applied, failed and handed back (reclaimed), queued model jobs flagged
-    unplaceable (or with a new reason), flags cleared (``placeable``), unplaceable jobs failed past ``fail_unplaceable_after``, finished jobs
-    counted into the tallies ``/metrics`` reads, host samples past their tier's horizon and
-    finished rows pruned."""
+    unplaceable (or with a new reason), flags cleared (``placeable``), unplaceable jobs
+    failed past ``fail_unplaceable_after``, finished jobs counted into the tallies
+    ``/metrics`` reads, host samples past their tier's horizon and finished rows pruned."""
 
     reclaimed: int = 0
     failed: int = 0
